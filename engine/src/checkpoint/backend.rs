@@ -1,0 +1,397 @@
+//! The file state backend: writes each participant's snapshot and sidecar
+//! durably, and reads them back only after checking one against the other.
+//!
+//! The participant that owns a snapshot acks its checkpoint only after
+//! [`FileStateBackend::write`] returned, so a completed checkpoint's snapshots
+//! are on disk whole. A reader trusts nothing: size, SHA-256, header and format
+//! are all checked before the slots are handed out.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::durable::{create_dir_durably, write_durably};
+use super::layout::{
+    parse_snapshot_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
+};
+use super::snapshot::{
+    decode_snapshot, encode_snapshot, sha256_hex, SnapshotHeader, SnapshotMeta, StateSlots,
+    MAX_SNAPSHOT_BYTES, META_FORMAT, META_VERSION,
+};
+use crate::codec::DecodeError;
+
+/// A sidecar larger than this is refused unread.
+const MAX_META_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum StateError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: the snapshot has no sidecar (.snap.meta); it cannot be verified")]
+    MetaMissing { path: PathBuf },
+    #[error("{path}: invalid sidecar: {reason}")]
+    MetaInvalid { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    Mismatch { path: PathBuf, reason: String },
+    #[error("{path}: cannot decode: {source}")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: DecodeError,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A snapshot read back and checked against its sidecar.
+#[derive(Debug, Clone)]
+pub struct VerifiedSnapshot {
+    pub meta: SnapshotMeta,
+    pub header: SnapshotHeader,
+    pub slots: StateSlots,
+}
+
+#[derive(Debug, Clone)]
+pub struct FileStateBackend {
+    layout: CheckpointLayout,
+}
+
+impl FileStateBackend {
+    pub fn new(layout: CheckpointLayout) -> Self {
+        Self { layout }
+    }
+
+    pub fn layout(&self) -> &CheckpointLayout {
+        &self.layout
+    }
+
+    /// Writes a participant's snapshot, then its sidecar, each durably.
+    pub fn write(
+        &self,
+        participant: &str,
+        header: &SnapshotHeader,
+        slots: &StateSlots,
+    ) -> Result<SnapshotMeta, StateError> {
+        let dir = self.layout.participant_dir(GENERATION, participant);
+        create_dir_durably(&dir).map_err(io_error(&dir))?;
+        let bytes = encode_snapshot(header, slots);
+        let meta = SnapshotMeta::describe(header, participant, slots, &bytes);
+        let snap_name = snapshot_name(header.checkpoint);
+        write_durably(&dir, &snap_name, &bytes).map_err(io_error(&dir.join(&snap_name)))?;
+        let meta_json = serde_json::to_vec_pretty(&meta).map_err(|e| StateError::MetaInvalid {
+            path: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let meta_name = snapshot_meta_name(header.checkpoint);
+        write_durably(&dir, &meta_name, &meta_json).map_err(io_error(&dir.join(&meta_name)))?;
+        Ok(meta)
+    }
+
+    /// Reads a participant's snapshot of `checkpoint`, verified.
+    pub fn read(
+        &self,
+        generation: u32,
+        participant: &str,
+        checkpoint: u64,
+    ) -> Result<VerifiedSnapshot, StateError> {
+        let snap = self.layout.snapshot(generation, participant, checkpoint);
+        let meta = self
+            .layout
+            .snapshot_meta(generation, participant, checkpoint);
+        let verified = verify_snapshot(&snap, &meta)?;
+        let expected = (self.layout.job(), checkpoint, participant);
+        let found = (
+            verified.header.job,
+            verified.header.checkpoint,
+            verified.meta.participant.as_str(),
+        );
+        if expected != found {
+            return Err(StateError::Mismatch {
+                path: snap,
+                reason: format!(
+                    "expected job {} checkpoint {} participant {}, the snapshot names job {} checkpoint {} participant {}",
+                    expected.0, expected.1, expected.2, found.0, found.1, found.2
+                ),
+            });
+        }
+        Ok(verified)
+    }
+
+    /// Every checkpoint id any participant has a snapshot of.
+    pub fn snapshot_ids(&self) -> Result<BTreeSet<u64>, StateError> {
+        let mut ids = BTreeSet::new();
+        let generation_dir = self.layout.generation_dir(GENERATION);
+        for participant in read_dir_names(&generation_dir)? {
+            let dir = generation_dir.join(&participant);
+            if !dir.is_dir() {
+                continue;
+            }
+            ids.extend(
+                read_dir_names(&dir)?
+                    .iter()
+                    .filter_map(|n| parse_snapshot_name(n)),
+            );
+        }
+        Ok(ids)
+    }
+
+    /// Removes every participant's snapshots of checkpoints below `keep_from`.
+    pub fn prune_below(&self, keep_from: u64) -> Result<(), StateError> {
+        let generation_dir = self.layout.generation_dir(GENERATION);
+        for participant in read_dir_names(&generation_dir)? {
+            let dir = generation_dir.join(&participant);
+            if !dir.is_dir() {
+                continue;
+            }
+            for name in read_dir_names(&dir)? {
+                let id = parse_snapshot_name(&name)
+                    .or_else(|| name.strip_suffix(".meta").and_then(parse_snapshot_name));
+                if matches!(id, Some(id) if id < keep_from) {
+                    let path = dir.join(&name);
+                    fs::remove_file(&path).map_err(io_error(&path))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Names in a directory; a missing directory has none.
+pub fn read_dir_names(dir: &Path) -> Result<Vec<String>, StateError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(dir)(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_error(dir))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Reads a sidecar: bounded, strictly typed, a known format and version.
+pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> {
+    let meta_len = match fs::symlink_metadata(meta_path) {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(_) => {
+            return Err(StateError::MetaInvalid {
+                path: meta_path.to_path_buf(),
+                reason: "not a regular file".into(),
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(StateError::MetaMissing {
+                path: meta_path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(io_error(meta_path)(e)),
+    };
+    if meta_len > MAX_META_BYTES {
+        return Err(StateError::MetaInvalid {
+            path: meta_path.to_path_buf(),
+            reason: format!("{meta_len} bytes exceed {MAX_META_BYTES}"),
+        });
+    }
+    let text = fs::read(meta_path).map_err(io_error(meta_path))?;
+    let meta: SnapshotMeta =
+        serde_json::from_slice(&text).map_err(|e| StateError::MetaInvalid {
+            path: meta_path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if meta.format != META_FORMAT || meta.version > META_VERSION {
+        return Err(StateError::MetaInvalid {
+            path: meta_path.to_path_buf(),
+            reason: format!(
+                "format {:?} version {}; this build reads {META_FORMAT:?} up to version {META_VERSION}",
+                meta.format, meta.version
+            ),
+        });
+    }
+    Ok(meta)
+}
+
+/// Checks a snapshot against its sidecar and decodes it.
+pub fn verify_snapshot(snap_path: &Path, meta_path: &Path) -> Result<VerifiedSnapshot, StateError> {
+    let meta = read_snapshot_meta(meta_path)?;
+    let len = fs::symlink_metadata(snap_path).map_err(io_error(snap_path))?;
+    if !len.is_file() {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: "not a regular file".into(),
+        });
+    }
+    if len.len() != meta.size || len.len() > MAX_SNAPSHOT_BYTES {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!(
+                "{} bytes on disk, the sidecar vouches for {}",
+                len.len(),
+                meta.size
+            ),
+        });
+    }
+    let bytes = fs::read(snap_path).map_err(io_error(snap_path))?;
+    let digest = sha256_hex(&bytes);
+    if digest != meta.sha256 {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!("SHA-256 {digest}, the sidecar vouches for {}", meta.sha256),
+        });
+    }
+    let (header, slots) = decode_snapshot(&bytes).map_err(|source| StateError::Decode {
+        path: snap_path.to_path_buf(),
+        source,
+    })?;
+    let listed: Vec<(&str, u32)> = meta
+        .states
+        .iter()
+        .map(|s| (s.name.as_str(), s.version))
+        .collect();
+    let held: Vec<(&str, u32)> = slots
+        .0
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.version))
+        .collect();
+    if listed != held {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!("the sidecar lists slots {listed:?}, the snapshot holds {held:?}"),
+        });
+    }
+    Ok(VerifiedSnapshot {
+        meta,
+        header,
+        slots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::snapshot::SlotKind;
+
+    fn backend() -> (tempfile::TempDir, FileStateBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FileStateBackend::new(CheckpointLayout::new(dir.path(), 1));
+        (dir, backend)
+    }
+
+    fn write_one(backend: &FileStateBackend, checkpoint: u64) {
+        let mut slots = StateSlots::new();
+        slots.put("position", SlotKind::Operator, 1, b"abc".to_vec());
+        let header = SnapshotHeader {
+            job: 1,
+            checkpoint,
+            operator: 7,
+            subtask: 0,
+        };
+        backend.write("op-7-0", &header, &slots).unwrap();
+    }
+
+    #[test]
+    fn a_written_snapshot_reads_back_verified() {
+        let (_dir, backend) = backend();
+        write_one(&backend, 3);
+        let snap = backend.read(GENERATION, "op-7-0", 3).unwrap();
+        assert_eq!(snap.slots.get("position").unwrap().bytes, b"abc");
+        assert_eq!(
+            backend
+                .snapshot_ids()
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![3]
+        );
+    }
+
+    #[test]
+    fn a_torn_or_altered_snapshot_is_never_read_as_valid() {
+        let (_dir, backend) = backend();
+        write_one(&backend, 3);
+        let path = backend.layout().snapshot(GENERATION, "op-7-0", 3);
+        let good = fs::read(&path).unwrap();
+
+        fs::write(&path, &good[..good.len() - 2]).unwrap();
+        assert!(matches!(
+            backend.read(GENERATION, "op-7-0", 3),
+            Err(StateError::Mismatch { .. })
+        ));
+
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        fs::write(&path, &flipped).unwrap();
+        let err = backend
+            .read(GENERATION, "op-7-0", 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SHA-256"), "{err}");
+
+        fs::write(&path, &good).unwrap();
+        fs::remove_file(backend.layout().snapshot_meta(GENERATION, "op-7-0", 3)).unwrap();
+        assert!(matches!(
+            backend.read(GENERATION, "op-7-0", 3),
+            Err(StateError::MetaMissing { .. })
+        ));
+    }
+
+    #[test]
+    fn a_snapshot_of_another_checkpoint_is_refused() {
+        let (_dir, backend) = backend();
+        write_one(&backend, 3);
+        let layout = backend.layout();
+        fs::rename(
+            layout.snapshot(GENERATION, "op-7-0", 3),
+            layout.snapshot(GENERATION, "op-7-0", 4),
+        )
+        .unwrap();
+        fs::rename(
+            layout.snapshot_meta(GENERATION, "op-7-0", 3),
+            layout.snapshot_meta(GENERATION, "op-7-0", 4),
+        )
+        .unwrap();
+        let err = backend
+            .read(GENERATION, "op-7-0", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("checkpoint 3"), "{err}");
+    }
+
+    #[test]
+    fn pruning_keeps_the_newer_checkpoints() {
+        let (_dir, backend) = backend();
+        for c in 1..=4 {
+            write_one(&backend, c);
+        }
+        backend.prune_below(3).unwrap();
+        assert_eq!(
+            backend
+                .snapshot_ids()
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert!(!backend
+            .layout()
+            .snapshot_meta(GENERATION, "op-7-0", 2)
+            .exists());
+    }
+}

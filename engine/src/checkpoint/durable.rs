@@ -1,0 +1,133 @@
+//! Durable, atomic file writes: temporary name, fsync, rename, fsync of the
+//! directory. A reader never sees a half-written file under the final name, and
+//! once the call returns the file survives a crash.
+//!
+//! Temporary names start with `.` and contain `.tmp-`, so every scan that looks
+//! for markers or snapshots by name passes over them.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to `dir/name` durably and atomically.
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(temp_name(name));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, dir.join(name))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A temporary name for `name`, unique within this process.
+pub fn temp_name(name: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}.tmp-{}-{n}", std::process::id())
+}
+
+/// Whether a file name is one [`temp_name`] made.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+/// Makes a directory's entries (creations, renames, removals) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates a directory and its missing parents, and makes each new entry durable.
+pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(p) = at {
+        if p.as_os_str().is_empty() || p.exists() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        at = p.parent();
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    for created in &missing {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Renames `from` to `to` and makes both directories durable.
+pub fn rename_durably(from: &Path, to: &Path) -> io::Result<()> {
+    fs::rename(from, to)?;
+    if let Some(dir) = to.parent() {
+        sync_dir(dir)?;
+    }
+    if let Some(dir) = from.parent() {
+        if Some(dir) != to.parent() {
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the temporary files a killed writer left in `dir`.
+pub fn remove_stale_temps(dir: &Path) -> io::Result<usize> {
+    let mut removed = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if let Some(name) = entry.file_name().to_str() {
+            if is_temp_name(name) && entry.file_type()?.is_file() {
+                fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_atomically_and_leave_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        write_durably(dir.path(), "a", b"one").unwrap();
+        write_durably(dir.path(), "a", b"two").unwrap();
+        assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["a"]);
+    }
+
+    #[test]
+    fn stale_temps_are_recognised_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = temp_name("COMPLETED-3");
+        assert!(is_temp_name(&tmp));
+        assert!(!is_temp_name("COMPLETED-3"));
+        fs::write(dir.path().join(&tmp), b"half").unwrap();
+        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
+        assert!(!dir.path().join(&tmp).exists());
+    }
+}

@@ -1,0 +1,147 @@
+//! Where each checkpoint artifact lives under the checkpoint directory.
+//!
+//! ```text
+//! _jobs/<job>/COMPLETED-<id>        completion markers
+//! _jobs/<job>/RESTORED              the newest redeploy's record
+//! _state/<job>/v<gen>/<participant>/checkpoint-<id>.snap[.meta]
+//! ```
+//! Only this module joins these paths, so the engine, the collector and the
+//! checks agree on them.
+
+use std::path::{Path, PathBuf};
+
+use crate::job::OperatorId;
+
+/// The state layout generation. It changes only when a rescale re-divides
+/// state, which this engine does not do.
+pub const GENERATION: u32 = 1;
+
+/// A participant's name: the operator id and subtask index.
+pub fn participant_name(operator: OperatorId, subtask: u32) -> String {
+    format!("op-{operator}-{subtask}")
+}
+
+/// Splits a participant name back into operator id and subtask.
+pub fn parse_participant_name(name: &str) -> Option<(OperatorId, u32)> {
+    let rest = name.strip_prefix("op-")?;
+    let (op, sub) = rest.rsplit_once('-')?;
+    let op = OperatorId::parse(op)?;
+    let sub = crate::job::parse_decimal_u64(sub).and_then(|s| u32::try_from(s).ok())?;
+    Some((op, sub))
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointLayout {
+    root: PathBuf,
+    job: u64,
+}
+
+impl CheckpointLayout {
+    pub fn new(root: impl Into<PathBuf>, job: u64) -> Self {
+        Self {
+            root: root.into(),
+            job,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.root.join("_jobs").join(self.job.to_string())
+    }
+
+    pub fn completed_marker(&self, checkpoint: u64) -> PathBuf {
+        self.jobs_dir().join(completed_marker_name(checkpoint))
+    }
+
+    pub fn restored_record(&self) -> PathBuf {
+        self.jobs_dir().join(RESTORED_NAME)
+    }
+
+    pub fn state_root(&self) -> PathBuf {
+        self.root.join("_state").join(self.job.to_string())
+    }
+
+    pub fn generation_dir(&self, generation: u32) -> PathBuf {
+        self.state_root().join(format!("v{generation}"))
+    }
+
+    pub fn participant_dir(&self, generation: u32, participant: &str) -> PathBuf {
+        self.generation_dir(generation).join(participant)
+    }
+
+    pub fn snapshot(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
+        self.participant_dir(generation, participant)
+            .join(snapshot_name(checkpoint))
+    }
+
+    pub fn snapshot_meta(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
+        self.participant_dir(generation, participant)
+            .join(snapshot_meta_name(checkpoint))
+    }
+}
+
+pub const RESTORED_NAME: &str = "RESTORED";
+pub const COMPLETED_PREFIX: &str = "COMPLETED-";
+
+pub fn completed_marker_name(checkpoint: u64) -> String {
+    format!("{COMPLETED_PREFIX}{checkpoint}")
+}
+
+pub fn snapshot_name(checkpoint: u64) -> String {
+    format!("checkpoint-{checkpoint}.snap")
+}
+
+pub fn snapshot_meta_name(checkpoint: u64) -> String {
+    format!("checkpoint-{checkpoint}.snap.meta")
+}
+
+/// The checkpoint id of a `COMPLETED-<id>` name: the prefix and a canonical
+/// positive decimal, nothing else.
+pub fn parse_completed_marker_name(name: &str) -> Option<u64> {
+    let id = crate::job::parse_decimal_u64(name.strip_prefix(COMPLETED_PREFIX)?)?;
+    (id > 0).then_some(id)
+}
+
+/// The checkpoint id of a `checkpoint-<id>.snap` name.
+pub fn parse_snapshot_name(name: &str) -> Option<u64> {
+    let id =
+        crate::job::parse_decimal_u64(name.strip_prefix("checkpoint-")?.strip_suffix(".snap")?)?;
+    (id > 0).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_names_are_exactly_prefix_and_id() {
+        assert_eq!(parse_completed_marker_name("COMPLETED-12"), Some(12));
+        for bad in [
+            "COMPLETED-",
+            "COMPLETED-0",
+            "COMPLETED-012",
+            "COMPLETED-1.tmp",
+            ".COMPLETED-1.tmp-5-0",
+            "COMPLETED--1",
+        ] {
+            assert_eq!(parse_completed_marker_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn participant_names_round_trip() {
+        let name = participant_name(OperatorId(u64::MAX), 3);
+        assert_eq!(
+            parse_participant_name(&name),
+            Some((OperatorId(u64::MAX), 3))
+        );
+        assert_eq!(parse_participant_name("op-1-x"), None);
+    }
+}

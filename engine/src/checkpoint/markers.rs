@@ -1,0 +1,268 @@
+//! The job's durable decisions: `COMPLETED-<id>` markers and the `RESTORED`
+//! record.
+//!
+//! A COMPLETED marker says every participant of a checkpoint acked with its
+//! snapshot durable; the coordinator writes it before it broadcasts any commit.
+//! The RESTORED record names the checkpoint the newest deploy restored from and
+//! the first id its run numbers; it is written before the deploy sends any frame.
+//! Scans read markers by name only (the prefix and a canonical id), so a
+//! writer's temporary file is never taken for a marker.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::backend::read_dir_names;
+use super::durable::{create_dir_durably, write_durably};
+use super::layout::{
+    completed_marker_name, parse_completed_marker_name, CheckpointLayout, RESTORED_NAME,
+};
+
+pub const COMPLETED_FORMAT: &str = "clink-completed-marker";
+pub const RESTORED_FORMAT: &str = "clink-restored-record";
+pub const MARKER_VERSION: u64 = 1;
+const MAX_MARKER_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum MarkerError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: invalid: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+/// What kind of trigger a checkpoint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    Periodic,
+    Final,
+    Savepoint,
+}
+
+impl CheckpointKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointKind::Periodic => "periodic",
+            CheckpointKind::Final => "final",
+            CheckpointKind::Savepoint => "savepoint",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletedMarker {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    pub checkpoint: u64,
+    pub generation: u32,
+    pub kind: CheckpointKind,
+    /// Every participant that acked, by name (`op-<id>-<subtask>`).
+    pub participants: Vec<String>,
+}
+
+impl CompletedMarker {
+    pub fn new(
+        job: u64,
+        checkpoint: u64,
+        generation: u32,
+        kind: CheckpointKind,
+        participants: Vec<String>,
+    ) -> Self {
+        Self {
+            format: COMPLETED_FORMAT.into(),
+            version: MARKER_VERSION,
+            job: job.to_string(),
+            checkpoint,
+            generation,
+            kind,
+            participants,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoredRecord {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    /// The checkpoint the deploy restored from; 0 for none.
+    pub restored_from: u64,
+    /// The first checkpoint id the restored run numbers.
+    pub next: u64,
+    /// The coordinator epoch that wrote it (0: this engine has no leader election).
+    pub epoch: u64,
+}
+
+impl RestoredRecord {
+    pub fn new(job: u64, restored_from: u64, next: u64) -> Self {
+        Self {
+            format: RESTORED_FORMAT.into(),
+            version: MARKER_VERSION,
+            job: job.to_string(),
+            restored_from,
+            next,
+            epoch: 0,
+        }
+    }
+
+    /// Whether this record passes over a marker: the deploy restored below it,
+    /// so the run that wrote it was discarded.
+    pub fn passes_over(&self, checkpoint: u64) -> bool {
+        self.restored_from < checkpoint && checkpoint < self.next
+    }
+}
+
+/// Every checkpoint id with a COMPLETED marker, ascending.
+pub fn list_completed(layout: &CheckpointLayout) -> Result<Vec<u64>, MarkerError> {
+    let dir = layout.jobs_dir();
+    let names = read_dir_names(&dir).map_err(|e| MarkerError::Invalid {
+        path: dir.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut ids: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse_completed_marker_name(n))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+pub fn write_completed(
+    layout: &CheckpointLayout,
+    marker: &CompletedMarker,
+) -> Result<(), MarkerError> {
+    let dir = layout.jobs_dir();
+    write_json(&dir, &completed_marker_name(marker.checkpoint), marker)
+}
+
+pub fn write_restored(
+    layout: &CheckpointLayout,
+    record: &RestoredRecord,
+) -> Result<(), MarkerError> {
+    write_json(&layout.jobs_dir(), RESTORED_NAME, record)
+}
+
+fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), MarkerError> {
+    let io_err = |source| MarkerError::Io {
+        path: dir.join(name),
+        source,
+    };
+    create_dir_durably(dir).map_err(io_err)?;
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| MarkerError::Invalid {
+        path: dir.join(name),
+        reason: e.to_string(),
+    })?;
+    write_durably(dir, name, &bytes).map_err(|source| MarkerError::Io {
+        path: dir.join(name),
+        source,
+    })
+}
+
+/// Reads and checks a COMPLETED marker: a known format and version, and it
+/// names this job and this checkpoint.
+pub fn read_completed(
+    layout: &CheckpointLayout,
+    checkpoint: u64,
+) -> Result<CompletedMarker, MarkerError> {
+    let path = layout.completed_marker(checkpoint);
+    let marker = parse_completed_marker(&path)?;
+    let invalid = |reason: String| MarkerError::Invalid {
+        path: path.clone(),
+        reason,
+    };
+    if marker.job != layout.job().to_string() {
+        return Err(invalid(format!(
+            "names job {}, not job {}",
+            marker.job,
+            layout.job()
+        )));
+    }
+    if marker.checkpoint != checkpoint {
+        return Err(invalid(format!(
+            "names checkpoint {}, not {checkpoint}",
+            marker.checkpoint
+        )));
+    }
+    Ok(marker)
+}
+
+/// Parses a COMPLETED marker file without judging whom it names.
+pub fn parse_completed_marker(path: &Path) -> Result<CompletedMarker, MarkerError> {
+    let marker: CompletedMarker = read_bounded_json(path)?;
+    if marker.format != COMPLETED_FORMAT || marker.version > MARKER_VERSION {
+        return Err(MarkerError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!(
+                "format {:?} version {}; this build reads {COMPLETED_FORMAT:?} up to version {MARKER_VERSION}",
+                marker.format, marker.version
+            ),
+        });
+    }
+    Ok(marker)
+}
+
+/// Reads the RESTORED record; `None` when the job was never redeployed.
+pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>, MarkerError> {
+    let path = layout.restored_record();
+    if !path.exists() {
+        return Ok(None);
+    }
+    let record: RestoredRecord = read_bounded_json(&path)?;
+    let invalid = |reason: String| MarkerError::Invalid {
+        path: path.clone(),
+        reason,
+    };
+    if record.format != RESTORED_FORMAT || record.version > MARKER_VERSION {
+        return Err(invalid(format!(
+            "format {:?} version {}",
+            record.format, record.version
+        )));
+    }
+    if record.job != layout.job().to_string() {
+        return Err(invalid(format!(
+            "names job {}, not job {}",
+            record.job,
+            layout.job()
+        )));
+    }
+    if record.next <= record.restored_from {
+        return Err(invalid(format!(
+            "next {} is not above restored_from {}",
+            record.next, record.restored_from
+        )));
+    }
+    Ok(Some(record))
+}
+
+fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, MarkerError> {
+    let io_err = |source| MarkerError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::symlink_metadata(path).map_err(io_err)?;
+    if !meta.is_file() || meta.len() > MAX_MARKER_BYTES {
+        return Err(MarkerError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("not a regular file of at most {MAX_MARKER_BYTES} bytes"),
+        });
+    }
+    let bytes = fs::read(path).map_err(|source| MarkerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}

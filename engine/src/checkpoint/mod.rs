@@ -1,0 +1,21 @@
+//! Everything a checkpoint leaves on disk, and the one rule that chooses where a
+//! restart restores from.
+//!
+//! This module owns the checkpoint directory's layout, the snapshot format and
+//! its integrity sidecar, the COMPLETED markers, the RESTORED record, durable
+//! writes, and [`restore_point_on_disk`]. It never decides *when* to checkpoint
+//! or commit: that is the runtime's protocol. Every reader here refuses a file
+//! whose size, hash or contents do not match what its writer vouched for.
+
+pub mod backend;
+pub mod durable;
+pub mod layout;
+pub mod markers;
+pub mod restore;
+pub mod snapshot;
+
+pub use backend::{FileStateBackend, StateError};
+pub use layout::{participant_name, CheckpointLayout, GENERATION};
+pub use markers::{CompletedMarker, MarkerError, RestoredRecord};
+pub use restore::{choose_restore_point, next_checkpoint_id, restore_point_on_disk, RestorePoint};
+pub use snapshot::{Slot, SlotKind, SnapshotMeta, StateSlots};

@@ -1,0 +1,130 @@
+//! The restore rule: which checkpoint a restart restores from.
+//!
+//! There is exactly one implementation, [`choose_restore_point`], and one way to
+//! apply it to a directory, [`restore_point_on_disk`]. The engine's restarts
+//! (a new process, an in-process restart), the incident collector and the
+//! `checkpoint.restore_rule` check all call it; none of them may decide
+//! otherwise.
+
+use super::backend::FileStateBackend;
+use super::layout::CheckpointLayout;
+use super::markers::{list_completed, read_restored, MarkerError, RestoredRecord};
+
+/// The restore point and what it was chosen from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestorePoint {
+    /// The checkpoint to restore from; 0 means start from nothing.
+    pub checkpoint: u64,
+    /// Every COMPLETED marker seen, ascending.
+    pub completed: Vec<u64>,
+    /// The RESTORED record seen, if any.
+    pub restored: Option<RestoredRecord>,
+    /// Markers the RESTORED record passed over.
+    pub passed_over: Vec<u64>,
+}
+
+/// The newest completed checkpoint that the RESTORED record does not pass
+/// over, or 0 when there is none.
+pub fn choose_restore_point(completed: &[u64], restored: Option<&RestoredRecord>) -> u64 {
+    completed
+        .iter()
+        .copied()
+        .filter(|&c| !restored.is_some_and(|r| r.passes_over(c)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Applies the restore rule to a job's markers on disk.
+pub fn restore_point_on_disk(layout: &CheckpointLayout) -> Result<RestorePoint, MarkerError> {
+    let completed = list_completed(layout)?;
+    let restored = read_restored(layout)?;
+    let checkpoint = choose_restore_point(&completed, restored.as_ref());
+    let passed_over = completed
+        .iter()
+        .copied()
+        .filter(|&c| restored.as_ref().is_some_and(|r| r.passes_over(c)))
+        .collect();
+    Ok(RestorePoint {
+        checkpoint,
+        completed,
+        restored,
+        passed_over,
+    })
+}
+
+/// The first id a redeploy may number: above every id the disk knows, so a
+/// new checkpoint never shares an id with anything an earlier run left.
+pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Result<u64, String> {
+    let snapshots = FileStateBackend::new(layout.clone())
+        .snapshot_ids()
+        .map_err(|e| e.to_string())?;
+    let highest = [
+        point.completed.last().copied().unwrap_or(0),
+        snapshots.last().copied().unwrap_or(0),
+        point
+            .restored
+            .as_ref()
+            .map_or(0, |r| r.next.saturating_sub(1)),
+        point.checkpoint,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    Ok(highest + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::markers::{
+        write_completed, write_restored, CheckpointKind, CompletedMarker,
+    };
+
+    fn record(from: u64, next: u64) -> RestoredRecord {
+        RestoredRecord::new(1, from, next)
+    }
+
+    #[test]
+    fn nothing_completed_restores_from_nothing() {
+        assert_eq!(choose_restore_point(&[], None), 0);
+        assert_eq!(choose_restore_point(&[], Some(&record(0, 4))), 0);
+    }
+
+    #[test]
+    fn the_newest_completed_checkpoint_is_chosen() {
+        assert_eq!(choose_restore_point(&[1, 2, 5], None), 5);
+        assert_eq!(
+            choose_restore_point(&[1, 2, 5], Some(&record(2, 5))),
+            5,
+            "next itself is not passed over"
+        );
+    }
+
+    #[test]
+    fn a_marker_the_restored_record_passes_over_is_not_chosen() {
+        // A deploy restored from 2 and numbered from 5: markers 3 and 4 belong
+        // to a run the restore discarded, even if they landed on disk later.
+        assert_eq!(choose_restore_point(&[1, 2, 3, 4], Some(&record(2, 5))), 2);
+        assert_eq!(choose_restore_point(&[3], Some(&record(0, 4))), 0);
+    }
+
+    #[test]
+    fn the_rule_on_disk_reads_markers_and_record_and_ignores_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 1);
+        for c in [1, 2, 3] {
+            write_completed(
+                &layout,
+                &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![]),
+            )
+            .unwrap();
+        }
+        write_restored(&layout, &record(2, 4)).unwrap();
+        // A marker half-written by a kill sits under a temporary name.
+        std::fs::write(layout.jobs_dir().join(".COMPLETED-9.tmp-1-0"), b"{").unwrap();
+        let point = restore_point_on_disk(&layout).unwrap();
+        assert_eq!(point.checkpoint, 2);
+        assert_eq!(point.passed_over, vec![3]);
+        assert_eq!(next_checkpoint_id(&layout, &point).unwrap(), 4);
+    }
+}

@@ -1,0 +1,191 @@
+//! Named fault points at the protocol's steps, armed by `CLINK_FAULT`.
+//!
+//! `CLINK_FAULT=<point>@<checkpoint id>[,<point>@<checkpoint id>...]` arms
+//! points; each fires at most once per process. A kill point ends the process
+//! with SIGKILL where it stands: no unwinding, no destructor, no flush, exactly
+//! what a machine losing the process looks like. `checkpoint.snapshot_fails`
+//! instead makes the snapshot fail. Unarmed, a point costs one relaxed atomic
+//! load.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+pub const ENV_VAR: &str = "CLINK_FAULT";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    SourceAfterPositionSnapshot,
+    SinkBeforePrepare,
+    SinkAfterPrepare,
+    CoordinatorBeforeCompletedMarker,
+    CoordinatorAfterCompletedMarker,
+    CoordinatorBeforeCommitBroadcast,
+    SinkBeforeCommit,
+    SinkAfterCommit,
+    CoordinatorBeforeRestoredRecord,
+    CheckpointSnapshotFails,
+}
+
+impl FaultPoint {
+    pub const ALL: [FaultPoint; 10] = [
+        FaultPoint::SourceAfterPositionSnapshot,
+        FaultPoint::SinkBeforePrepare,
+        FaultPoint::SinkAfterPrepare,
+        FaultPoint::CoordinatorBeforeCompletedMarker,
+        FaultPoint::CoordinatorAfterCompletedMarker,
+        FaultPoint::CoordinatorBeforeCommitBroadcast,
+        FaultPoint::SinkBeforeCommit,
+        FaultPoint::SinkAfterCommit,
+        FaultPoint::CoordinatorBeforeRestoredRecord,
+        FaultPoint::CheckpointSnapshotFails,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPoint::SourceAfterPositionSnapshot => "source.after_position_snapshot",
+            FaultPoint::SinkBeforePrepare => "sink.before_prepare",
+            FaultPoint::SinkAfterPrepare => "sink.after_prepare",
+            FaultPoint::CoordinatorBeforeCompletedMarker => "coordinator.before_completed_marker",
+            FaultPoint::CoordinatorAfterCompletedMarker => "coordinator.after_completed_marker",
+            FaultPoint::CoordinatorBeforeCommitBroadcast => "coordinator.before_commit_broadcast",
+            FaultPoint::SinkBeforeCommit => "sink.before_commit",
+            FaultPoint::SinkAfterCommit => "sink.after_commit",
+            FaultPoint::CoordinatorBeforeRestoredRecord => "coordinator.before_restored_record",
+            FaultPoint::CheckpointSnapshotFails => "checkpoint.snapshot_fails",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<FaultPoint> {
+        FaultPoint::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether reaching the point kills the process (all but the snapshot failure).
+    pub fn kills(self) -> bool {
+        self != FaultPoint::CheckpointSnapshotFails
+    }
+}
+
+/// One armed point: where, at which checkpoint, and whether it has fired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArmedFault {
+    pub point: FaultPoint,
+    pub checkpoint: u64,
+    fired: bool,
+}
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static FAULTS: OnceLock<Mutex<Vec<ArmedFault>>> = OnceLock::new();
+
+/// Parses a `CLINK_FAULT` value.
+pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, String> {
+    let mut armed = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, id) = item
+            .split_once('@')
+            .ok_or_else(|| format!("{ENV_VAR}: {item:?} is not <point>@<checkpoint id>"))?;
+        let point = FaultPoint::parse(name).ok_or_else(|| {
+            let known: Vec<_> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "{ENV_VAR}: unknown fault point {name:?}; known: {}",
+                known.join(", ")
+            )
+        })?;
+        let checkpoint = crate::job::parse_decimal_u64(id)
+            .ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
+        armed.push(ArmedFault {
+            point,
+            checkpoint,
+            fired: false,
+        });
+    }
+    Ok(armed)
+}
+
+/// Arms the points `CLINK_FAULT` names (none when it is unset).
+pub fn arm_from_env() -> Result<Vec<ArmedFault>, String> {
+    let armed = match std::env::var(ENV_VAR) {
+        Ok(spec) => parse_spec(&spec)?,
+        Err(_) => Vec::new(),
+    };
+    arm(armed.clone());
+    Ok(armed)
+}
+
+pub fn arm(faults: Vec<ArmedFault>) {
+    let any = !faults.is_empty();
+    let slot = FAULTS.get_or_init(|| Mutex::new(Vec::new()));
+    if let Ok(mut guard) = slot.lock() {
+        *guard = faults;
+    }
+    ARMED.store(any, Ordering::Relaxed);
+}
+
+/// Takes the fault armed at this point and checkpoint, once.
+fn take(point: FaultPoint, checkpoint: u64) -> bool {
+    let Some(slot) = FAULTS.get() else {
+        return false;
+    };
+    let Ok(mut guard) = slot.lock() else {
+        return false;
+    };
+    match guard
+        .iter_mut()
+        .find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired)
+    {
+        Some(f) => {
+            f.fired = true;
+            true
+        }
+        None => false,
+    }
+}
+
+/// A kill point: if armed here, the process dies now.
+#[inline]
+pub fn kill_point(point: FaultPoint, checkpoint: u64) {
+    if ARMED.load(Ordering::Relaxed) && take(point, checkpoint) {
+        die(point, checkpoint);
+    }
+}
+
+/// A failure point: true once if armed here.
+#[inline]
+pub fn fails(point: FaultPoint, checkpoint: u64) -> bool {
+    ARMED.load(Ordering::Relaxed) && take(point, checkpoint)
+}
+
+fn die(point: FaultPoint, checkpoint: u64) -> ! {
+    eprintln!(
+        "clink: fault point {}@{checkpoint} reached: killing the process",
+        point.name()
+    );
+    // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught,
+    // so the process ends here without running anything else.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    // SIGKILL is delivered before kill() returns to a single-process sender;
+    // should it not be, abort without unwinding all the same.
+    std::process::abort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_refuse_with_reasons() {
+        let armed = parse_spec("sink.before_commit@2, checkpoint.snapshot_fails@3").unwrap();
+        assert_eq!(armed.len(), 2);
+        assert_eq!(armed[0].point, FaultPoint::SinkBeforeCommit);
+        assert_eq!(armed[1].checkpoint, 3);
+        assert!(parse_spec("sink.before_commit").is_err());
+        assert!(parse_spec("nowhere@1")
+            .unwrap_err()
+            .contains("unknown fault point"));
+        assert!(parse_spec("sink.before_commit@x").is_err());
+        for p in FaultPoint::ALL {
+            assert_eq!(FaultPoint::parse(p.name()), Some(p));
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `filter`: keeps the records whose column compares true against a literal.
+//! Stateless. A NULL compares false to everything.
+
+use std::cmp::Ordering;
+
+use serde_json::Value as Json;
+
+use crate::job::{kind_name, Fields, JobError};
+use crate::value::{compare_values, ColumnType, Decimal, Row, Schema, Value};
+
+use super::{Context, OperatorError, Transform};
+
+pub const TYPE: &str = "filter";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Comparison {
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "eq" => Comparison::Eq,
+            "ne" => Comparison::Ne,
+            "lt" => Comparison::Lt,
+            "le" => Comparison::Le,
+            "gt" => Comparison::Gt,
+            "ge" => Comparison::Ge,
+            _ => return None,
+        })
+    }
+
+    fn holds(self, ordering: Ordering) -> bool {
+        match self {
+            Comparison::Eq => ordering == Ordering::Equal,
+            Comparison::Ne => ordering != Ordering::Equal,
+            Comparison::Lt => ordering == Ordering::Less,
+            Comparison::Le => ordering != Ordering::Greater,
+            Comparison::Gt => ordering == Ordering::Greater,
+            Comparison::Ge => ordering != Ordering::Less,
+        }
+    }
+}
+
+pub struct Filter {
+    column: usize,
+    comparison: Comparison,
+    literal: Value,
+}
+
+pub fn plan(params: &Json, input: &Schema) -> Result<Filter, JobError> {
+    let f = Fields::object(params, "$")?;
+    f.only(&["column", "op", "value"])?;
+    let name = f.str("column")?;
+    let (column, col) = input.column(name).ok_or_else(|| {
+        f.error(
+            "column",
+            format!(
+                "no input column {name:?}; the input has {}",
+                input.names().join(", ")
+            ),
+        )
+    })?;
+    let op = f.str("op")?;
+    let comparison = Comparison::parse(op)
+        .ok_or_else(|| f.error("op", format!("{op:?} is not one of eq, ne, lt, le, gt, ge")))?;
+    let raw = f.value("value")?;
+    let literal = literal_for(raw, col.ty).ok_or_else(|| {
+        f.error(
+            "value",
+            format!(
+                "{} does not fit column {name:?} of type {:?}",
+                kind_name(raw),
+                col.ty
+            ),
+        )
+    })?;
+    Ok(Filter {
+        column,
+        comparison,
+        literal,
+    })
+}
+
+/// A JSON literal as a value of the column's type; decimals are given as text.
+fn literal_for(raw: &Json, ty: ColumnType) -> Option<Value> {
+    Some(match (ty, raw) {
+        (ColumnType::Bool, Json::Bool(b)) => Value::Bool(*b),
+        (ColumnType::Int, Json::Number(n)) => Value::Int(n.as_i64()?),
+        (ColumnType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64()?),
+        (ColumnType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
+        (ColumnType::String, Json::String(s)) => Value::Str(s.clone()),
+        (ColumnType::Decimal { scale }, Json::String(s)) => {
+            Value::Decimal(Decimal::parse(s, scale).ok()?)
+        }
+        _ => return None,
+    })
+}
+
+impl Transform for Filter {
+    fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
+        let keep = match row.get(self.column) {
+            None | Some(Value::Null) => false,
+            Some(v) => self.comparison.holds(compare_values(v, &self.literal)),
+        };
+        if keep {
+            cx.emit(row);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,67 @@
+//! `project`: keeps the named columns, in the order named. Stateless.
+
+use serde_json::Value as Json;
+
+use crate::job::{Fields, JobError};
+use crate::value::{Row, Schema, Value};
+
+use super::{Context, OperatorError, Transform};
+
+pub const TYPE: &str = "project";
+
+pub struct Project {
+    indices: Vec<usize>,
+}
+
+pub struct Plan {
+    pub indices: Vec<usize>,
+    pub output: Schema,
+}
+
+pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
+    let f = Fields::object(params, "$")?;
+    f.only(&["columns"])?;
+    let columns = f.str_list("columns")?;
+    if columns.is_empty() {
+        return Err(f.error("columns", "name at least one column"));
+    }
+    let mut indices = Vec::new();
+    let mut output = Schema::default();
+    for c in &columns {
+        let (i, column) = input.column(c).ok_or_else(|| {
+            f.error(
+                "columns",
+                format!(
+                    "no input column {c:?}; the input has {}",
+                    input.names().join(", ")
+                ),
+            )
+        })?;
+        if output.index_of(c).is_some() {
+            return Err(f.error("columns", format!("column {c:?} is named twice")));
+        }
+        indices.push(i);
+        output.0.push(column.clone());
+    }
+    Ok(Plan { indices, output })
+}
+
+impl Project {
+    pub fn new(plan: Plan) -> Self {
+        Self {
+            indices: plan.indices,
+        }
+    }
+}
+
+impl Transform for Project {
+    fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
+        let projected = self
+            .indices
+            .iter()
+            .map(|&i| row.get(i).cloned().unwrap_or(Value::Null))
+            .collect();
+        cx.emit(projected);
+        Ok(())
+    }
+}

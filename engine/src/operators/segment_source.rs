@@ -1,0 +1,484 @@
+//! The segment-file source: reads `segment-NNNN.txt` files of an input directory
+//! in name order. Lines are `E,<time_ms>,<account>,<amount>` (a record),
+//! `W,<time_ms>` (a watermark) and `END` (the end of the input).
+//!
+//! Its position (segment, line, last watermark) is its operator state, so a
+//! restored source resumes exactly after the last line its checkpoint covered
+//! and re-emits its last watermark first. The whole input is checked once
+//! before the job starts ([`validate_input`]), so a malformed line refuses the
+//! run before anything is written.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::{SlotKind, StateSlots};
+use crate::codec::{Reader, Writer};
+use crate::timers::NO_WATERMARK;
+use crate::value::{ColumnType, Decimal, Schema, Value};
+
+use super::{OperatorError, Source, SourceItem};
+
+pub const TYPE: &str = "segment_source";
+pub const POSITION_SLOT: &str = "position";
+pub const POSITION_VERSION: u32 = 1;
+/// Amounts carry at most this many fraction digits.
+pub const AMOUNT_SCALE: u8 = 2;
+/// A line longer than this is refused.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+pub fn output_schema() -> Schema {
+    Schema::of(&[
+        ("time", ColumnType::Timestamp),
+        ("account", ColumnType::String),
+        (
+            "amount",
+            ColumnType::Decimal {
+                scale: AMOUNT_SCALE,
+            },
+        ),
+    ])
+}
+
+/// One parsed input line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Event {
+        time: i64,
+        account: String,
+        amount: Decimal,
+    },
+    Watermark(i64),
+    End,
+}
+
+/// Parses one line (without its newline).
+pub fn parse_line(line: &str) -> Result<Line, String> {
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    if line == "END" {
+        return Ok(Line::End);
+    }
+    let fields: Vec<&str> = line.split(',').collect();
+    match fields.as_slice() {
+        ["E", time, account, amount] => {
+            let time = parse_time(time)?;
+            if account.is_empty() {
+                return Err("the account is empty".into());
+            }
+            let amount = Decimal::parse(amount, AMOUNT_SCALE)?;
+            Ok(Line::Event {
+                time,
+                account: (*account).to_string(),
+                amount,
+            })
+        }
+        ["W", time] => Ok(Line::Watermark(parse_time(time)?)),
+        _ => Err(format!(
+            "{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END",
+            truncate(line, 80)
+        )),
+    }
+}
+
+fn parse_time(text: &str) -> Result<i64, String> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "time {:?} is not an integer number of milliseconds",
+            truncate(text, 40)
+        ));
+    }
+    text.parse::<i64>()
+        .map_err(|_| format!("time {text:?} is out of range"))
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+/// The segment files of a directory, in name order.
+pub fn list_segments(dir: &Path) -> Result<Vec<String>, OperatorError> {
+    let entries = std::fs::read_dir(dir).map_err(OperatorError::io(dir))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(OperatorError::io(dir))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if is_segment_name(&name) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn is_segment_name(name: &str) -> bool {
+    name.strip_prefix("segment-")
+        .and_then(|rest| rest.strip_suffix(".txt"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What a whole input holds, once every line parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InputSummary {
+    pub segments: usize,
+    pub events: u64,
+    pub watermarks: u64,
+    pub has_end: bool,
+}
+
+/// Reads every line of every segment and refuses the first that does not
+/// parse, naming its file and line; also refuses lines after END.
+pub fn validate_input(dir: &Path) -> Result<InputSummary, OperatorError> {
+    let mut summary = InputSummary::default();
+    for name in list_segments(dir)? {
+        summary.segments += 1;
+        let path = dir.join(&name);
+        let mut reader = open(&path)?;
+        let mut line_no = 0u64;
+        let mut buf = String::new();
+        while read_bounded_line(&mut reader, &mut buf, &path, line_no + 1)? {
+            line_no += 1;
+            if summary.has_end {
+                return Err(input_error(&path, line_no, "a line after END"));
+            }
+            match parse_line(&buf).map_err(|e| input_error(&path, line_no, &e))? {
+                Line::Event { .. } => summary.events += 1,
+                Line::Watermark(_) => summary.watermarks += 1,
+                Line::End => summary.has_end = true,
+            }
+        }
+    }
+    Ok(summary)
+}
+
+fn input_error(path: &Path, line: u64, reason: &str) -> OperatorError {
+    OperatorError::Input(format!("{}:{line}: {reason}", path.display()))
+}
+
+fn open(path: &Path) -> Result<BufReader<File>, OperatorError> {
+    File::open(path)
+        .map(BufReader::new)
+        .map_err(OperatorError::io(path))
+}
+
+/// Reads one line into `buf` without its newline; false at the end of the file.
+fn read_bounded_line(
+    reader: &mut BufReader<File>,
+    buf: &mut String,
+    path: &Path,
+    line_no: u64,
+) -> Result<bool, OperatorError> {
+    buf.clear();
+    let mut bytes = Vec::new();
+    let n = reader
+        .by_ref()
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut bytes)
+        .map_err(OperatorError::io(path))?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    } else if n > MAX_LINE_BYTES {
+        return Err(input_error(
+            path,
+            line_no,
+            &format!("the line is longer than {MAX_LINE_BYTES} bytes"),
+        ));
+    }
+    *buf = String::from_utf8(bytes)
+        .map_err(|_| input_error(path, line_no, "the line is not UTF-8"))?;
+    Ok(true)
+}
+
+/// Where the source is: the segment it reads, how many of its lines it has
+/// consumed, the last watermark it emitted, and whether it has read END.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    pub segment: String,
+    pub line: u64,
+    pub watermark: i64,
+    pub ended: bool,
+}
+
+pub struct SegmentSource {
+    dir: PathBuf,
+    position: Position,
+    restored_watermark: Option<i64>,
+    reader: Option<BufReader<File>>,
+    buf: String,
+}
+
+impl SegmentSource {
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            position: Position {
+                segment: String::new(),
+                line: 0,
+                watermark: NO_WATERMARK,
+                ended: false,
+            },
+            restored_watermark: None,
+            reader: None,
+            buf: String::new(),
+        }
+    }
+
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    fn segment_path(&self) -> PathBuf {
+        self.dir.join(&self.position.segment)
+    }
+
+    /// Opens the next segment after the current one; false when none is left.
+    fn advance_segment(&mut self) -> Result<bool, OperatorError> {
+        let segments = list_segments(&self.dir)?;
+        let next = segments
+            .into_iter()
+            .find(|s| self.position.segment.is_empty() || *s > self.position.segment);
+        match next {
+            Some(name) => {
+                self.position.segment = name;
+                self.position.line = 0;
+                self.reader = Some(open(&self.segment_path())?);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Reopens the current segment and skips the lines already consumed.
+    fn reopen_at_position(&mut self) -> Result<(), OperatorError> {
+        let path = self.segment_path();
+        let mut reader = open(&path)?;
+        for n in 1..=self.position.line {
+            if !read_bounded_line(&mut reader, &mut self.buf, &path, n)? {
+                return Err(OperatorError::Input(format!(
+                    "{}: the restored position is line {} but the segment has only {} lines",
+                    path.display(),
+                    self.position.line,
+                    n - 1
+                )));
+            }
+        }
+        self.reader = Some(reader);
+        Ok(())
+    }
+}
+
+impl Source for SegmentSource {
+    fn restore(&mut self, slots: Option<&StateSlots>) -> Result<(), OperatorError> {
+        let Some(slots) = slots else {
+            return Ok(());
+        };
+        let slot = slots
+            .get(POSITION_SLOT)
+            .ok_or_else(|| OperatorError::state(POSITION_SLOT, "missing from the snapshot"))?;
+        if slot.version != POSITION_VERSION {
+            return Err(OperatorError::state(
+                POSITION_SLOT,
+                format!("version {} is not {POSITION_VERSION}", slot.version),
+            ));
+        }
+        let mut r = Reader::new(&slot.bytes);
+        let decoded = (|| {
+            let segment = r.str()?.to_string();
+            let line = r.u64()?;
+            let watermark = r.i64()?;
+            let ended = r.u8()? != 0;
+            r.finish()?;
+            Ok::<_, crate::codec::DecodeError>(Position {
+                segment,
+                line,
+                watermark,
+                ended,
+            })
+        })();
+        self.position = decoded.map_err(|e| OperatorError::state(POSITION_SLOT, e))?;
+        if !self.position.segment.is_empty() {
+            if !is_segment_name(&self.position.segment) {
+                return Err(OperatorError::state(
+                    POSITION_SLOT,
+                    format!("{:?} is not a segment file name", self.position.segment),
+                ));
+            }
+            self.reopen_at_position()?;
+        }
+        self.restored_watermark =
+            (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);
+        Ok(())
+    }
+
+    fn restored_watermark(&self) -> Option<i64> {
+        self.restored_watermark
+    }
+
+    fn next_item(&mut self) -> Result<SourceItem, OperatorError> {
+        if self.position.ended {
+            return Ok(SourceItem::End);
+        }
+        loop {
+            if self.reader.is_none() && !self.advance_segment()? {
+                return Ok(SourceItem::Exhausted);
+            }
+            let path = self.segment_path();
+            let line_no = self.position.line + 1;
+            let reader = self
+                .reader
+                .as_mut()
+                .ok_or_else(|| OperatorError::Protocol("no open segment".into()))?;
+            if !read_bounded_line(reader, &mut self.buf, &path, line_no)? {
+                self.reader = None;
+                if !self.advance_segment()? {
+                    return Ok(SourceItem::Exhausted);
+                }
+                continue;
+            }
+            self.position.line = line_no;
+            let parsed = parse_line(&self.buf).map_err(|e| input_error(&path, line_no, &e))?;
+            return Ok(match parsed {
+                Line::Event {
+                    time,
+                    account,
+                    amount,
+                } => SourceItem::Record(vec![
+                    Value::Timestamp(time),
+                    Value::Str(account),
+                    Value::Decimal(amount),
+                ]),
+                Line::Watermark(time) if time > self.position.watermark => {
+                    self.position.watermark = time;
+                    SourceItem::Watermark(time)
+                }
+                // A watermark that does not advance says nothing new.
+                Line::Watermark(_) => continue,
+                Line::End => {
+                    self.position.ended = true;
+                    SourceItem::End
+                }
+            });
+        }
+    }
+
+    fn snapshot(&self) -> Result<StateSlots, OperatorError> {
+        let mut w = Writer::new();
+        w.str(&self.position.segment)
+            .u64(self.position.line)
+            .i64(self.position.watermark)
+            .u8(u8::from(self.position.ended));
+        let mut slots = StateSlots::new();
+        slots.put(
+            POSITION_SLOT,
+            SlotKind::Operator,
+            POSITION_VERSION,
+            w.into_bytes(),
+        );
+        Ok(slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse_or_are_refused_with_a_reason() {
+        assert_eq!(
+            parse_line("E,1000,acct-1,12.5").unwrap(),
+            Line::Event {
+                time: 1000,
+                account: "acct-1".into(),
+                amount: Decimal::new(1250, 2)
+            }
+        );
+        assert_eq!(parse_line("W,5").unwrap(), Line::Watermark(5));
+        assert_eq!(parse_line("END\r").unwrap(), Line::End);
+        for bad in [
+            "",
+            "E,1,a",
+            "E,x,a,1",
+            "E,1,,1",
+            "E,1,a,1.234",
+            "W",
+            "W,1,2",
+            "end",
+            "E,1,a,1,2",
+            "X,1",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn write_input(dir: &Path, segments: &[&str]) {
+        for (i, body) in segments.iter().enumerate() {
+            std::fs::write(dir.join(format!("segment-{i:04}.txt")), body).unwrap();
+        }
+    }
+
+    fn drain(source: &mut SegmentSource) -> Vec<SourceItem> {
+        let mut items = Vec::new();
+        loop {
+            let item = source.next_item().unwrap();
+            let done = matches!(item, SourceItem::End | SourceItem::Exhausted);
+            items.push(item);
+            if done {
+                return items;
+            }
+        }
+    }
+
+    #[test]
+    fn a_restored_source_resumes_after_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(
+            dir.path(),
+            &["E,1,a,1\nW,1\nE,2,b,2\n", "W,3\nE,4,a,1.5\nEND\n"],
+        );
+        let mut source = SegmentSource::new(dir.path().to_path_buf());
+        source.restore(None).unwrap();
+        let mut first = Vec::new();
+        for _ in 0..3 {
+            first.push(source.next_item().unwrap());
+        }
+        let snapshot = source.snapshot().unwrap();
+        let rest = drain(&mut source);
+
+        let mut restored = SegmentSource::new(dir.path().to_path_buf());
+        restored.restore(Some(&snapshot)).unwrap();
+        assert_eq!(restored.restored_watermark(), Some(1));
+        assert_eq!(drain(&mut restored), rest);
+        assert_eq!(rest.last(), Some(&SourceItem::End));
+        assert_eq!(rest.len(), 3, "W,3 / E,4 / END");
+    }
+
+    #[test]
+    fn validation_names_the_file_and_line_at_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\n", "W,1\nE,2,b,two\n"]);
+        let err = validate_input(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("segment-0001.txt:2"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["END\nE,1,a,1\n"]);
+        let err = validate_input(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("after END"), "{err}");
+    }
+
+    #[test]
+    fn an_input_without_end_is_exhausted_not_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\n"]);
+        let mut source = SegmentSource::new(dir.path().to_path_buf());
+        source.restore(None).unwrap();
+        assert_eq!(drain(&mut source).last(), Some(&SourceItem::Exhausted));
+    }
+}

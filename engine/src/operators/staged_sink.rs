@@ -1,0 +1,371 @@
+//! `staged_file_sink`: the recoverable two-phase sink.
+//!
+//! Rows of a checkpoint interval are buffered. At the barrier of checkpoint `c`
+//! the sink seals them durably into `<output>/<uid>/.staged/part-<s>-<c>` (the
+//! *handle* of `c`), or seals nothing when the interval brought no row. Its
+//! snapshot holds every handle not yet published, and its ack follows the
+//! snapshot. On the coordinator's commit of `c` it publishes, by atomic rename
+//! into `<output>/<uid>/`, every handle up to `c`. At open it re-commits the
+//! restored snapshot's handles (a published one is skipped: the commit is
+//! idempotent) and deletes its staged files that the snapshot does not hold.
+//! The committed output is exactly the set of published files.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::durable::{
+    create_dir_durably, remove_stale_temps, rename_durably, sync_dir, write_durably,
+};
+use crate::checkpoint::snapshot::sha256_hex;
+use crate::checkpoint::{SlotKind, StateSlots};
+use crate::codec::{Reader, Writer};
+use crate::defects::{Defect, Defects};
+use crate::value::{render_line, Row};
+
+use super::{OperatorError, Prepared, Sink, SinkFamily};
+
+pub const TYPE: &str = "staged_file_sink";
+pub const HANDLES_SLOT: &str = "handles";
+pub const HANDLES_VERSION: u32 = 1;
+pub const STAGED_DIR: &str = ".staged";
+
+/// A sealed staged file: the checkpoint that sealed it, its name, and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handle {
+    pub checkpoint: u64,
+    pub file: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+pub struct StagedFileSink {
+    dir: PathBuf,
+    staged_dir: PathBuf,
+    subtask: u32,
+    interval: Vec<u8>,
+    interval_rows: u64,
+    pending: BTreeMap<u64, Handle>,
+    /// Only under the `ack_before_durable` defect: contents acked but not yet written.
+    unsealed: BTreeMap<u64, Vec<u8>>,
+    defects: Defects,
+}
+
+/// The name of subtask `s`'s file for checkpoint `c`, staged and published alike.
+pub fn part_name(subtask: u32, checkpoint: u64) -> String {
+    format!("part-{subtask}-{checkpoint}")
+}
+
+fn parse_part_name(name: &str, subtask: u32) -> Option<u64> {
+    let rest = name.strip_prefix(&format!("part-{subtask}-"))?;
+    crate::job::parse_decimal_u64(rest)
+}
+
+impl StagedFileSink {
+    pub fn new(dir: PathBuf, subtask: u32, defects: Defects) -> Self {
+        let staged_dir = dir.join(STAGED_DIR);
+        Self {
+            dir,
+            staged_dir,
+            subtask,
+            interval: Vec::new(),
+            interval_rows: 0,
+            pending: BTreeMap::new(),
+            unsealed: BTreeMap::new(),
+            defects,
+        }
+    }
+
+    pub fn pending_handles(&self) -> impl Iterator<Item = &Handle> {
+        self.pending.values()
+    }
+
+    /// Publishes one handle; a handle already published is left as it is.
+    fn publish(&mut self, handle: &Handle) -> Result<(), OperatorError> {
+        if let Some(contents) = self.unsealed.remove(&handle.checkpoint) {
+            write_durably(&self.staged_dir, &handle.file, &contents)
+                .map_err(OperatorError::io(&self.staged_dir))?;
+        }
+        let staged = self.staged_dir.join(&handle.file);
+        let published = self.dir.join(&handle.file);
+        if is_regular_file(&published) {
+            return Ok(());
+        }
+        let size = fs::symlink_metadata(&staged)
+            .map(|m| m.len())
+            .map_err(|_| {
+                OperatorError::Protocol(format!(
+                    "the handle of checkpoint {} names {}, which is neither staged nor published",
+                    handle.checkpoint, handle.file
+                ))
+            })?;
+        if size != handle.bytes {
+            return Err(OperatorError::Protocol(format!(
+                "{} holds {size} bytes; its handle vouches for {}",
+                staged.display(),
+                handle.bytes
+            )));
+        }
+        rename_durably(&staged, &published).map_err(OperatorError::io(&published))
+    }
+
+    /// Removes this subtask's staged files that no held handle names.
+    fn remove_unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<(), OperatorError> {
+        let entries =
+            fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        let mut removed = false;
+        for entry in entries {
+            let entry = entry.map_err(OperatorError::io(&self.staged_dir))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if let Some(checkpoint) = parse_part_name(&name, self.subtask) {
+                if !held.contains_key(&checkpoint) {
+                    fs::remove_file(entry.path()).map_err(OperatorError::io(&entry.path()))?;
+                    removed = true;
+                }
+            }
+        }
+        if removed {
+            sync_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        }
+        Ok(())
+    }
+}
+
+fn is_regular_file(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+}
+
+impl Sink for StagedFileSink {
+    fn family(&self) -> SinkFamily {
+        SinkFamily::Recoverable
+    }
+
+    fn open(&mut self, restored: Option<&StateSlots>) -> Result<(), OperatorError> {
+        create_dir_durably(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        remove_stale_temps(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        let held = match restored {
+            Some(slots) => decode_handles(slots)?,
+            None => BTreeMap::new(),
+        };
+        if !self.defects.has(Defect::NoRecommitAtOpen) {
+            for handle in held.values() {
+                self.publish(handle)?;
+            }
+        }
+        self.remove_unheld_staged(&held)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
+        self.interval.extend_from_slice(render_line(row).as_bytes());
+        self.interval.push(b'\n');
+        self.interval_rows += 1;
+        Ok(())
+    }
+
+    fn prepare(&mut self, checkpoint: u64) -> Result<Prepared, OperatorError> {
+        if self.interval_rows == 0 {
+            return Ok(Prepared { staged: false });
+        }
+        let contents = std::mem::take(&mut self.interval);
+        let handle = Handle {
+            checkpoint,
+            file: part_name(self.subtask, checkpoint),
+            rows: std::mem::take(&mut self.interval_rows),
+            bytes: contents.len() as u64,
+            sha256: sha256_hex(&contents),
+        };
+        if self.defects.has(Defect::AckBeforeDurable) {
+            self.unsealed.insert(checkpoint, contents);
+        } else {
+            write_durably(&self.staged_dir, &handle.file, &contents)
+                .map_err(OperatorError::io(&self.staged_dir))?;
+        }
+        self.pending.insert(checkpoint, handle);
+        Ok(Prepared { staged: true })
+    }
+
+    fn snapshot(&self) -> Result<StateSlots, OperatorError> {
+        let mut w = Writer::new();
+        w.u32(self.pending.len() as u32);
+        for h in self.pending.values() {
+            w.u64(h.checkpoint)
+                .str(&h.file)
+                .u64(h.rows)
+                .u64(h.bytes)
+                .str(&h.sha256);
+        }
+        let mut slots = StateSlots::new();
+        slots.put(
+            HANDLES_SLOT,
+            SlotKind::Operator,
+            HANDLES_VERSION,
+            w.into_bytes(),
+        );
+        Ok(slots)
+    }
+
+    fn abort(&mut self, checkpoint: u64) -> Result<(), OperatorError> {
+        self.unsealed.remove(&checkpoint);
+        if let Some(handle) = self.pending.remove(&checkpoint) {
+            let path = self.staged_dir.join(&handle.file);
+            if path.exists() {
+                fs::remove_file(&path).map_err(OperatorError::io(&path))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, checkpoint: u64) -> Result<(), OperatorError> {
+        let due: Vec<u64> = self.pending.range(..=checkpoint).map(|(&c, _)| c).collect();
+        for c in due {
+            if let Some(handle) = self.pending.get(&c).cloned() {
+                self.publish(&handle)?;
+                self.pending.remove(&c);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The handles a staged-file sink's snapshot holds.
+pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, OperatorError> {
+    let slot = slots
+        .get(HANDLES_SLOT)
+        .ok_or_else(|| OperatorError::state(HANDLES_SLOT, "missing from the snapshot"))?;
+    if slot.version != HANDLES_VERSION {
+        return Err(OperatorError::state(
+            HANDLES_SLOT,
+            format!("version {} is not {HANDLES_VERSION}", slot.version),
+        ));
+    }
+    let mut r = Reader::new(&slot.bytes);
+    let decode = |r: &mut Reader<'_>| {
+        let n = r.count(36)?;
+        let mut handles = BTreeMap::new();
+        for _ in 0..n {
+            let handle = Handle {
+                checkpoint: r.u64()?,
+                file: r.str()?.to_string(),
+                rows: r.u64()?,
+                bytes: r.u64()?,
+                sha256: r.str()?.to_string(),
+            };
+            handles.insert(handle.checkpoint, handle);
+        }
+        r.finish()?;
+        Ok::<_, crate::codec::DecodeError>(handles)
+    };
+    let handles = decode(&mut r).map_err(|e| OperatorError::state(HANDLES_SLOT, e))?;
+    for h in handles.values() {
+        let safe = h.file.starts_with("part-") && crate::job::is_safe_name(&h.file);
+        if !safe {
+            return Err(OperatorError::state(
+                HANDLES_SLOT,
+                format!("handle names {:?}, not a part file", h.file),
+            ));
+        }
+    }
+    Ok(handles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Value;
+
+    fn sink(dir: &Path, defects: Defects) -> StagedFileSink {
+        let mut s = StagedFileSink::new(dir.join("out"), 0, defects);
+        s.open(None).unwrap();
+        s
+    }
+
+    fn published(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir.join("out"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn empty_intervals_seal_nothing_and_commits_publish_up_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), Defects::none());
+        assert_eq!(s.prepare(1).unwrap(), Prepared { staged: false });
+        s.write(&vec![Value::Int(1)]).unwrap();
+        assert!(s.prepare(2).unwrap().staged);
+        s.write(&vec![Value::Int(2)]).unwrap();
+        assert!(s.prepare(3).unwrap().staged);
+        s.commit(2).unwrap();
+        assert_eq!(published(dir.path()), vec!["part-0-2"]);
+        s.commit(3).unwrap();
+        assert_eq!(published(dir.path()), vec!["part-0-2", "part-0-3"]);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("out/part-0-3")).unwrap(),
+            "2\n"
+        );
+    }
+
+    #[test]
+    fn open_recommits_held_handles_once_and_drops_unheld_staged_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), Defects::none());
+        s.write(&vec![Value::Int(1)]).unwrap();
+        s.prepare(1).unwrap();
+        let snapshot = s.snapshot().unwrap();
+        s.write(&vec![Value::Int(2)]).unwrap();
+        s.prepare(2).unwrap(); // sealed, never completed
+                               // The process dies here; a new incarnation opens from checkpoint 1.
+        let mut again = StagedFileSink::new(dir.path().join("out"), 0, Defects::none());
+        again.open(Some(&snapshot)).unwrap();
+        assert_eq!(published(dir.path()), vec!["part-0-1"]);
+        assert!(!dir.path().join("out/.staged/part-0-2").exists());
+        // A second open of the same snapshot changes nothing.
+        let mut third = StagedFileSink::new(dir.path().join("out"), 0, Defects::none());
+        third.open(Some(&snapshot)).unwrap();
+        assert_eq!(published(dir.path()), vec!["part-0-1"]);
+    }
+
+    #[test]
+    fn without_the_recommit_a_completed_interval_is_never_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(dir.path(), Defects::none());
+        s.write(&vec![Value::Int(1)]).unwrap();
+        s.prepare(1).unwrap();
+        let snapshot = s.snapshot().unwrap();
+        let mut again = StagedFileSink::new(
+            dir.path().join("out"),
+            0,
+            Defects::of(&[Defect::NoRecommitAtOpen]),
+        );
+        again.open(Some(&snapshot)).unwrap();
+        again.commit(5).unwrap();
+        assert!(published(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_hostile_handle_name_is_refused() {
+        let mut w = Writer::new();
+        w.u32(1)
+            .u64(1)
+            .str("../../etc/passwd")
+            .u64(0)
+            .u64(0)
+            .str("");
+        let mut slots = StateSlots::new();
+        slots.put(
+            HANDLES_SLOT,
+            SlotKind::Operator,
+            HANDLES_VERSION,
+            w.into_bytes(),
+        );
+        assert!(decode_handles(&slots).is_err());
+    }
+}

@@ -1,0 +1,460 @@
+//! A subtask's input and output gates.
+//!
+//! The input gate merges the channels of the subtask's input edge: it aligns
+//! barriers (a channel that delivered barrier `c` is held back until every
+//! channel has), combines watermarks (the minimum over the channels still
+//! open), and folds the channels' ends into one. The output gate routes rows
+//! over the subtask's output edges (forward or by key group), broadcasts
+//! watermarks, barriers and ends, and batches elements into frames.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+
+use crate::checkpoint::markers::CheckpointKind;
+use crate::operators::keyed::key_bytes;
+use crate::timers::NO_WATERMARK;
+use crate::value::Row;
+
+use super::frames::{DataFrame, Element, ToTask};
+use super::partition::subtask_for_key;
+
+/// What the input gate hands its subtask next.
+#[derive(Debug)]
+pub enum Input {
+    Record(Row),
+    Watermark {
+        time: i64,
+        idle: bool,
+    },
+    /// Barrier `checkpoint`, aligned over every channel.
+    Barrier {
+        checkpoint: u64,
+        kind: CheckpointKind,
+    },
+    /// Every channel ended.
+    End,
+    /// Every channel stopped (or ended, with at least one stopped).
+    Stop,
+    Control(ToTask),
+    /// The deadline passed with nothing to hand over.
+    Timeout,
+    /// The deployment is being torn down.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChannelState {
+    Open,
+    /// Delivered the barrier being aligned; held back.
+    Blocked,
+    Ended,
+    Stopped,
+}
+
+pub struct InputGate {
+    data: Receiver<DataFrame>,
+    control: Receiver<ToTask>,
+    queues: Vec<VecDeque<Element>>,
+    states: Vec<ChannelState>,
+    watermarks: Vec<i64>,
+    combined: i64,
+    aligning: Option<(u64, CheckpointKind)>,
+    finished: bool,
+    next_channel: usize,
+}
+
+impl InputGate {
+    pub fn new(data: Receiver<DataFrame>, control: Receiver<ToTask>, channels: usize) -> Self {
+        Self {
+            data,
+            control,
+            queues: vec![VecDeque::new(); channels],
+            states: vec![ChannelState::Open; channels],
+            watermarks: vec![NO_WATERMARK; channels],
+            combined: NO_WATERMARK,
+            aligning: None,
+            finished: channels == 0,
+            next_channel: 0,
+        }
+    }
+
+    /// The next input, waiting at most until `deadline` (forever when `None`).
+    pub fn next(&mut self, deadline: Option<Instant>) -> Input {
+        loop {
+            // Control frames first: a commit never waits behind data.
+            if let Ok(frame) = self.control.try_recv() {
+                return Input::Control(frame);
+            }
+            if let Some(input) = self.next_buffered() {
+                return input;
+            }
+            if self.finished {
+                return self.wait_control(deadline);
+            }
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if timeout == Some(Duration::ZERO) {
+                return Input::Timeout;
+            }
+            let never = crossbeam_channel::never();
+            let timer = match timeout {
+                Some(t) => crossbeam_channel::after(t),
+                None => never,
+            };
+            select! {
+                recv(self.control) -> frame => match frame {
+                    Ok(frame) => return Input::Control(frame),
+                    Err(_) => return Input::Cancelled,
+                },
+                recv(self.data) -> frame => match frame {
+                    Ok(frame) => {
+                        if let Some(queue) = self.queues.get_mut(frame.channel as usize) {
+                            queue.extend(frame.elements);
+                        }
+                    }
+                    // Every producer is gone without ending its stream: torn down.
+                    Err(_) => return Input::Cancelled,
+                },
+                recv(timer) -> _ => return Input::Timeout,
+            }
+        }
+    }
+
+    fn wait_control(&mut self, deadline: Option<Instant>) -> Input {
+        let result = match deadline {
+            Some(d) => self
+                .control
+                .recv_timeout(d.saturating_duration_since(Instant::now())),
+            None => self
+                .control
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match result {
+            Ok(frame) => Input::Control(frame),
+            Err(RecvTimeoutError::Timeout) => Input::Timeout,
+            Err(RecvTimeoutError::Disconnected) => Input::Cancelled,
+        }
+    }
+
+    /// Processes queued elements of open channels until one yields an input.
+    fn next_buffered(&mut self) -> Option<Input> {
+        let n = self.queues.len();
+        let mut idle_rounds = 0;
+        while idle_rounds < n {
+            let ch = self.next_channel;
+            if self.states[ch] != ChannelState::Open {
+                self.next_channel = (ch + 1) % n;
+                idle_rounds += 1;
+                continue;
+            }
+            let Some(element) = self.queues[ch].pop_front() else {
+                self.next_channel = (ch + 1) % n;
+                idle_rounds += 1;
+                continue;
+            };
+            idle_rounds = 0;
+            if let Some(input) = self.accept(ch, element) {
+                return Some(input);
+            }
+        }
+        None
+    }
+
+    fn accept(&mut self, ch: usize, element: Element) -> Option<Input> {
+        match element {
+            Element::Record(row) => Some(Input::Record(row)),
+            Element::Watermark { time, idle } => {
+                self.watermarks[ch] = self.watermarks[ch].max(time);
+                self.advance_watermark(idle)
+            }
+            Element::Barrier { checkpoint, kind } => {
+                self.states[ch] = ChannelState::Blocked;
+                self.aligning = Some((checkpoint, kind));
+                self.complete_alignment()
+            }
+            Element::End | Element::Stop => {
+                self.states[ch] = if element == Element::End {
+                    ChannelState::Ended
+                } else {
+                    ChannelState::Stopped
+                };
+                if let Some(barrier) = self.complete_alignment() {
+                    // The end is processed after the barrier it completed.
+                    return Some(barrier);
+                }
+                if self
+                    .states
+                    .iter()
+                    .all(|s| matches!(s, ChannelState::Ended | ChannelState::Stopped))
+                {
+                    self.finished = true;
+                    let stopped = self.states.contains(&ChannelState::Stopped);
+                    return Some(if stopped { Input::Stop } else { Input::End });
+                }
+                self.advance_watermark(false)
+            }
+        }
+    }
+
+    fn advance_watermark(&mut self, idle: bool) -> Option<Input> {
+        let open = self
+            .states
+            .iter()
+            .zip(&self.watermarks)
+            .filter(|(s, _)| matches!(s, ChannelState::Open | ChannelState::Blocked))
+            .map(|(_, w)| *w)
+            .min();
+        let combined = open?;
+        if combined > self.combined {
+            self.combined = combined;
+            Some(Input::Watermark {
+                time: combined,
+                idle,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// When every channel still open has delivered the barrier, releases them.
+    fn complete_alignment(&mut self) -> Option<Input> {
+        let (checkpoint, kind) = self.aligning?;
+        if self.states.contains(&ChannelState::Open) {
+            return None;
+        }
+        if !self.states.contains(&ChannelState::Blocked) {
+            return None;
+        }
+        for s in &mut self.states {
+            if *s == ChannelState::Blocked {
+                *s = ChannelState::Open;
+            }
+        }
+        self.aligning = None;
+        Some(Input::Barrier { checkpoint, kind })
+    }
+}
+
+/// How one output edge picks its targets.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// To the consumer subtask with this subtask's index.
+    Forward,
+    /// By the key group of these columns.
+    Hash(Vec<usize>),
+}
+
+/// One output edge: its route and one sender per consumer subtask, each with
+/// the channel index this subtask has at that consumer.
+pub struct OutputEdge {
+    pub route: Route,
+    pub targets: Vec<(Sender<DataFrame>, u32)>,
+}
+
+/// Elements are sent in frames of at most this many.
+pub const FRAME_ELEMENTS: usize = 256;
+
+pub struct OutputGate {
+    subtask: u32,
+    edges: Vec<OutputEdge>,
+    buffers: Vec<Vec<Vec<Element>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// The consumers went away or the deployment was cancelled mid-send.
+#[derive(Debug)]
+pub struct Disconnected;
+
+impl OutputGate {
+    pub fn new(subtask: u32, edges: Vec<OutputEdge>, cancel: Arc<AtomicBool>) -> Self {
+        let buffers = edges
+            .iter()
+            .map(|e| vec![Vec::new(); e.targets.len()])
+            .collect();
+        Self {
+            subtask,
+            edges,
+            buffers,
+            cancel,
+        }
+    }
+
+    /// Routes one row to every output edge.
+    pub fn emit(&mut self, row: Row) -> Result<(), Disconnected> {
+        let last = self.edges.len().saturating_sub(1);
+        let mut row = Some(row);
+        for i in 0..self.edges.len() {
+            let target = match &self.edges[i].route {
+                Route::Forward => self.subtask as usize,
+                Route::Hash(columns) => {
+                    let r = row.as_ref().ok_or(Disconnected)?;
+                    subtask_for_key(&key_bytes(r, columns), self.edges[i].targets.len() as u32)
+                        as usize
+                }
+            };
+            let r = if i == last {
+                row.take().ok_or(Disconnected)?
+            } else {
+                row.clone().ok_or(Disconnected)?
+            };
+            self.push(i, target, Element::Record(r))?;
+        }
+        Ok(())
+    }
+
+    /// Sends an element to every consumer subtask this subtask feeds.
+    pub fn broadcast(&mut self, element: Element) -> Result<(), Disconnected> {
+        for i in 0..self.edges.len() {
+            let targets: Vec<usize> = match self.edges[i].route {
+                Route::Forward => vec![self.subtask as usize],
+                Route::Hash(_) => (0..self.edges[i].targets.len()).collect(),
+            };
+            for t in targets {
+                self.push(i, t, element.clone())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, edge: usize, target: usize, element: Element) -> Result<(), Disconnected> {
+        let buffer = self.buffers[edge].get_mut(target).ok_or(Disconnected)?;
+        buffer.push(element);
+        if buffer.len() >= FRAME_ELEMENTS {
+            self.flush_one(edge, target)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every buffered element.
+    pub fn flush(&mut self) -> Result<(), Disconnected> {
+        for edge in 0..self.edges.len() {
+            for target in 0..self.buffers[edge].len() {
+                self.flush_one(edge, target)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_one(&mut self, edge: usize, target: usize) -> Result<(), Disconnected> {
+        let elements = std::mem::take(&mut self.buffers[edge][target]);
+        if elements.is_empty() {
+            return Ok(());
+        }
+        let (sender, channel) = &self.edges[edge].targets[target];
+        let mut frame = DataFrame {
+            channel: *channel,
+            elements,
+        };
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(Disconnected);
+            }
+            match sender.send_timeout(frame, Duration::from_millis(100)) {
+                Ok(()) => return Ok(()),
+                Err(SendTimeoutError::Timeout(back)) => frame = back,
+                Err(SendTimeoutError::Disconnected(_)) => return Err(Disconnected),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::unbounded;
+
+    fn gate(channels: usize) -> (InputGate, Sender<DataFrame>, Sender<ToTask>) {
+        let (dtx, drx) = unbounded();
+        let (ctx, crx) = unbounded();
+        (InputGate::new(drx, crx, channels), dtx, ctx)
+    }
+
+    fn send(tx: &Sender<DataFrame>, channel: u32, elements: Vec<Element>) {
+        tx.send(DataFrame { channel, elements }).unwrap();
+    }
+
+    fn barrier(c: u64) -> Element {
+        Element::Barrier {
+            checkpoint: c,
+            kind: CheckpointKind::Periodic,
+        }
+    }
+
+    fn row(v: i64) -> Element {
+        Element::Record(vec![crate::value::Value::Int(v)])
+    }
+
+    #[test]
+    fn a_barrier_holds_its_channel_until_every_channel_delivered_it() {
+        let (mut g, tx, _ctl) = gate(2);
+        send(&tx, 0, vec![row(1), barrier(1), row(2)]);
+        send(&tx, 1, vec![row(3), barrier(1)]);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(format!("{:?}", g.next(None)));
+        }
+        // Row 2 comes after the barrier even though it arrived before row 3.
+        assert!(
+            seen[0].contains("Int(1)") && seen[1].contains("Int(3)"),
+            "{seen:?}"
+        );
+        assert!(seen[2].starts_with("Barrier"), "{seen:?}");
+        assert!(seen[3].contains("Int(2)"), "{seen:?}");
+    }
+
+    #[test]
+    fn the_watermark_is_the_minimum_of_open_channels() {
+        let (mut g, tx, _ctl) = gate(2);
+        send(
+            &tx,
+            0,
+            vec![Element::Watermark {
+                time: 10,
+                idle: false,
+            }],
+        );
+        send(
+            &tx,
+            1,
+            vec![
+                Element::Watermark {
+                    time: 5,
+                    idle: false,
+                },
+                Element::End,
+            ],
+        );
+        let first = g.next(None);
+        assert!(
+            matches!(first, Input::Watermark { time: 5, .. }),
+            "{first:?}"
+        );
+        // Channel 1 ended: only channel 0 holds the watermark back.
+        let second = g.next(None);
+        assert!(
+            matches!(second, Input::Watermark { time: 10, .. }),
+            "{second:?}"
+        );
+        send(&tx, 0, vec![Element::End]);
+        assert!(matches!(g.next(None), Input::End));
+    }
+
+    #[test]
+    fn control_frames_are_seen_even_while_data_waits() {
+        let (mut g, tx, ctl) = gate(1);
+        send(&tx, 0, vec![row(1)]);
+        ctl.send(ToTask::CommitCheckpoint { checkpoint: 1 })
+            .unwrap();
+        assert!(matches!(
+            g.next(None),
+            Input::Control(ToTask::CommitCheckpoint { checkpoint: 1 })
+        ));
+        assert!(matches!(g.next(None), Input::Record(_)));
+        let deadline = Instant::now() + Duration::from_millis(10);
+        assert!(matches!(g.next(Some(deadline)), Input::Timeout));
+    }
+}

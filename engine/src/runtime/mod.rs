@@ -1,0 +1,78 @@
+//! The runtime: deploys a job's subtasks as threads, runs the coordinator's
+//! checkpoint and commit protocol over them, and restarts from the restore
+//! point after a failure.
+//!
+//! This module owns the protocol's order of steps (`engine/PROTOCOL.md`). It
+//! never chooses a restore point itself: it asks
+//! [`restore_point_on_disk`](crate::checkpoint::restore_point_on_disk).
+
+mod coordinator;
+pub mod frames;
+pub mod gates;
+pub mod partition;
+pub mod task;
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::job::JobGraph;
+use crate::operators::Environment;
+
+pub use coordinator::Coordinator;
+
+/// How checkpoints are triggered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerMode {
+    /// The source asks for one after every N records (deterministic).
+    EveryRecords(u64),
+    /// The coordinator triggers one every N milliseconds.
+    IntervalMs(u64),
+    /// Only the final checkpoint (or a savepoint).
+    OnlyFinal,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub job: JobGraph,
+    pub env: Environment,
+    pub checkpoint_dir: PathBuf,
+    pub trigger: TriggerMode,
+    pub stop_with_savepoint_at: Option<i64>,
+    /// How many in-process restarts a failure may take before the job fails.
+    pub restart_budget: u32,
+    /// How many completed checkpoints keep their snapshots.
+    pub retain_checkpoints: u32,
+    /// Print a progress line per completed checkpoint (at most once a second).
+    pub progress: bool,
+}
+
+/// What a finished run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    pub job: u64,
+    /// The checkpoint the run restored from (0: started from nothing).
+    pub restored_from: u64,
+    pub first_checkpoint: u64,
+    pub last_completed: u64,
+    pub completed: u64,
+    pub restarts: u32,
+    /// Ended with a savepoint (state kept) rather than at the input's END.
+    pub stopped_with_savepoint: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// The request or its input is refused before anything runs.
+    #[error("{0}")]
+    Refused(String),
+    /// The job ran and failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs a job to its end (or its savepoint), resuming from the checkpoint
+/// directory when an earlier run left one.
+pub fn run(options: RunOptions) -> Result<RunSummary, RunError> {
+    Coordinator::start(options)?.run()
+}

@@ -1,0 +1,479 @@
+//! The subtasks: one thread each, running a source, a transform or a sink
+//! through the protocol's steps.
+//!
+//! A subtask talks to the coordinator only through frames. It snapshots at its
+//! aligned barrier and acks only once the snapshot is durable; a sink prepares
+//! (seals its staged file) before that snapshot and commits only on the
+//! coordinator's `CommitCheckpoint`. Fault points and trace events sit at each
+//! of these steps, in the order `engine/PROTOCOL.md` gives.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::checkpoint::markers::CheckpointKind;
+use crate::checkpoint::snapshot::SnapshotHeader;
+use crate::checkpoint::{FileStateBackend, StateSlots};
+use crate::fault::{fails, kill_point, FaultPoint};
+use crate::job::PlannedOperator;
+use crate::operators::driver::{Driver, Event};
+use crate::operators::{Environment, OperatorError, Sink, Source, SourceItem};
+use crate::timers::{wall_clock_ms, Clock};
+use crate::trace_event;
+
+use super::frames::{Element, ToCoordinator, ToTask};
+use super::gates::{Disconnected, Input, InputGate, OutputGate};
+
+/// The id of the one worker that hosts every subtask of this process.
+pub const WORKER_ID: u64 = 1;
+
+/// How the source asks for checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceTriggers {
+    /// Ask for a checkpoint after this many records.
+    pub every_records: Option<u64>,
+    /// Take a savepoint and stop once the watermark reaches this.
+    pub stop_at_watermark: Option<i64>,
+}
+
+/// What every subtask knows about itself.
+pub struct TaskContext {
+    pub task: usize,
+    pub job: u64,
+    pub participant: String,
+    pub operator: PlannedOperator,
+    pub subtask: u32,
+    pub to_coordinator: Sender<ToCoordinator>,
+    pub cancel: Arc<AtomicBool>,
+    pub backend: FileStateBackend,
+    pub restored: Option<StateSlots>,
+    pub restore_point: u64,
+    pub env: Environment,
+}
+
+/// Why a subtask stopped early.
+#[derive(Debug)]
+pub enum TaskExit {
+    /// Cancelled by the coordinator, or its peers went away: not an error.
+    Cancelled,
+    Failed(String),
+}
+
+impl From<Disconnected> for TaskExit {
+    fn from(_: Disconnected) -> Self {
+        TaskExit::Cancelled
+    }
+}
+
+impl From<OperatorError> for TaskExit {
+    fn from(e: OperatorError) -> Self {
+        TaskExit::Failed(e.to_string())
+    }
+}
+
+impl TaskContext {
+    fn send(&self, frame: ToCoordinator) -> Result<(), TaskExit> {
+        self.to_coordinator
+            .send(frame)
+            .map_err(|_| TaskExit::Cancelled)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    fn place(&self, is_source: bool) {
+        trace_event!(
+            Placement,
+            job = self.job,
+            sub = &self.participant,
+            worker = WORKER_ID,
+            source = is_source
+        );
+    }
+
+    /// Writes the snapshot durably, then acks; the ack never precedes durability.
+    fn snapshot_and_ack(&self, checkpoint: u64, slots: &StateSlots) -> Result<(), TaskExit> {
+        let header = SnapshotHeader {
+            job: self.job,
+            checkpoint,
+            operator: self.operator.spec.id.0,
+            subtask: self.subtask,
+        };
+        let written = self.backend.write(&self.participant, &header, slots);
+        let error = written.err().map(|e| e.to_string());
+        self.ack(checkpoint, error)
+    }
+
+    fn ack(&self, checkpoint: u64, error: Option<String>) -> Result<(), TaskExit> {
+        let ok = error.is_none();
+        trace_event!(
+            SubtaskAck,
+            job = self.job,
+            sub = &self.participant,
+            ckpt = checkpoint,
+            ok = ok
+        );
+        self.send(ToCoordinator::Ack {
+            task: self.task,
+            checkpoint,
+            ok,
+            error,
+        })
+    }
+
+    fn finish(&self, result: Result<(), TaskExit>) {
+        let frame = match result {
+            Ok(()) => ToCoordinator::Finished { task: self.task },
+            Err(TaskExit::Cancelled) => return,
+            Err(TaskExit::Failed(error)) => ToCoordinator::Failed {
+                task: self.task,
+                error,
+            },
+        };
+        let _ = self.to_coordinator.send(frame);
+    }
+}
+
+pub fn run_source(
+    cx: TaskContext,
+    mut source: Box<dyn Source>,
+    out: OutputGate,
+    control: Receiver<ToTask>,
+    triggers: SourceTriggers,
+) {
+    cx.place(true);
+    let result = SourceTask {
+        cx: &cx,
+        out,
+        control,
+        triggers,
+        records_since_checkpoint: 0,
+    }
+    .run(&mut *source);
+    cx.finish(result);
+}
+
+struct SourceTask<'a> {
+    cx: &'a TaskContext,
+    out: OutputGate,
+    control: Receiver<ToTask>,
+    triggers: SourceTriggers,
+    records_since_checkpoint: u64,
+}
+
+/// How often the source looks at its control frames between records.
+const CONTROL_POLL_RECORDS: u64 = 64;
+
+impl SourceTask<'_> {
+    fn run(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
+        source.restore(self.cx.restored.as_ref())?;
+        if let Some(watermark) = source.restored_watermark() {
+            self.out.broadcast(Element::Watermark {
+                time: watermark,
+                idle: false,
+            })?;
+        }
+        let mut polled = 0u64;
+        loop {
+            polled += 1;
+            if polled % CONTROL_POLL_RECORDS == 0 {
+                self.poll_control(source)?;
+            }
+            if let Some(n) = self.triggers.every_records {
+                if self.records_since_checkpoint >= n {
+                    self.request_checkpoint(source, CheckpointKind::Periodic)?;
+                }
+            }
+            match source.next_item()? {
+                SourceItem::Record(row) => {
+                    self.out.emit(row)?;
+                    self.records_since_checkpoint += 1;
+                }
+                SourceItem::Watermark(time) => {
+                    self.out
+                        .broadcast(Element::Watermark { time, idle: false })?;
+                    if self.triggers.stop_at_watermark.is_some_and(|at| time >= at) {
+                        self.request_checkpoint(source, CheckpointKind::Savepoint)?;
+                        return self.close(Element::Stop);
+                    }
+                }
+                SourceItem::End => {
+                    self.out.broadcast(Element::Watermark {
+                        time: i64::MAX,
+                        idle: false,
+                    })?;
+                    self.request_checkpoint(source, CheckpointKind::Final)?;
+                    return self.close(Element::End);
+                }
+                SourceItem::Exhausted => {
+                    self.request_checkpoint(source, CheckpointKind::Savepoint)?;
+                    return self.close(Element::Stop);
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, last: Element) -> Result<(), TaskExit> {
+        self.out.broadcast(last)?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Handles the control frames that are waiting, without blocking.
+    fn poll_control(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
+        while let Ok(frame) = self.control.try_recv() {
+            self.on_control(source, frame)?;
+        }
+        if self.cx.cancelled() {
+            return Err(TaskExit::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Returns the checkpoint a trigger started, if the frame was one.
+    fn on_control(
+        &mut self,
+        source: &mut dyn Source,
+        frame: ToTask,
+    ) -> Result<Option<CheckpointKind>, TaskExit> {
+        match frame {
+            ToTask::TriggerCheckpoint { checkpoint, kind } => {
+                self.checkpoint(source, checkpoint, kind)?;
+                Ok(Some(kind))
+            }
+            ToTask::CommitCheckpoint { .. } => Ok(None),
+            ToTask::Cancel => Err(TaskExit::Cancelled),
+        }
+    }
+
+    /// Asks the coordinator for a checkpoint and runs triggers until one of
+    /// the requested kind has been taken.
+    fn request_checkpoint(
+        &mut self,
+        source: &mut dyn Source,
+        kind: CheckpointKind,
+    ) -> Result<(), TaskExit> {
+        self.out.flush()?;
+        self.cx.send(ToCoordinator::RequestCheckpoint { kind })?;
+        loop {
+            let frame = self.control.recv().map_err(|_| TaskExit::Cancelled)?;
+            if self.on_control(source, frame)? == Some(kind) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The source's step of checkpoint `c`: position snapshot, ack, barrier.
+    fn checkpoint(
+        &mut self,
+        source: &mut dyn Source,
+        checkpoint: u64,
+        kind: CheckpointKind,
+    ) -> Result<(), TaskExit> {
+        trace_event!(
+            DeliverBarrier,
+            job = self.cx.job,
+            ckpt = checkpoint,
+            epoch = 0u64,
+            worker = WORKER_ID,
+            fenced = false
+        );
+        let slots = source.snapshot()?;
+        let header = SnapshotHeader {
+            job: self.cx.job,
+            checkpoint,
+            operator: self.cx.operator.spec.id.0,
+            subtask: self.cx.subtask,
+        };
+        let written = self.cx.backend.write(&self.cx.participant, &header, &slots);
+        kill_point(FaultPoint::SourceAfterPositionSnapshot, checkpoint);
+        self.cx
+            .ack(checkpoint, written.err().map(|e| e.to_string()))?;
+        self.out.broadcast(Element::Barrier { checkpoint, kind })?;
+        self.out.flush()?;
+        self.records_since_checkpoint = 0;
+        Ok(())
+    }
+}
+
+pub fn run_transform(cx: TaskContext, driver: Driver, gate: InputGate, out: OutputGate) {
+    cx.place(false);
+    let result = TransformTask {
+        cx: &cx,
+        driver,
+        gate,
+        out,
+        emitted: Vec::new(),
+    }
+    .run();
+    cx.finish(result);
+}
+
+struct TransformTask<'a> {
+    cx: &'a TaskContext,
+    driver: Driver,
+    gate: InputGate,
+    out: OutputGate,
+    emitted: Vec<crate::value::Row>,
+}
+
+impl TransformTask<'_> {
+    fn run(&mut self) -> Result<(), TaskExit> {
+        if let Some(slots) = &self.cx.restored {
+            self.driver.restore(slots)?;
+        }
+        loop {
+            let deadline = self.processing_deadline();
+            match self.gate.next(deadline) {
+                Input::Record(row) => self.deliver(Event::Record(row))?,
+                Input::Watermark { time, idle } => {
+                    self.deliver(Event::Watermark { time, idle })?;
+                    self.out.broadcast(Element::Watermark { time, idle })?;
+                    self.out.flush()?;
+                }
+                Input::Timeout => self.deliver(Event::ProcessingTime(wall_clock_ms()))?,
+                Input::Barrier { checkpoint, kind } => {
+                    self.out.flush()?;
+                    let slots = self.driver.snapshot()?;
+                    self.cx.snapshot_and_ack(checkpoint, &slots)?;
+                    self.out.broadcast(Element::Barrier { checkpoint, kind })?;
+                    self.out.flush()?;
+                }
+                Input::End => return self.close(Element::End),
+                Input::Stop => return self.close(Element::Stop),
+                Input::Control(ToTask::Cancel) | Input::Cancelled => {
+                    return Err(TaskExit::Cancelled)
+                }
+                Input::Control(_) => {}
+            }
+        }
+    }
+
+    fn processing_deadline(&self) -> Option<Instant> {
+        let due = self.driver.next_processing_deadline()?;
+        let wait = due.saturating_sub(wall_clock_ms()).max(0) as u64;
+        Some(Instant::now() + Duration::from_millis(wait))
+    }
+
+    /// Hands one event to the operator and routes what it emitted.
+    fn deliver(&mut self, event: Event) -> Result<(), TaskExit> {
+        self.driver.handle(event, &mut self.emitted)?;
+        for row in self.emitted.drain(..) {
+            self.out.emit(row)?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, last: Element) -> Result<(), TaskExit> {
+        self.out.broadcast(last)?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// The clock a production transform reads.
+pub fn production_clock() -> Clock {
+    Clock::Wall
+}
+
+pub fn run_sink(cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
+    cx.place(false);
+    let result = SinkTask {
+        cx: &cx,
+        gate,
+        last_acked: 0,
+        last_committed: 0,
+        input_done: false,
+    }
+    .run(&mut *sink);
+    cx.finish(result);
+}
+
+struct SinkTask<'a> {
+    cx: &'a TaskContext,
+    gate: InputGate,
+    last_acked: u64,
+    last_committed: u64,
+    input_done: bool,
+}
+
+impl SinkTask<'_> {
+    fn run(&mut self, sink: &mut dyn Sink) -> Result<(), TaskExit> {
+        let job = self.cx.job;
+        sink.open(self.cx.restored.as_ref())?;
+        trace_event!(
+            SinkOpens,
+            job = job,
+            sub = &self.cx.participant,
+            family = sink.family().as_str(),
+            restore = self.cx.restore_point
+        );
+        loop {
+            if self.input_done && self.last_committed >= self.last_acked {
+                return Ok(());
+            }
+            match self.gate.next(None) {
+                Input::Record(row) => sink.write(&row)?,
+                Input::Watermark { .. } | Input::Timeout => {}
+                Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
+                Input::End | Input::Stop => self.input_done = true,
+                Input::Control(ToTask::CommitCheckpoint { checkpoint }) => {
+                    self.commit(sink, checkpoint)?
+                }
+                Input::Control(ToTask::TriggerCheckpoint { .. }) => {}
+                Input::Control(ToTask::Cancel) | Input::Cancelled => {
+                    return Err(TaskExit::Cancelled)
+                }
+            }
+        }
+    }
+
+    fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
+        kill_point(FaultPoint::SinkBeforePrepare, checkpoint);
+        let prepared = sink.prepare(checkpoint)?;
+        trace_event!(
+            SinkPrepare,
+            job = self.cx.job,
+            sub = &self.cx.participant,
+            ckpt = checkpoint,
+            family = sink.family().as_str(),
+            staged = prepared.staged
+        );
+        kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
+        self.last_acked = checkpoint;
+        if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
+            sink.abort(checkpoint)?;
+            return self.cx.ack(
+                checkpoint,
+                Some(format!(
+                    "injected snapshot failure at checkpoint {checkpoint}"
+                )),
+            );
+        }
+        let slots = sink.snapshot()?;
+        self.cx.snapshot_and_ack(checkpoint, &slots)
+    }
+
+    fn commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
+        let sub = &self.cx.participant;
+        trace_event!(
+            DeliverCommit,
+            job = self.cx.job,
+            sub = sub,
+            ckpt = checkpoint,
+            accepted = true
+        );
+        kill_point(FaultPoint::SinkBeforeCommit, checkpoint);
+        sink.commit(checkpoint)?;
+        trace_event!(SinkCommit, job = self.cx.job, sub = sub, ckpt = checkpoint);
+        kill_point(FaultPoint::SinkAfterCommit, checkpoint);
+        self.last_committed = self.last_committed.max(checkpoint);
+        self.cx.send(ToCoordinator::Committed {
+            task: self.cx.task,
+            checkpoint,
+        })
+    }
+}

@@ -1,0 +1,258 @@
+//! The protocol trace: one NDJSON line per protocol step the engine takes,
+//! written when `CLINK_PROTOCOL_TRACE_DIR` names a directory.
+//!
+//! Each process writes one file per role, `<role>-<pid>-<start µs>.ndjson`;
+//! each line is `{"seq", "ts", "proc", "event", ...fields}` with `seq` from 1
+//! without gaps in its file. A line is written with one `write` call before the
+//! step's next action, so a kill never leaves a line half-written and never
+//! loses a line for a step already taken. The vocabulary is
+//! `formal/trace/events.txt`; [`TraceEvent`] must agree with it (a test holds
+//! them together). Off, an emit site costs one relaxed atomic load.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value as Json};
+
+pub const ENV_VAR: &str = "CLINK_PROTOCOL_TRACE_DIR";
+
+/// Which part of the process emits an event; each role has its own file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Coordinator,
+    Worker,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Coordinator => "coordinator",
+            Role::Worker => "worker",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Role::Coordinator => 0,
+            Role::Worker => 1,
+        }
+    }
+}
+
+macro_rules! events {
+    ($( $variant:ident => $role:ident [ $($field:literal),* ] ),* $(,)?) => {
+        /// Every protocol event the engine emits.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum TraceEvent { $($variant),* }
+
+        impl TraceEvent {
+            pub const ALL: &'static [TraceEvent] = &[$(TraceEvent::$variant),*];
+
+            pub fn name(self) -> &'static str {
+                match self { $(TraceEvent::$variant => stringify!($variant)),* }
+            }
+
+            /// The event's own fields, in the order they are written.
+            pub fn fields(self) -> &'static [&'static str] {
+                match self { $(TraceEvent::$variant => &[$($field),*]),* }
+            }
+
+            pub fn role(self) -> Role {
+                match self { $(TraceEvent::$variant => Role::$role),* }
+            }
+        }
+    };
+}
+
+events! {
+    Trigger => Coordinator ["job", "ckpt", "epoch", "kind"],
+    DeliverBarrier => Worker ["job", "ckpt", "epoch", "worker", "fenced"],
+    SinkPrepare => Worker ["job", "sub", "ckpt", "family", "staged"],
+    SubtaskAck => Worker ["job", "sub", "ckpt", "ok"],
+    CoordComplete => Coordinator ["job", "ckpt", "outcome", "epoch"],
+    WriteCompleted => Coordinator ["job", "ckpt", "epoch"],
+    Broadcast => Coordinator ["job", "ckpt", "withheld", "epoch"],
+    DeliverCommit => Worker ["job", "sub", "ckpt", "accepted"],
+    SinkCommit => Worker ["job", "sub", "ckpt"],
+    SinkOpens => Worker ["job", "sub", "family", "restore"],
+    CoordRecovers => Coordinator ["job", "epoch", "completed", "confirmed"],
+    Redeploy => Coordinator ["job", "restore", "next"],
+    RestartOnError => Coordinator ["job", "ckpt", "cause"],
+    Placement => Worker ["job", "sub", "worker", "source"],
+}
+
+/// A field's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TraceValue {
+    U64(u64),
+    Bool(bool),
+    Str(String),
+}
+
+impl From<u64> for TraceValue {
+    fn from(v: u64) -> Self {
+        TraceValue::U64(v)
+    }
+}
+
+impl From<u32> for TraceValue {
+    fn from(v: u32) -> Self {
+        TraceValue::U64(u64::from(v))
+    }
+}
+
+impl From<bool> for TraceValue {
+    fn from(v: bool) -> Self {
+        TraceValue::Bool(v)
+    }
+}
+
+impl From<&str> for TraceValue {
+    fn from(v: &str) -> Self {
+        TraceValue::Str(v.to_string())
+    }
+}
+
+impl From<&String> for TraceValue {
+    fn from(v: &String) -> Self {
+        TraceValue::Str(v.clone())
+    }
+}
+
+impl From<String> for TraceValue {
+    fn from(v: String) -> Self {
+        TraceValue::Str(v)
+    }
+}
+
+impl From<TraceValue> for Json {
+    fn from(v: TraceValue) -> Json {
+        match v {
+            TraceValue::U64(n) => Json::from(n),
+            TraceValue::Bool(b) => Json::Bool(b),
+            TraceValue::Str(s) => Json::String(s),
+        }
+    }
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static TRACER: OnceLock<Tracer> = OnceLock::new();
+
+struct RoleFile {
+    path: PathBuf,
+    file: Option<File>,
+    seq: u64,
+}
+
+struct Tracer {
+    pid: u32,
+    files: [Mutex<RoleFile>; 2],
+}
+
+/// Whether tracing is on; the only cost of an emit site when it is off.
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Turns tracing on when `CLINK_PROTOCOL_TRACE_DIR` is set.
+pub fn init_from_env() -> io::Result<Option<PathBuf>> {
+    match std::env::var_os(ENV_VAR) {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            init(&dir)?;
+            Ok(Some(dir))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Turns tracing on, into `dir` (created if missing). Once per process.
+pub fn init(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let pid = std::process::id();
+    let start = now_micros();
+    let file = |role: Role| {
+        Mutex::new(RoleFile {
+            path: dir.join(format!("{}-{pid}-{start}.ndjson", role.name())),
+            file: None,
+            seq: 0,
+        })
+    };
+    let tracer = Tracer {
+        pid,
+        files: [file(Role::Coordinator), file(Role::Worker)],
+    };
+    if TRACER.set(tracer).is_ok() {
+        ENABLED.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes one event line. Call through [`trace_event!`](crate::trace_event),
+/// which skips building the fields when tracing is off.
+pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
+    let Some(tracer) = TRACER.get() else {
+        return;
+    };
+    debug_assert_eq!(
+        fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        event.fields(),
+        "fields of {} disagree with the vocabulary",
+        event.name()
+    );
+    let role = event.role();
+    let Ok(mut out) = tracer.files[role.index()].lock() else {
+        return;
+    };
+    out.seq += 1;
+    let mut line = Map::new();
+    line.insert("seq".into(), Json::from(out.seq));
+    line.insert("ts".into(), Json::from(now_micros()));
+    line.insert(
+        "proc".into(),
+        Json::String(format!("{}:{}", role.name(), tracer.pid)),
+    );
+    line.insert("event".into(), Json::String(event.name().into()));
+    for (k, v) in fields {
+        line.insert(k.into(), v.into());
+    }
+    let mut text = Json::Object(line).to_string();
+    text.push('\n');
+    if out.file.is_none() {
+        out.file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&out.path)
+            .ok();
+    }
+    if let Some(file) = out.file.as_mut() {
+        // One write per line: a kill leaves whole lines only. A trace that
+        // cannot be written must not stop the job, so errors are dropped.
+        let _ = file.write_all(text.as_bytes());
+    }
+}
+
+/// Emits a protocol event: `trace_event!(Trigger, job = j, ckpt = c, ...)`.
+#[macro_export]
+macro_rules! trace_event {
+    ($event:ident $(, $field:ident = $value:expr)* $(,)?) => {
+        if $crate::trace::enabled() {
+            $crate::trace::emit(
+                $crate::trace::TraceEvent::$event,
+                vec![$((stringify!($field), $crate::trace::TraceValue::from($value))),*],
+            );
+        }
+    };
+}

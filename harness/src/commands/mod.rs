@@ -1,0 +1,18 @@
+//! One module per `clink` subcommand: argument definitions, and the glue from
+//! arguments to the libraries. No rule lives here.
+
+pub mod compare;
+pub mod gen_input;
+pub mod reference;
+pub mod run;
+
+/// Exit codes shared by every command.
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_REFUSED: u8 = 2;
+
+/// Prints a refusal and returns its exit code.
+pub fn refuse(message: impl std::fmt::Display) -> u8 {
+    eprintln!("clink: {message}");
+    EXIT_REFUSED
+}

@@ -1,0 +1,41 @@
+//! `clink`: the command line of clink-rs.
+//!
+//! Exit codes are a contract: 0 success; 1 a job or a check failed; 2 bad usage
+//! or a refused input; 3 nothing failed but something required could not be
+//! checked.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "clink",
+    version,
+    about = "Run the clink engine and verify what it did."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Run(commands::run::RunArgs),
+    GenInput(commands::gen_input::GenInputArgs),
+    Reference(commands::reference::ReferenceArgs),
+    Compare(commands::compare::CompareArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run(args) => commands::run::main(args),
+        Command::GenInput(args) => commands::gen_input::main(args),
+        Command::Reference(args) => commands::reference::main(args),
+        Command::Compare(args) => commands::compare::main(args),
+    };
+    ExitCode::from(code)
+}
