@@ -655,3 +655,119 @@ pub fn kind_name(value: &Json) -> &'static str {
         Json::Object(_) => "an object",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const EXAMPLE: &str = include_str!("../../fixtures/jobs/example/job.json");
+
+    #[test]
+    fn the_example_job_plans_in_topological_order() {
+        let job = parse_job(EXAMPLE).unwrap();
+        assert_eq!(job.source().spec.uid, "source");
+        let order: Vec<u64> = job.operators.iter().map(|o| o.spec.id.0).collect();
+        for edge in &job.edges {
+            let from = order.iter().position(|&i| i == edge.from.0).unwrap();
+            let to = order.iter().position(|&i| i == edge.to.0).unwrap();
+            assert!(from < to, "{edge:?}");
+        }
+        let window = job.operator(OperatorId(3)).unwrap();
+        assert_eq!(
+            window.output_schema.names(),
+            vec!["account", "window_start", "window_end", "count", "sum"]
+        );
+    }
+
+    #[test]
+    fn ids_use_all_64_bits_as_decimal_text() {
+        let job = EXAMPLE.replace("\"1\"", "\"18446744073709551615\"");
+        let job = parse_job(&job).unwrap();
+        assert_eq!(job.source().spec.id, OperatorId(u64::MAX));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_path() {
+        let job = EXAMPLE.replace(
+            "\"parallelism\": 1}",
+            "\"parallelism\": 1, \"paralelism\": 2}",
+        );
+        let err = parse_job(&job).unwrap_err();
+        assert_eq!(err.path, "operators[0].paralelism", "{err}");
+    }
+
+    /// Replacement values for mutating one field of the example.
+    fn hostile_value() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(Json::Null),
+            Just(Json::Bool(true)),
+            any::<i64>().prop_map(Json::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number)),
+            ".{0,12}".prop_map(Json::String),
+            Just(serde_json::json!([])),
+            Just(serde_json::json!({})),
+            Just(serde_json::json!({"hash": []})),
+            Just(Json::String("../..".into())),
+            Just(Json::String("18446744073709551616".into())),
+        ]
+    }
+
+    /// Every path to a value in a JSON document.
+    fn paths(value: &Json, at: Vec<String>, out: &mut Vec<Vec<String>>) {
+        out.push(at.clone());
+        match value {
+            Json::Object(map) => {
+                for (k, v) in map {
+                    let mut p = at.clone();
+                    p.push(k.clone());
+                    paths(v, p, out);
+                }
+            }
+            Json::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    let mut p = at.clone();
+                    p.push(i.to_string());
+                    paths(v, p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn replace_at(doc: &mut Json, path: &[String], new: Json) {
+        let mut at = doc;
+        for step in path {
+            at = match at {
+                Json::Object(map) => map.get_mut(step).expect("path from the document"),
+                Json::Array(items) => &mut items[step.parse::<usize>().expect("index")],
+                _ => return,
+            };
+        }
+        *at = new;
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in ".{0,400}") {
+            let _ = parse_job(&text);
+        }
+
+        #[test]
+        fn a_mutated_job_is_refused_with_a_path_or_still_valid(pick in any::<prop::sample::Index>(), value in hostile_value()) {
+            let mut doc: Json = serde_json::from_str(EXAMPLE).unwrap();
+            let mut all = Vec::new();
+            paths(&doc, Vec::new(), &mut all);
+            let path = pick.get(&all).clone();
+            replace_at(&mut doc, &path, value);
+            match parse_job(&doc.to_string()) {
+                Ok(job) => prop_assert!(!job.operators.is_empty()),
+                Err(e) => {
+                    prop_assert!(!e.path.is_empty());
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+    }
+}

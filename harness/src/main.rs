@@ -30,6 +30,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(args) => commands::run::main(args),
@@ -38,4 +39,15 @@ fn main() -> ExitCode {
         Command::Compare(args) => commands::compare::main(args),
     };
     ExitCode::from(code)
+}
+
+/// A closed pipe on standard output (`clink ... | head`) ends the process
+/// quietly, as it does for other command-line tools, instead of a panic in
+/// `println!`.
+fn restore_default_sigpipe() {
+    // SAFETY: setting a signal's disposition to the default has no
+    // preconditions; it runs before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

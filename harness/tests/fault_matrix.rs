@@ -1,0 +1,352 @@
+//! The fault matrix: the example job killed at every protocol fault point,
+//! resumed, and run to its END, must commit exactly the output the independent
+//! reference computes from the input alone. One trial per fault point and
+//! checkpoint, and one per protocol defect switched back on, which must make
+//! the same comparison fail: each guard is shown to be load-bearing.
+//!
+//! Every run leaves its protocol trace under the test's target directory
+//! (`fault-matrix-traces/<trial>/`), for the trace validation suite.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use clink_harness::compare::{describe, multiset_diff, read_output_lines};
+use clink_harness::reference::{compute, ReferenceOutput, ReferenceParams};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+const EVENTS: &str = "6000";
+const EVERY: &str = "500";
+
+fn clink() -> &'static str {
+    env!("CARGO_BIN_EXE_clink")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn job_file() -> PathBuf {
+    workspace().join("fixtures/jobs/example/job.json")
+}
+
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// The shared input and its reference output, made once per test process.
+struct Shared {
+    input: PathBuf,
+    reference: ReferenceOutput,
+    _dir: tempfile::TempDir,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let dir = tempfile::tempdir_in(scratch()).expect("scratch directory");
+        let input = dir.path().join("input");
+        let out = Command::new(clink())
+            .args([
+                "gen-input",
+                "--seed",
+                "11",
+                "--events",
+                EVENTS,
+                "--accounts",
+                "30",
+                "--segment-events",
+                "700",
+            ])
+            .arg("--out")
+            .arg(&input)
+            .output()
+            .expect("clink gen-input runs");
+        assert!(
+            out.status.success(),
+            "gen-input: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reference = compute(&input, ReferenceParams::default()).expect("reference");
+        assert!(!reference.windows.is_empty() && !reference.idle.is_empty());
+        Shared {
+            input,
+            reference,
+            _dir: dir,
+        }
+    })
+}
+
+/// One scenario's directories.
+struct Scenario {
+    dir: tempfile::TempDir,
+    traces: PathBuf,
+}
+
+impl Scenario {
+    fn new(name: &str) -> Scenario {
+        let dir = tempfile::tempdir_in(scratch()).expect("scratch directory");
+        let traces = scratch()
+            .join("fault-matrix-traces")
+            .join(name.replace("::", "-"));
+        let _ = std::fs::remove_dir_all(&traces);
+        Scenario { dir, traces }
+    }
+
+    fn output(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    fn run(&self, env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(clink());
+        cmd.arg("run")
+            .arg("--quiet")
+            .arg("--job")
+            .arg(job_file())
+            .arg("--input-dir")
+            .arg(&shared().input)
+            .arg("--output-dir")
+            .arg(self.output())
+            .arg("--checkpoint-dir")
+            .arg(self.dir.path().join("ck"))
+            .args(["--checkpoint-every-records", EVERY])
+            .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
+            .env_remove("CLINK_FAULT")
+            .env_remove("CLINK_TEST_DEFECT");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("clink run starts")
+    }
+
+    /// The committed output compared with the reference; `Err` names the difference.
+    fn check_output(&self) -> Result<(), String> {
+        let reference = &shared().reference;
+        let mut problems = Vec::new();
+        for (uid, expected) in [
+            ("windows-out", &reference.windows),
+            ("idle-out", &reference.idle),
+        ] {
+            let actual =
+                read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+            let diff = multiset_diff(expected.iter().cloned(), actual);
+            if !diff.is_equal() {
+                problems.push(format!("{uid}: {}", describe(&diff, 3)));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
+    /// Rows missing from and unexpected in the committed output, over both sinks.
+    fn missing_and_unexpected(&self) -> Result<(usize, usize), String> {
+        let reference = &shared().reference;
+        let (mut missing, mut unexpected) = (0, 0);
+        for (uid, expected) in [
+            ("windows-out", &reference.windows),
+            ("idle-out", &reference.idle),
+        ] {
+            let actual =
+                read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+            let diff = multiset_diff(expected.iter().cloned(), actual);
+            missing += diff.missing_copies();
+            unexpected += diff.unexpected_copies();
+        }
+        Ok((missing, unexpected))
+    }
+
+    fn last_completed(&self) -> u64 {
+        let dir = self.dir.path().join("ck/_jobs/1");
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()?
+                            .strip_prefix("COMPLETED-")?
+                            .parse()
+                            .ok()
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    }
+}
+
+fn killed(out: &Output) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.signal() == Some(9)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs killed at each fault (in order), then a resume to the end.
+fn kill_then_resume(s: &Scenario, faults: &[&str], defect: Option<&str>) -> Result<Output, Failed> {
+    let defect_env: Vec<(&str, &str)> = defect
+        .map(|d| ("CLINK_TEST_DEFECT", d))
+        .into_iter()
+        .collect();
+    for fault in faults {
+        let mut env = defect_env.clone();
+        env.push(("CLINK_FAULT", fault));
+        let out = s.run(&env);
+        if !killed(&out) {
+            return Err(format!(
+                "the run armed with {fault} was not killed there: {:?}\n{}",
+                out.status,
+                stderr(&out)
+            )
+            .into());
+        }
+    }
+    Ok(s.run(&defect_env))
+}
+
+/// The fault-free run, whose last checkpoint id the "last" trials aim at.
+fn last_checkpoint_id() -> u64 {
+    static LAST: OnceLock<u64> = OnceLock::new();
+    *LAST.get_or_init(|| {
+        let s = Scenario::new("probe");
+        let out = s.run(&[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        s.last_completed()
+    })
+}
+
+fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
+    let name = format!("fault::{point}@{}", at.label());
+    Trial::test(name.clone(), move || {
+        let s = Scenario::new(&name);
+        let c = at.id();
+        let fault = format!("{point}@{c}");
+        let resumed = if point == "checkpoint.snapshot_fails" {
+            // Not a kill: the job rewinds in-process and runs on.
+            s.run(&[("CLINK_FAULT", &fault)])
+        } else if point == "coordinator.before_restored_record" {
+            // Needs a restore at c: first a kill right after c's marker.
+            let first = format!("coordinator.after_completed_marker@{c}");
+            kill_then_resume(&s, &[&first, &fault], None)?
+        } else {
+            kill_then_resume(&s, &[&fault], None)?
+        };
+        if !resumed.status.success() {
+            return Err(format!(
+                "the resumed run failed: {:?}\n{}",
+                resumed.status,
+                stderr(&resumed)
+            )
+            .into());
+        }
+        s.check_output().map_err(Failed::from)
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Checkpoint {
+    Second,
+    Last,
+}
+
+impl Checkpoint {
+    fn label(self) -> &'static str {
+        match self {
+            Checkpoint::Second => "2",
+            Checkpoint::Last => "last",
+        }
+    }
+
+    fn id(self) -> u64 {
+        match self {
+            Checkpoint::Second => 2,
+            Checkpoint::Last => last_checkpoint_id(),
+        }
+    }
+}
+
+/// What a defect must do to the committed output under its fault.
+#[derive(Clone, Copy, Debug)]
+enum Symptom {
+    /// Rows published twice (and none lost).
+    Duplicates,
+    /// Rows never published (and none twice).
+    Loss,
+    /// Rows never published, or the resume refusing to run on.
+    LossOrFailedResume,
+}
+
+/// A defect switched back on, under the fault that exposes it: the
+/// comparison with the reference must fail, in the way the defect predicts.
+fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> Trial {
+    let name = format!("defect::{defect}");
+    Trial::test(name.clone(), move || {
+        let s = Scenario::new(&name);
+        let resumed = kill_then_resume(&s, &[fault], Some(defect))?;
+        let (missing, unexpected) = s.missing_and_unexpected()?;
+        let caught = match symptom {
+            Symptom::Duplicates => resumed.status.success() && unexpected > 0 && missing == 0,
+            Symptom::Loss => resumed.status.success() && missing > 0 && unexpected == 0,
+            Symptom::LossOrFailedResume => {
+                !resumed.status.success() || (missing > 0 && unexpected == 0)
+            }
+        };
+        if caught {
+            Ok(())
+        } else {
+            Err(format!(
+                "with {defect} and {fault}: expected {symptom:?}, found exit {:?}, {missing} rows missing, {unexpected} unexpected",
+                resumed.status.code()
+            )
+            .into())
+        }
+    })
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let points = [
+        "source.after_position_snapshot",
+        "sink.before_prepare",
+        "sink.after_prepare",
+        "coordinator.before_completed_marker",
+        "coordinator.after_completed_marker",
+        "coordinator.before_commit_broadcast",
+        "sink.before_commit",
+        "sink.after_commit",
+        "coordinator.before_restored_record",
+        "checkpoint.snapshot_fails",
+    ];
+    let mut trials: Vec<Trial> = points
+        .iter()
+        .map(|p| fault_trial(p, Checkpoint::Second))
+        .collect();
+    for p in [
+        "coordinator.before_completed_marker",
+        "coordinator.after_completed_marker",
+        "coordinator.before_commit_broadcast",
+    ] {
+        trials.push(fault_trial(p, Checkpoint::Last));
+    }
+    trials.push(defect_trial(
+        "broadcast_before_marker",
+        "coordinator.before_completed_marker@2",
+        Symptom::Duplicates,
+    ));
+    trials.push(defect_trial(
+        "no_recommit_at_open",
+        "coordinator.after_completed_marker@2",
+        Symptom::Loss,
+    ));
+    trials.push(defect_trial(
+        "ack_before_durable",
+        "coordinator.after_completed_marker@2",
+        Symptom::LossOrFailedResume,
+    ));
+    libtest_mimic::run(&args, trials).exit();
+}
