@@ -1,0 +1,153 @@
+//! `cargo bench -p clink-harness --bench engine [-- FILTER]`: the engine's hot
+//! paths, measured as whole `clink` processes.
+//!
+//! - `throughput`: the example job over 1,000,000 events, a checkpoint every
+//!   10,000 records: events per second (wall), CPU seconds, peak RSS.
+//!
+//! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn clink() -> &'static str {
+    env!("CARGO_BIN_EXE_clink")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// What one child process cost.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    wall: Duration,
+    cpu: Duration,
+    peak_rss_kib: i64,
+}
+
+/// Runs a command to completion and measures it with wait4(2).
+fn measure(cmd: &mut Command) -> Cost {
+    let start = Instant::now();
+    let child = cmd.spawn().expect("the benchmark's command starts");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value, and wait4 writes it for the
+    // child spawned above, which nothing else waits for.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    assert_eq!(waited, pid, "wait4 failed");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the benchmark's command failed: {status}"
+    );
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    Cost {
+        wall,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+        peak_rss_kib: usage.ru_maxrss,
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn runs() -> usize {
+    std::env::var("CLINK_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+fn generate(dir: &Path, events: u64) -> PathBuf {
+    let input = dir.join(format!("input-{events}"));
+    if !input.exists() {
+        let status = Command::new(clink())
+            .args([
+                "gen-input",
+                "--seed",
+                "1",
+                "--accounts",
+                "200",
+                "--segment-events",
+                "50000",
+                "--events",
+            ])
+            .arg(events.to_string())
+            .arg("--out")
+            .arg(&input)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("gen-input runs");
+        assert!(status.success());
+    }
+    input
+}
+
+fn run_example(input: &Path, work: &Path, every: u64, extra: &[&str]) -> Cost {
+    let _ = std::fs::remove_dir_all(work);
+    let mut cmd = Command::new(clink());
+    cmd.arg("run")
+        .arg("--quiet")
+        .arg("--job")
+        .arg(workspace().join("fixtures/jobs/example/job.json"))
+        .arg("--input-dir")
+        .arg(input)
+        .arg("--output-dir")
+        .arg(work.join("out"))
+        .arg("--checkpoint-dir")
+        .arg(work.join("ck"))
+        .arg("--checkpoint-every-records")
+        .arg(every.to_string())
+        .args(extra)
+        .stdout(std::process::Stdio::null());
+    measure(&mut cmd)
+}
+
+fn throughput(scratch: &Path) {
+    let events = 1_000_000u64;
+    let input = generate(scratch, events);
+    let mut costs = Vec::new();
+    for i in 0..runs() {
+        let cost = run_example(
+            &input,
+            &scratch.join(format!("throughput-{i}")),
+            10_000,
+            &[],
+        );
+        eprintln!(
+            "  run {i}: {:.2}s wall, {:.2}s cpu, {} KiB peak",
+            cost.wall.as_secs_f64(),
+            cost.cpu.as_secs_f64(),
+            cost.peak_rss_kib
+        );
+        costs.push(cost);
+    }
+    let wall = median(costs.iter().map(|c| c.wall.as_secs_f64()).collect());
+    let cpu = median(costs.iter().map(|c| c.cpu.as_secs_f64()).collect());
+    let rss = median(costs.iter().map(|c| c.peak_rss_kib as f64).collect());
+    println!(
+        "throughput: {events} events, checkpoint every 10000 records: {:.0} events/s (median wall {wall:.2}s), cpu {cpu:.2}s, peak RSS {:.1} MiB",
+        events as f64 / wall,
+        rss / 1024.0
+    );
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
+    std::fs::create_dir_all(&scratch).expect("scratch directory");
+    let benches: [(&str, fn(&Path)); 1] = [("throughput", throughput)];
+    for (name, bench) in benches {
+        if filter.as_deref().is_none_or(|f| name.contains(f)) {
+            eprintln!("bench {name}");
+            bench(&scratch);
+        }
+    }
+}
