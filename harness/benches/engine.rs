@@ -26,7 +26,9 @@ struct Cost {
     peak_rss_kib: i64,
 }
 
-/// Runs a command to completion and measures it with wait4(2).
+/// Runs a command to completion and measures it with wait4(2), which reaps
+/// the child (so `Child::wait` is not called).
+#[allow(clippy::zombie_processes)]
 fn measure(cmd: &mut Command) -> Cost {
     let start = Instant::now();
     let child = cmd.spawn().expect("the benchmark's command starts");
@@ -139,12 +141,14 @@ fn throughput(scratch: &Path) {
     );
 }
 
+type Bench = fn(&Path);
+
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: [(&str, fn(&Path)); 1] = [("throughput", throughput)];
-    for (name, bench) in benches {
+    let benches: &[(&str, Bench)] = &[("throughput", throughput)];
+    for &(name, bench) in benches {
         if filter.as_deref().is_none_or(|f| name.contains(f)) {
             eprintln!("bench {name}");
             bench(&scratch);
