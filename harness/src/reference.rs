@@ -91,7 +91,7 @@ impl State {
             w.1 += cents;
         }
         let seen = self.last_seen.get(account).copied();
-        if seen.map_or(true, |s| t > s) {
+        if seen.is_none_or(|s| t > s) {
             self.last_seen.insert(account.to_string(), t);
             self.idle_timers
                 .insert((t + p.idle_timeout_ms, account.to_string()));
