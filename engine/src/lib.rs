@@ -10,6 +10,7 @@
 //! The crate never verifies its own evidence and never opens a network
 //! connection: verification is the harness's.
 
+pub mod capture;
 pub mod checkpoint;
 pub mod codec;
 pub mod defects;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use crate::defects::Defects;
 use crate::job::{Fields, JobError, OperatorSpec, PlannedOperator};
 use crate::operators::{
-    filter, idle, key_by, line_sink, project, segment_source, staged_sink, window, Environment,
-    OperatorError, Sink, Source, Transform,
+    filter, idle, key_by, line_sink, proc_time_counter, project, segment_source, staged_sink,
+    window, Environment, OperatorError, Sink, Source, Transform,
 };
 use crate::value::Schema;
 
@@ -28,6 +28,7 @@ const TYPES: &[(&str, OperatorKind)] = &[
     (key_by::TYPE, OperatorKind::Transform),
     (window::TYPE, OperatorKind::Transform),
     (idle::TYPE, OperatorKind::Transform),
+    (proc_time_counter::TYPE, OperatorKind::Transform),
     (line_sink::TYPE, OperatorKind::Sink),
     (staged_sink::TYPE, OperatorKind::Sink),
 ];
@@ -58,6 +59,7 @@ pub fn output_schema(spec: &OperatorSpec, input: Option<&Schema>) -> Result<Sche
         key_by::TYPE => key_by::plan(params, input()?),
         window::TYPE => window::plan(params, input()?).map(|p| p.output),
         idle::TYPE => idle::plan(params, input()?).map(|p| p.output),
+        proc_time_counter::TYPE => proc_time_counter::plan(params, input()?).map(|p| p.output),
         line_sink::TYPE | staged_sink::TYPE => {
             Fields::object(params, "$")?.only(&[])?;
             Ok(Schema::default())
@@ -110,6 +112,9 @@ pub fn build_transform(op: &PlannedOperator) -> Result<Box<dyn Transform>, Opera
         )),
         idle::TYPE => Box::new(idle::IdleDetector::new(
             idle::plan(params, input).map_err(param_error(op))?,
+        )),
+        proc_time_counter::TYPE => Box::new(proc_time_counter::ProcTimeCounter::new(
+            proc_time_counter::plan(params, input).map_err(param_error(op))?,
         )),
         other => {
             return Err(OperatorError::Protocol(format!(

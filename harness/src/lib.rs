@@ -6,3 +6,4 @@
 
 pub mod compare;
 pub mod reference;
+pub mod replay;

@@ -27,6 +27,8 @@ enum Command {
     GenInput(commands::gen_input::GenInputArgs),
     Reference(commands::reference::ReferenceArgs),
     Compare(commands::compare::CompareArgs),
+    Replay(commands::replay::ReplayArgs),
+    ReplayDiff(commands::replay::ReplayDiffArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +39,8 @@ fn main() -> ExitCode {
         Command::GenInput(args) => commands::gen_input::main(args),
         Command::Reference(args) => commands::reference::main(args),
         Command::Compare(args) => commands::compare::main(args),
+        Command::Replay(args) => commands::replay::main(args),
+        Command::ReplayDiff(args) => commands::replay::diff_main(args),
     };
     ExitCode::from(code)
 }

@@ -14,6 +14,7 @@ pub mod idle;
 pub mod key_by;
 pub mod keyed;
 pub mod line_sink;
+pub mod proc_time_counter;
 pub mod project;
 pub mod segment_source;
 pub mod staged_sink;
@@ -163,6 +164,11 @@ pub trait Sink: Send {
     fn abort(&mut self, checkpoint: u64) -> Result<(), OperatorError>;
     /// The coordinator's word: publish everything sealed up to `checkpoint`.
     fn commit(&mut self, checkpoint: u64) -> Result<(), OperatorError>;
+    /// The sink's own account of what it did with checkpoint's interval, for
+    /// the flight recorder's interval evidence.
+    fn evidence(&self, _checkpoint: u64) -> serde_json::Value {
+        serde_json::json!({ "family": self.family().as_str() })
+    }
 }
 
 /// What the environment gives operators: where input and output live, and

@@ -220,6 +220,18 @@ impl Sink for StagedFileSink {
         Ok(())
     }
 
+    fn evidence(&self, checkpoint: u64) -> serde_json::Value {
+        let handle = self.pending.get(&checkpoint).map(|h| {
+            serde_json::json!({"file": h.file, "rows": h.rows, "bytes": h.bytes, "sha256": h.sha256})
+        });
+        serde_json::json!({
+            "type": TYPE,
+            "family": self.family().as_str(),
+            "staged": handle.is_some(),
+            "handle": handle,
+        })
+    }
+
     fn commit(&mut self, checkpoint: u64) -> Result<(), OperatorError> {
         let due: Vec<u64> = self.pending.range(..=checkpoint).map(|(&c, _)| c).collect();
         for c in due {

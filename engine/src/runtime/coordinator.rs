@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 
+use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
 use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::markers::{
     list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker,
@@ -246,6 +247,7 @@ impl Coordinator {
                         .slots,
                 )
             };
+            let recorder = self.recorder_for(op, p)?;
             let cx = TaskContext {
                 task,
                 job: job.job_id,
@@ -258,6 +260,7 @@ impl Coordinator {
                 restored,
                 restore_point,
                 env: env.clone(),
+                recorder,
             };
             let out = self.output_gate(p, &data_tx, &first_task_of, &cancel);
             let control = control_rx[task]
@@ -310,6 +313,25 @@ impl Coordinator {
             source_closing: false,
         });
         Ok(())
+    }
+
+    /// The flight recorder of a transform or sink subtask, when capture is on.
+    fn recorder_for(
+        &self,
+        op: &PlannedOperator,
+        p: &Participant,
+    ) -> Result<Option<EpochRecorder>, RunError> {
+        let Some(capture) = &self.options.capture else {
+            return Ok(None);
+        };
+        if p.kind == OperatorKind::Source {
+            return Ok(None);
+        }
+        let dir = subtask_dir(&capture.dir, op.spec.id, p.subtask);
+        let spec = OpSpecFile::describe(&self.options.job, op, p.subtask);
+        EpochRecorder::create(dir, capture.records_bound, &spec)
+            .map(Some)
+            .map_err(|e| RunError::Refused(format!("--capture-dir {}: {e}", capture.dir.display())))
     }
 
     fn input_gate(

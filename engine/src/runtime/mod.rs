@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub retain_checkpoints: u32,
     /// Print a progress line per completed checkpoint (at most once a second).
     pub progress: bool,
+    /// The flight recorder, when on.
+    pub capture: Option<crate::capture::CaptureOptions>,
 }
 
 /// What a finished run did.

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::capture::spec::CaptureAccount;
+use crate::capture::{EpochRecorder, SinkEvidence};
 use crate::checkpoint::markers::CheckpointKind;
 use crate::checkpoint::snapshot::SnapshotHeader;
 use crate::checkpoint::{FileStateBackend, StateSlots};
@@ -51,6 +53,8 @@ pub struct TaskContext {
     pub restored: Option<StateSlots>,
     pub restore_point: u64,
     pub env: Environment,
+    /// The flight recorder of this subtask, when capture is on.
+    pub recorder: Option<EpochRecorder>,
 }
 
 /// Why a subtask stopped early.
@@ -74,6 +78,31 @@ impl From<OperatorError> for TaskExit {
 }
 
 impl TaskContext {
+    /// Records an event handed to the operator, if the recorder is on.
+    #[inline]
+    fn record(&mut self, event: &Event) {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.record(event);
+        }
+    }
+
+    /// Closes the capture epoch at barrier `epoch`. A recorder that cannot
+    /// write stops (with a warning); the job runs on without it.
+    fn close_epoch(&mut self, epoch: u64) -> Option<crate::capture::recorder::EpochWritten> {
+        let recorder = self.recorder.as_mut()?;
+        match recorder.finish_epoch(epoch) {
+            Ok(written) => Some(written),
+            Err(e) => {
+                eprintln!(
+                    "clink: {}: the flight recorder stops: {e}",
+                    self.participant
+                );
+                self.recorder = None;
+                None
+            }
+        }
+    }
+
     fn send(&self, frame: ToCoordinator) -> Result<(), TaskExit> {
         self.to_coordinator
             .send(frame)
@@ -299,10 +328,10 @@ impl SourceTask<'_> {
     }
 }
 
-pub fn run_transform(cx: TaskContext, driver: Driver, gate: InputGate, out: OutputGate) {
+pub fn run_transform(mut cx: TaskContext, driver: Driver, gate: InputGate, out: OutputGate) {
     cx.place(false);
     let result = TransformTask {
-        cx: &cx,
+        cx: &mut cx,
         driver,
         gate,
         out,
@@ -313,7 +342,7 @@ pub fn run_transform(cx: TaskContext, driver: Driver, gate: InputGate, out: Outp
 }
 
 struct TransformTask<'a> {
-    cx: &'a TaskContext,
+    cx: &'a mut TaskContext,
     driver: Driver,
     gate: InputGate,
     out: OutputGate,
@@ -326,6 +355,13 @@ impl TransformTask<'_> {
             self.driver.restore(slots)?;
         }
         loop {
+            // Due processing-time timers fire even while data keeps arriving.
+            if let Some(due) = self.driver.next_processing_deadline() {
+                let now = wall_clock_ms();
+                if now >= due {
+                    self.deliver(Event::ProcessingTime(now))?;
+                }
+            }
             let deadline = self.processing_deadline();
             match self.gate.next(deadline) {
                 Input::Record(row) => self.deliver(Event::Record(row))?,
@@ -337,6 +373,7 @@ impl TransformTask<'_> {
                 Input::Timeout => self.deliver(Event::ProcessingTime(wall_clock_ms()))?,
                 Input::Barrier { checkpoint, kind } => {
                     self.out.flush()?;
+                    self.cx.close_epoch(checkpoint);
                     let slots = self.driver.snapshot()?;
                     self.cx.snapshot_and_ack(checkpoint, &slots)?;
                     self.out.broadcast(Element::Barrier { checkpoint, kind })?;
@@ -360,6 +397,7 @@ impl TransformTask<'_> {
 
     /// Hands one event to the operator and routes what it emitted.
     fn deliver(&mut self, event: Event) -> Result<(), TaskExit> {
+        self.cx.record(&event);
         self.driver.handle(event, &mut self.emitted)?;
         for row in self.emitted.drain(..) {
             self.out.emit(row)?;
@@ -379,11 +417,13 @@ pub fn production_clock() -> Clock {
     Clock::Wall
 }
 
-pub fn run_sink(cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
+pub fn run_sink(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
     cx.place(false);
+    let previous_barrier = cx.restore_point;
     let result = SinkTask {
-        cx: &cx,
+        cx: &mut cx,
         gate,
+        previous_barrier,
         last_acked: 0,
         last_committed: 0,
         input_done: false,
@@ -393,8 +433,9 @@ pub fn run_sink(cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
 }
 
 struct SinkTask<'a> {
-    cx: &'a TaskContext,
+    cx: &'a mut TaskContext,
     gate: InputGate,
+    previous_barrier: u64,
     last_acked: u64,
     last_committed: u64,
     input_done: bool,
@@ -416,8 +457,14 @@ impl SinkTask<'_> {
                 return Ok(());
             }
             match self.gate.next(None) {
-                Input::Record(row) => sink.write(&row)?,
-                Input::Watermark { .. } | Input::Timeout => {}
+                Input::Record(row) => {
+                    if self.cx.recorder.is_some() {
+                        self.cx.record(&Event::Record(row.clone()));
+                    }
+                    sink.write(&row)?
+                }
+                Input::Watermark { time, idle } => self.cx.record(&Event::Watermark { time, idle }),
+                Input::Timeout => {}
                 Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
                 Input::End | Input::Stop => self.input_done = true,
                 Input::Control(ToTask::CommitCheckpoint { checkpoint }) => {
@@ -443,6 +490,7 @@ impl SinkTask<'_> {
             staged = prepared.staged
         );
         kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
+        self.record_interval(sink, checkpoint);
         self.last_acked = checkpoint;
         if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
             sink.abort(checkpoint)?;
@@ -455,6 +503,41 @@ impl SinkTask<'_> {
         }
         let slots = sink.snapshot()?;
         self.cx.snapshot_and_ack(checkpoint, &slots)
+    }
+
+    /// Writes the interval's capture and the sink's evidence, after the
+    /// sink's barrier handling and before its ack.
+    fn record_interval(&mut self, sink: &dyn Sink, checkpoint: u64) {
+        let previous = std::mem::replace(&mut self.previous_barrier, checkpoint);
+        let Some(written) = self.cx.close_epoch(checkpoint) else {
+            return;
+        };
+        let evidence = SinkEvidence {
+            format: crate::capture::spec::SINK_EVIDENCE_FORMAT.into(),
+            version: crate::capture::spec::DOC_VERSION,
+            job: self.cx.job.to_string(),
+            operator: self.cx.operator.spec.id.to_string(),
+            uid: self.cx.operator.spec.uid.clone(),
+            subtask: self.cx.subtask,
+            epoch: checkpoint,
+            previous_barrier: previous,
+            capture: CaptureAccount {
+                file: written.file,
+                records: written.true_records,
+                events: written.true_events,
+                stored_events: written.stored_events,
+                truncated: written.truncated,
+            },
+            sink: sink.evidence(checkpoint),
+        };
+        if let Some(recorder) = &self.cx.recorder {
+            if let Err(e) = recorder.write_sink_evidence(&evidence) {
+                eprintln!(
+                    "clink: {}: cannot write the sink evidence of epoch {checkpoint}: {e}",
+                    self.cx.participant
+                );
+            }
+        }
     }
 
     fn commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {

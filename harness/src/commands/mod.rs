@@ -4,12 +4,14 @@
 pub mod compare;
 pub mod gen_input;
 pub mod reference;
+pub mod replay;
 pub mod run;
 
 /// Exit codes shared by every command.
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_REFUSED: u8 = 2;
+pub const EXIT_PARTIAL: u8 = 3;
 
 /// Prints a refusal and returns its exit code.
 pub fn refuse(message: impl std::fmt::Display) -> u8 {

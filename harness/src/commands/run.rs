@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use clink_engine::capture::CaptureOptions;
 use clink_engine::defects::Defects;
 use clink_engine::job::load_job;
 use clink_engine::operators::Environment;
@@ -46,6 +47,19 @@ pub struct RunArgs {
     /// Completed checkpoints whose snapshots are kept.
     #[arg(long, value_name = "N", default_value_t = 3)]
     retain_checkpoints: u32,
+    /// Turn the flight recorder on: per operator, subtask and epoch, the
+    /// events handed to the operator, under DIR/op-<id>/subtask-<s>/.
+    #[arg(long, value_name = "DIR")]
+    capture_dir: Option<PathBuf>,
+    /// Records the recorder keeps per operator, subtask and epoch; past it the
+    /// epoch is marked truncated.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        requires = "capture_dir"
+    )]
+    capture_records: u64,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
@@ -103,6 +117,10 @@ pub fn main(args: RunArgs) -> u8 {
         restart_budget: args.restart_budget,
         retain_checkpoints: args.retain_checkpoints,
         progress: !args.quiet,
+        capture: args.capture_dir.map(|dir| CaptureOptions {
+            dir,
+            records_bound: args.capture_records,
+        }),
     };
     match run(options) {
         Ok(summary) => {
