@@ -124,6 +124,25 @@ pub fn build_transform(op: &PlannedOperator) -> Result<Box<dyn Transform>, Opera
     })
 }
 
+/// The columns of an operator's output rows that name the key each row
+/// belongs to. The engine orders each key's rows and nothing across keys, so
+/// comparisons of an operator's output group by these; an operator that
+/// declares none is compared row for row.
+pub fn output_key_columns(op: &PlannedOperator) -> Vec<usize> {
+    match op.spec.type_name.as_str() {
+        window::TYPE | idle::TYPE | proc_time_counter::TYPE => {
+            let keys = op
+                .spec
+                .params
+                .get("key")
+                .and_then(|k| k.as_array())
+                .map_or(0, Vec::len);
+            (0..keys).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The folder a sink publishes into: `<output-dir>/<uid>`.
 pub fn sink_dir(op: &PlannedOperator, env: &Environment) -> PathBuf {
     env.output_dir.join(&op.spec.uid)

@@ -256,3 +256,50 @@ macro_rules! trace_event {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `formal/trace/events.txt` as (name, fields) pairs, in file order.
+    fn vocabulary() -> Vec<(String, Vec<String>)> {
+        let text = include_str!("../../formal/trace/events.txt");
+        text.lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let parts: Vec<&str> = l.split('|').map(str::trim).collect();
+                assert_eq!(parts.len(), 4, "events.txt: {l}");
+                let fields = parts[2]
+                    .split_whitespace()
+                    .map(|f| f.split('(').next().unwrap_or(f).to_string())
+                    .collect();
+                (parts[0].to_string(), fields)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_emitter_and_the_vocabulary_agree() {
+        let vocabulary = vocabulary();
+        let emitted: Vec<(String, Vec<String>)> = TraceEvent::ALL
+            .iter()
+            .map(|e| {
+                (
+                    e.name().to_string(),
+                    e.fields().iter().map(|f| f.to_string()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            emitted, vocabulary,
+            "engine/src/trace.rs and formal/trace/events.txt disagree"
+        );
+    }
+
+    #[test]
+    fn every_event_carries_the_job() {
+        for e in TraceEvent::ALL {
+            assert_eq!(e.fields().first(), Some(&"job"), "{}", e.name());
+        }
+    }
+}

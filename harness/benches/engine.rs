@@ -4,7 +4,11 @@
 //! - `throughput`: the example job over 1,000,000 events, a checkpoint every
 //!   10,000 records: events per second (wall), CPU seconds, peak RSS.
 //!
-//! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3).
+//! - `recorder`: the flight recorder's cost: the example job over 200,000
+//!   events, unpaced, with capture off and on (runs interleaved).
+//!
+//! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3; the
+//! recorder uses at least 5).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -141,13 +145,57 @@ fn throughput(scratch: &Path) {
     );
 }
 
+fn recorder(scratch: &Path) {
+    let events = 200_000u64;
+    let input = generate(scratch, events);
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for i in 0..runs().max(5) {
+        off.push(run_example(
+            &input,
+            &scratch.join("recorder-off"),
+            10_000,
+            &[],
+        ));
+        let capture = scratch.join("recorder-capture");
+        let _ = std::fs::remove_dir_all(&capture);
+        let capture_arg = capture.to_string_lossy().into_owned();
+        on.push(run_example(
+            &input,
+            &scratch.join("recorder-on"),
+            10_000,
+            &["--capture-dir", &capture_arg],
+        ));
+        eprintln!(
+            "  pair {i}: off {:.3}s wall {:.3}s cpu, on {:.3}s wall {:.3}s cpu",
+            off[i].wall.as_secs_f64(),
+            off[i].cpu.as_secs_f64(),
+            on[i].wall.as_secs_f64(),
+            on[i].cpu.as_secs_f64()
+        );
+    }
+    let med = |v: &[Cost], f: fn(&Cost) -> f64| median(v.iter().map(f).collect());
+    let (off_wall, on_wall) = (
+        med(&off, |c| c.wall.as_secs_f64()),
+        med(&on, |c| c.wall.as_secs_f64()),
+    );
+    let (off_cpu, on_cpu) = (
+        med(&off, |c| c.cpu.as_secs_f64()),
+        med(&on, |c| c.cpu.as_secs_f64()),
+    );
+    println!(
+        "recorder: {events} events: capture off {off_wall:.3}s wall {off_cpu:.3}s cpu; on {on_wall:.3}s wall {on_cpu:.3}s cpu; cost {:+.1}% cpu, {:+.1}% wall",
+        (on_cpu / off_cpu - 1.0) * 100.0,
+        (on_wall / off_wall - 1.0) * 100.0
+    );
+}
+
 type Bench = fn(&Path);
 
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: &[(&str, Bench)] = &[("throughput", throughput)];
+    let benches: &[(&str, Bench)] = &[("throughput", throughput), ("recorder", recorder)];
     for &(name, bench) in benches {
         if filter.as_deref().is_none_or(|f| name.contains(f)) {
             eprintln!("bench {name}");

@@ -63,6 +63,53 @@ pub fn multiset_diff<T: Ord + Clone>(
     }
 }
 
+/// The first key whose rows differ between two sequences, comparing each key's
+/// rows in order and nothing across keys. With no key columns the sequences
+/// are compared row for row.
+pub fn keyed_order_diff<R: AsRef<[clink_engine::value::Value]>>(
+    left: &[R],
+    right: &[R],
+    key_columns: &[usize],
+) -> Option<String> {
+    use clink_engine::operators::keyed::key_bytes;
+    use clink_engine::value::row_bytes;
+    let group = |rows: &[R]| {
+        let mut by_key: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
+        for row in rows {
+            let row = row.as_ref();
+            by_key
+                .entry(key_bytes(row, key_columns))
+                .or_default()
+                .push(row_bytes(row));
+        }
+        by_key
+    };
+    let (l, r) = (group(left), group(right));
+    let keys: std::collections::BTreeSet<&Vec<u8>> = l.keys().chain(r.keys()).collect();
+    for key in keys {
+        let (a, b) = (
+            l.get(key).map_or(&[][..], Vec::as_slice),
+            r.get(key).map_or(&[][..], Vec::as_slice),
+        );
+        if a != b {
+            let shown = clink_engine::operators::keyed::key_values(key)
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_else(|_| "?".into());
+            let at = a
+                .iter()
+                .zip(b)
+                .position(|(x, y)| x != y)
+                .unwrap_or(a.len().min(b.len()));
+            return Some(format!(
+                "key {shown}: {} rows vs {}, first difference at the key's row {at}",
+                a.len(),
+                b.len()
+            ));
+        }
+    }
+    None
+}
+
 /// Every line of every regular, non-hidden file directly in `dir`, in file
 /// name order. A link or a directory inside is refused, not followed.
 pub fn read_output_lines(dir: &Path) -> io::Result<Vec<String>> {
