@@ -14,11 +14,7 @@ pub enum DecodeError {
     #[error("unexpected end of data at byte {offset}: needed {needed} more bytes")]
     Truncated { offset: usize, needed: usize },
     #[error("invalid {what} at byte {offset}: {detail}")]
-    Invalid {
-        what: &'static str,
-        offset: usize,
-        detail: String,
-    },
+    Invalid { what: &'static str, offset: usize, detail: String },
     #[error("{count} trailing bytes after the end at byte {offset}")]
     Trailing { offset: usize, count: usize },
 }
@@ -123,19 +119,13 @@ impl<'a> Reader<'a> {
         if self.is_at_end() {
             Ok(())
         } else {
-            Err(DecodeError::Trailing {
-                offset: self.pos,
-                count: self.remaining(),
-            })
+            Err(DecodeError::Trailing { offset: self.pos, count: self.remaining() })
         }
     }
 
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.remaining() < n {
-            return Err(DecodeError::Truncated {
-                offset: self.pos,
-                needed: n - self.remaining(),
-            });
+            return Err(DecodeError::Truncated { offset: self.pos, needed: n - self.remaining() });
         }
         let out = &self.data[self.pos..self.pos + n];
         self.pos += n;
@@ -193,10 +183,7 @@ impl<'a> Reader<'a> {
             return Err(self.invalid_at(
                 "item count",
                 at,
-                format!(
-                    "{n} items cannot fit in the {} bytes left",
-                    self.remaining()
-                ),
+                format!("{n} items cannot fit in the {} bytes left", self.remaining()),
             ));
         }
         Ok(n)
@@ -207,11 +194,7 @@ impl<'a> Reader<'a> {
     }
 
     fn invalid_at(&self, what: &'static str, offset: usize, detail: String) -> DecodeError {
-        DecodeError::Invalid {
-            what,
-            offset,
-            detail,
-        }
+        DecodeError::Invalid { what, offset, detail }
     }
 }
 
@@ -222,13 +205,7 @@ mod tests {
     #[test]
     fn round_trips_every_width() {
         let mut w = Writer::new();
-        w.u8(7)
-            .u32(9)
-            .u64(u64::MAX)
-            .i64(-5)
-            .i128(-(1 << 100))
-            .f64(-0.0)
-            .str("héllo");
+        w.u8(7).u32(9).u64(u64::MAX).i64(-5).i128(-(1 << 100)).f64(-0.0).str("héllo");
         let bytes = w.into_bytes();
         let mut r = Reader::new(&bytes);
         assert_eq!(r.u8().unwrap(), 7);
@@ -246,10 +223,7 @@ mod tests {
         let mut w = Writer::new();
         w.u32(1_000_000);
         let bytes = w.into_bytes();
-        assert!(matches!(
-            Reader::new(&bytes).bytes(),
-            Err(DecodeError::Truncated { .. })
-        ));
+        assert!(matches!(Reader::new(&bytes).bytes(), Err(DecodeError::Truncated { .. })));
     }
 
     #[test]
@@ -257,10 +231,7 @@ mod tests {
         let mut w = Writer::new();
         w.u32(u32::MAX).u8(0);
         let bytes = w.into_bytes();
-        assert!(matches!(
-            Reader::new(&bytes).count(8),
-            Err(DecodeError::Invalid { .. })
-        ));
+        assert!(matches!(Reader::new(&bytes).count(8), Err(DecodeError::Invalid { .. })));
     }
 
     #[test]
@@ -268,12 +239,6 @@ mod tests {
         let bytes = [1u8, 2, 3];
         let mut r = Reader::new(&bytes);
         r.u8().unwrap();
-        assert_eq!(
-            r.finish(),
-            Err(DecodeError::Trailing {
-                offset: 1,
-                count: 2
-            })
-        );
+        assert_eq!(r.finish(), Err(DecodeError::Trailing { offset: 1, count: 2 }));
     }
 }

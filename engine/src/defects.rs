@@ -24,11 +24,7 @@ pub enum Defect {
 }
 
 impl Defect {
-    pub const ALL: [Defect; 3] = [
-        Defect::BroadcastBeforeMarker,
-        Defect::NoRecommitAtOpen,
-        Defect::AckBeforeDurable,
-    ];
+    pub const ALL: [Defect; 3] = [Defect::BroadcastBeforeMarker, Defect::NoRecommitAtOpen, Defect::AckBeforeDurable];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -69,10 +65,7 @@ impl Defects {
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let defect = Defect::parse(name).ok_or_else(|| {
                 let known: Vec<_> = Defect::ALL.iter().map(|d| d.name()).collect();
-                format!(
-                    "{ENV_VAR}: unknown defect {name:?}; known: {}",
-                    known.join(", ")
-                )
+                format!("{ENV_VAR}: unknown defect {name:?}; known: {}", known.join(", "))
             })?;
             set.insert(defect);
         }
@@ -101,9 +94,7 @@ mod tests {
         for d in Defect::ALL {
             assert_eq!(Defect::parse(d.name()), Some(d));
         }
-        assert!(Defects::parse("no_recommit_at_open, ack_before_durable")
-            .unwrap()
-            .has(Defect::AckBeforeDurable));
+        assert!(Defects::parse("no_recommit_at_open, ack_before_durable").unwrap().has(Defect::AckBeforeDurable));
         assert!(Defects::parse("typo").is_err());
         assert!(Defects::parse("").unwrap().is_empty());
     }

@@ -80,23 +80,15 @@ static FAULTS: OnceLock<Mutex<Vec<ArmedFault>>> = OnceLock::new();
 pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, String> {
     let mut armed = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, id) = item
-            .split_once('@')
-            .ok_or_else(|| format!("{ENV_VAR}: {item:?} is not <point>@<checkpoint id>"))?;
+        let (name, id) =
+            item.split_once('@').ok_or_else(|| format!("{ENV_VAR}: {item:?} is not <point>@<checkpoint id>"))?;
         let point = FaultPoint::parse(name).ok_or_else(|| {
             let known: Vec<_> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "{ENV_VAR}: unknown fault point {name:?}; known: {}",
-                known.join(", ")
-            )
+            format!("{ENV_VAR}: unknown fault point {name:?}; known: {}", known.join(", "))
         })?;
-        let checkpoint = crate::job::parse_decimal_u64(id)
-            .ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
-        armed.push(ArmedFault {
-            point,
-            checkpoint,
-            fired: false,
-        });
+        let checkpoint =
+            crate::job::parse_decimal_u64(id).ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
+        armed.push(ArmedFault { point, checkpoint, fired: false });
     }
     Ok(armed)
 }
@@ -128,10 +120,7 @@ fn take(point: FaultPoint, checkpoint: u64) -> bool {
     let Ok(mut guard) = slot.lock() else {
         return false;
     };
-    match guard
-        .iter_mut()
-        .find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired)
-    {
+    match guard.iter_mut().find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired) {
         Some(f) => {
             f.fired = true;
             true
@@ -155,10 +144,7 @@ pub fn fails(point: FaultPoint, checkpoint: u64) -> bool {
 }
 
 fn die(point: FaultPoint, checkpoint: u64) -> ! {
-    eprintln!(
-        "clink: fault point {}@{checkpoint} reached: killing the process",
-        point.name()
-    );
+    eprintln!("clink: fault point {}@{checkpoint} reached: killing the process", point.name());
     // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught,
     // so the process ends here without running anything else.
     unsafe {
@@ -180,9 +166,7 @@ mod tests {
         assert_eq!(armed[0].point, FaultPoint::SinkBeforeCommit);
         assert_eq!(armed[1].checkpoint, 3);
         assert!(parse_spec("sink.before_commit").is_err());
-        assert!(parse_spec("nowhere@1")
-            .unwrap_err()
-            .contains("unknown fault point"));
+        assert!(parse_spec("nowhere@1").unwrap_err().contains("unknown fault point"));
         assert!(parse_spec("sink.before_commit@x").is_err());
         for p in FaultPoint::ALL {
             assert_eq!(FaultPoint::parse(p.name()), Some(p));

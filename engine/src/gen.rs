@@ -65,29 +65,18 @@ const WATERMARK_EVERY: u64 = 40;
 /// Writes `segment-NNNN.txt` files into `out`, which must hold no segment yet.
 pub fn generate(options: &GenOptions) -> io::Result<GenSummary> {
     if options.accounts == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "--accounts must be at least 1",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "--accounts must be at least 1"));
     }
     fs::create_dir_all(&options.out)?;
     if has_segments(&options.out)? {
         return Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
-            format!(
-                "{} already holds segment files; choose an empty directory",
-                options.out.display()
-            ),
+            format!("{} already holds segment files; choose an empty directory", options.out.display()),
         ));
     }
     let mut rng = SplitMix64::new(options.seed);
     let per_segment = options.segment_events.max(1);
-    let mut summary = GenSummary {
-        segments: 0,
-        events: 0,
-        watermarks: 0,
-        bytes: 0,
-    };
+    let mut summary = GenSummary { segments: 0, events: 0, watermarks: 0, bytes: 0 };
     let mut newest = START_TIME_MS;
     let mut watermark = i64::MIN;
     let mut body = String::new();
@@ -131,10 +120,7 @@ fn has_segments(dir: &Path) -> io::Result<bool> {
 
 fn write_segment(dir: &Path, index: u64, body: &str) -> io::Result<u64> {
     let path = dir.join(format!("segment-{index:04}.txt"));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
+    let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
     file.write_all(body.as_bytes())?;
     file.sync_all()?;
     Ok(body.len() as u64)
@@ -186,17 +172,11 @@ mod tests {
         generate(&options(b.path())).unwrap();
         assert_eq!(summary.segments, 3);
         for seg in ["segment-0000.txt", "segment-0001.txt", "segment-0002.txt"] {
-            assert_eq!(
-                fs::read(a.path().join(seg)).unwrap(),
-                fs::read(b.path().join(seg)).unwrap()
-            );
+            assert_eq!(fs::read(a.path().join(seg)).unwrap(), fs::read(b.path().join(seg)).unwrap());
         }
         let checked = validate_input(a.path()).unwrap();
         assert_eq!(checked.events, 2_500);
         assert!(checked.has_end);
-        assert!(
-            generate(&options(a.path())).is_err(),
-            "an existing input is never overwritten"
-        );
+        assert!(generate(&options(a.path())).is_err(), "an existing input is never overwritten");
     }
 }

@@ -42,9 +42,8 @@ impl OperatorId {
 
 /// Canonical decimal text of a u64: ASCII digits, no sign, no leading zeros.
 pub fn parse_decimal_u64(text: &str) -> Option<u64> {
-    let canonical = !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && (text == "0" || !text.starts_with('0'));
+    let canonical =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
     if canonical {
         text.parse().ok()
     } else {
@@ -62,10 +61,7 @@ pub struct JobError {
 
 impl JobError {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
+        Self { path: path.into(), message: message.into() }
     }
 }
 
@@ -75,10 +71,7 @@ pub enum Partition {
     /// Subtask `s` feeds subtask `s`; the two sides have equal parallelism.
     Forward,
     /// By the key group of these columns of the producer's rows.
-    Hash {
-        columns: Vec<String>,
-        indices: Vec<usize>,
-    },
+    Hash { columns: Vec<String>, indices: Vec<usize> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -137,44 +130,32 @@ impl JobGraph {
 /// Reads and validates a job file.
 pub fn load_job(path: &Path) -> Result<JobGraph, JobError> {
     let shown = path.display().to_string();
-    let meta =
-        std::fs::metadata(path).map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
+    let meta = std::fs::metadata(path).map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
     if !meta.is_file() {
         return Err(JobError::new(&shown, "not a regular file"));
     }
     if meta.len() > MAX_JOB_BYTES {
         return Err(JobError::new(
             &shown,
-            format!(
-                "{} bytes exceed the {MAX_JOB_BYTES}-byte limit for a job",
-                meta.len()
-            ),
+            format!("{} bytes exceed the {MAX_JOB_BYTES}-byte limit for a job", meta.len()),
         ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
     parse_job(&text).map_err(|e| JobError::new(format!("{shown}: {}", e.path), e.message))
 }
 
 /// Parses and validates a job document.
 pub fn parse_job(text: &str) -> Result<JobGraph, JobError> {
-    let doc: Json =
-        serde_json::from_str(text).map_err(|e| JobError::new("$", format!("not JSON: {e}")))?;
+    let doc: Json = serde_json::from_str(text).map_err(|e| JobError::new("$", format!("not JSON: {e}")))?;
     let root = Fields::object(&doc, "$")?;
     root.only(&["format", "version", "job_id", "name", "operators", "edges"])?;
     let format = root.str("format")?;
     if format != JOB_FORMAT {
-        return Err(JobError::new(
-            "format",
-            format!("expected \"{JOB_FORMAT}\", found {format:?}"),
-        ));
+        return Err(JobError::new("format", format!("expected \"{JOB_FORMAT}\", found {format:?}")));
     }
     let version = root.u64("version")?;
     if version != JOB_VERSION {
-        return Err(JobError::new(
-            "version",
-            format!("this build reads version {JOB_VERSION}; found {version}"),
-        ));
+        return Err(JobError::new("version", format!("this build reads version {JOB_VERSION}; found {version}")));
     }
     let job_id = match root.get("job_id") {
         None => 1,
@@ -192,18 +173,12 @@ pub fn parse_job(text: &str) -> Result<JobGraph, JobError> {
 fn parse_operators(root: &Fields<'_>) -> Result<Vec<OperatorSpec>, JobError> {
     let items = root.array("operators")?;
     if items.is_empty() {
-        return Err(JobError::new(
-            "operators",
-            "a job needs at least one operator",
-        ));
+        return Err(JobError::new("operators", "a job needs at least one operator"));
     }
     if items.len() > MAX_OPERATORS {
         return Err(JobError::new(
             "operators",
-            format!(
-                "{} operators exceed the limit of {MAX_OPERATORS}",
-                items.len()
-            ),
+            format!("{} operators exceed the limit of {MAX_OPERATORS}", items.len()),
         ));
     }
     let mut specs = Vec::new();
@@ -221,9 +196,7 @@ fn parse_operators(root: &Fields<'_>) -> Result<Vec<OperatorSpec>, JobError> {
         if !is_safe_name(&uid) {
             return Err(f.error(
                 "uid",
-                format!(
-                    "{uid:?} must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'"
-                ),
+                format!("{uid:?} must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'"),
             ));
         }
         if !uids.insert(uid.clone()) {
@@ -233,10 +206,7 @@ fn parse_operators(root: &Fields<'_>) -> Result<Vec<OperatorSpec>, JobError> {
         let kind = registry::kind_of(&type_name).ok_or_else(|| {
             f.error(
                 "type",
-                format!(
-                    "unknown operator type {type_name:?}; known types: {}",
-                    registry::type_names().join(", ")
-                ),
+                format!("unknown operator type {type_name:?}; known types: {}", registry::type_names().join(", ")),
             )
         })?;
         let params = match f.get("params") {
@@ -246,19 +216,9 @@ fn parse_operators(root: &Fields<'_>) -> Result<Vec<OperatorSpec>, JobError> {
         };
         let parallelism = f.u64("parallelism")?;
         if !(1..=MAX_PARALLELISM).contains(&parallelism) {
-            return Err(f.error(
-                "parallelism",
-                format!("expected 1 to {MAX_PARALLELISM}, found {parallelism}"),
-            ));
+            return Err(f.error("parallelism", format!("expected 1 to {MAX_PARALLELISM}, found {parallelism}")));
         }
-        specs.push(OperatorSpec {
-            id,
-            uid,
-            type_name,
-            params,
-            parallelism: parallelism as u32,
-            kind,
-        });
+        specs.push(OperatorSpec { id, uid, type_name, params, parallelism: parallelism as u32, kind });
     }
     Ok(specs)
 }
@@ -268,9 +228,7 @@ pub fn is_safe_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 enum RawPartition {
@@ -309,9 +267,7 @@ fn parse_edges(
                 hash.only(&["hash"])?;
                 let columns = hash.str_list("hash")?;
                 if columns.is_empty() {
-                    return Err(
-                        hash.error("hash", "a hash partition needs at least one key column")
-                    );
+                    return Err(hash.error("hash", "a hash partition needs at least one key column"));
                 }
                 RawPartition::Hash(columns)
             }
@@ -331,8 +287,7 @@ fn plan(
     specs: Vec<OperatorSpec>,
     raw_edges: Vec<(OperatorId, OperatorId, RawPartition, String)>,
 ) -> Result<JobGraph, JobError> {
-    let index_of: BTreeMap<OperatorId, usize> =
-        specs.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+    let index_of: BTreeMap<OperatorId, usize> = specs.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
     let path_of = |id: OperatorId| format!("operators[{}]", index_of[&id]);
     let mut inputs: BTreeMap<OperatorId, Vec<usize>> = BTreeMap::new();
     let mut outputs: BTreeMap<OperatorId, Vec<usize>> = BTreeMap::new();
@@ -341,17 +296,9 @@ fn plan(
         inputs.entry(*to).or_default().push(i);
     }
 
-    let sources: Vec<&OperatorSpec> = specs
-        .iter()
-        .filter(|s| s.kind == OperatorKind::Source)
-        .collect();
+    let sources: Vec<&OperatorSpec> = specs.iter().filter(|s| s.kind == OperatorKind::Source).collect();
     match sources.as_slice() {
-        [] => {
-            return Err(JobError::new(
-                "operators",
-                "a job needs exactly one source operator; it has none",
-            ))
-        }
+        [] => return Err(JobError::new("operators", "a job needs exactly one source operator; it has none")),
         [one] => {
             if one.parallelism != 1 {
                 return Err(JobError::new(
@@ -402,17 +349,10 @@ fn plan(
     let mut edges = Vec::new();
     for id in &order {
         let spec = &specs[index_of[id]];
-        let input_edge = inputs
-            .get(id)
-            .and_then(|v| v.first())
-            .map(|&i| &raw_edges[i]);
+        let input_edge = inputs.get(id).and_then(|v| v.first()).map(|&i| &raw_edges[i]);
         let input_schema = input_edge.map(|(from, _, _, _)| planned[from].output_schema.clone());
         let output_schema = registry::output_schema(spec, input_schema.as_ref()).map_err(|e| {
-            let at = if e.path == "$" {
-                String::new()
-            } else {
-                format!(".{}", e.path)
-            };
+            let at = if e.path == "$" { String::new() } else { format!(".{}", e.path) };
             JobError::new(format!("{}.params{at}", path_of(*id)), e.message)
         })?;
         if let Some((from, to, partition, path)) = input_edge {
@@ -444,37 +384,15 @@ fn plan(
                         })?;
                         indices.push(index);
                     }
-                    Partition::Hash {
-                        columns: columns.clone(),
-                        indices,
-                    }
+                    Partition::Hash { columns: columns.clone(), indices }
                 }
             };
-            edges.push(Edge {
-                from: *from,
-                to: *to,
-                partition,
-            });
+            edges.push(Edge { from: *from, to: *to, partition });
         }
-        planned.insert(
-            *id,
-            PlannedOperator {
-                spec: spec.clone(),
-                input_schema,
-                output_schema,
-            },
-        );
+        planned.insert(*id, PlannedOperator { spec: spec.clone(), input_schema, output_schema });
     }
-    let operators = order
-        .iter()
-        .map(|id| planned.remove(id).expect("planned above"))
-        .collect();
-    Ok(JobGraph {
-        job_id,
-        name,
-        operators,
-        edges,
-    })
+    let operators = order.iter().map(|id| planned.remove(id).expect("planned above")).collect();
+    Ok(JobGraph { job_id, name, operators, edges })
 }
 
 /// Kahn's algorithm from the source; what is left over sits on a cycle or is
@@ -487,11 +405,7 @@ fn topological_order(
     for (_, to, _, _) in edges {
         *in_degree.entry(*to).or_default() += 1;
     }
-    let mut ready: Vec<OperatorId> = specs
-        .iter()
-        .filter(|s| s.kind == OperatorKind::Source)
-        .map(|s| s.id)
-        .collect();
+    let mut ready: Vec<OperatorId> = specs.iter().filter(|s| s.kind == OperatorKind::Source).map(|s| s.id).collect();
     let mut order = Vec::new();
     while let Some(id) = ready.pop() {
         order.push(id);
@@ -507,17 +421,10 @@ fn topological_order(
     }
     if order.len() < specs.len() {
         let placed: BTreeSet<_> = order.iter().collect();
-        let left: Vec<String> = specs
-            .iter()
-            .filter(|s| !placed.contains(&s.id))
-            .map(|s| s.id.to_string())
-            .collect();
+        let left: Vec<String> = specs.iter().filter(|s| !placed.contains(&s.id)).map(|s| s.id.to_string()).collect();
         return Err(JobError::new(
             "edges",
-            format!(
-                "operators {} are on a cycle or not reachable from the source",
-                left.join(", ")
-            ),
+            format!("operators {} are on a cycle or not reachable from the source", left.join(", ")),
         ));
     }
     Ok(order)
@@ -532,14 +439,8 @@ pub struct Fields<'a> {
 impl<'a> Fields<'a> {
     pub fn object(value: &'a Json, path: &str) -> Result<Self, JobError> {
         match value {
-            Json::Object(map) => Ok(Self {
-                map,
-                path: path.to_string(),
-            }),
-            other => Err(JobError::new(
-                path,
-                format!("expected an object, found {}", kind_name(other)),
-            )),
+            Json::Object(map) => Ok(Self { map, path: path.to_string() }),
+            other => Err(JobError::new(path, format!("expected an object, found {}", kind_name(other)))),
         }
     }
 
@@ -559,13 +460,8 @@ impl<'a> Fields<'a> {
     pub fn only(&self, allowed: &[&str]) -> Result<(), JobError> {
         match self.map.keys().find(|k| !allowed.contains(&k.as_str())) {
             None => Ok(()),
-            Some(k) if allowed.is_empty() => {
-                Err(self.error(k, "unknown field; this takes no fields"))
-            }
-            Some(k) => Err(self.error(
-                k,
-                format!("unknown field; expected one of {}", allowed.join(", ")),
-            )),
+            Some(k) if allowed.is_empty() => Err(self.error(k, "unknown field; this takes no fields")),
+            Some(k) => Err(self.error(k, format!("unknown field; expected one of {}", allowed.join(", ")))),
         }
     }
 
@@ -580,41 +476,25 @@ impl<'a> Fields<'a> {
     pub fn str(&self, field: &str) -> Result<&'a str, JobError> {
         match self.value(field)? {
             Json::String(s) => Ok(s),
-            other => Err(self.error(
-                field,
-                format!("expected a string, found {}", kind_name(other)),
-            )),
+            other => Err(self.error(field, format!("expected a string, found {}", kind_name(other)))),
         }
     }
 
     pub fn u64(&self, field: &str) -> Result<u64, JobError> {
         match self.value(field)? {
             Json::Number(n) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or_default()),
-            other => Err(self.error(
-                field,
-                format!(
-                    "expected a non-negative integer, found {}",
-                    kind_name(other)
-                ),
-            )),
+            other => Err(self.error(field, format!("expected a non-negative integer, found {}", kind_name(other)))),
         }
     }
 
     /// A 64-bit id written as decimal text (JSON numbers stop at 2^53 in many readers).
     pub fn decimal_id(&self, field: &str) -> Result<u64, JobError> {
         match self.value(field)? {
-            Json::String(s) => parse_decimal_u64(s).ok_or_else(|| {
-                self.error(
-                    field,
-                    format!("expected a 64-bit id as decimal text, found {s:?}"),
-                )
-            }),
+            Json::String(s) => parse_decimal_u64(s)
+                .ok_or_else(|| self.error(field, format!("expected a 64-bit id as decimal text, found {s:?}"))),
             other => Err(self.error(
                 field,
-                format!(
-                    "expected a 64-bit id as decimal text (a JSON string), found {}",
-                    kind_name(other)
-                ),
+                format!("expected a 64-bit id as decimal text (a JSON string), found {}", kind_name(other)),
             )),
         }
     }
@@ -622,10 +502,7 @@ impl<'a> Fields<'a> {
     pub fn array(&self, field: &str) -> Result<&'a Vec<Json>, JobError> {
         match self.value(field)? {
             Json::Array(items) => Ok(items),
-            other => Err(self.error(
-                field,
-                format!("expected an array, found {}", kind_name(other)),
-            )),
+            other => Err(self.error(field, format!("expected an array, found {}", kind_name(other)))),
         }
     }
 
@@ -674,10 +551,7 @@ mod tests {
             assert!(from < to, "{edge:?}");
         }
         let window = job.operator(OperatorId(3)).unwrap();
-        assert_eq!(
-            window.output_schema.names(),
-            vec!["account", "window_start", "window_end", "count", "sum"]
-        );
+        assert_eq!(window.output_schema.names(), vec!["account", "window_start", "window_end", "count", "sum"]);
     }
 
     #[test]
@@ -689,10 +563,7 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused_by_path() {
-        let job = EXAMPLE.replace(
-            "\"parallelism\": 1}",
-            "\"parallelism\": 1, \"paralelism\": 2}",
-        );
+        let job = EXAMPLE.replace("\"parallelism\": 1}", "\"parallelism\": 1, \"paralelism\": 2}");
         let err = parse_job(&job).unwrap_err();
         assert_eq!(err.path, "operators[0].paralelism", "{err}");
     }
@@ -703,8 +574,7 @@ mod tests {
             Just(Json::Null),
             Just(Json::Bool(true)),
             any::<i64>().prop_map(Json::from),
-            any::<f64>()
-                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number)),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number)),
             ".{0,12}".prop_map(Json::String),
             Just(serde_json::json!([])),
             Just(serde_json::json!({})),

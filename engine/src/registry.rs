@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use crate::defects::Defects;
 use crate::job::{Fields, JobError, OperatorSpec, PlannedOperator};
 use crate::operators::{
-    filter, idle, key_by, line_sink, proc_time_counter, project, segment_source, staged_sink,
-    window, Environment, OperatorError, Sink, Source, Transform,
+    filter, idle, key_by, line_sink, proc_time_counter, project, segment_source, staged_sink, window, Environment,
+    OperatorError, Sink, Source, Transform,
 };
 use crate::value::Schema;
 
@@ -38,10 +38,7 @@ pub fn type_names() -> Vec<&'static str> {
 }
 
 pub fn kind_of(type_name: &str) -> Option<OperatorKind> {
-    TYPES
-        .iter()
-        .find(|(name, _)| *name == type_name)
-        .map(|(_, kind)| *kind)
+    TYPES.iter().find(|(name, _)| *name == type_name).map(|(_, kind)| *kind)
 }
 
 /// Checks an operator's params against its input and returns its output
@@ -64,34 +61,24 @@ pub fn output_schema(spec: &OperatorSpec, input: Option<&Schema>) -> Result<Sche
             Fields::object(params, "$")?.only(&[])?;
             Ok(Schema::default())
         }
-        other => Err(JobError::new(
-            "$",
-            format!("unknown operator type {other:?}"),
-        )),
+        other => Err(JobError::new("$", format!("unknown operator type {other:?}"))),
     }
 }
 
 fn planned_input(op: &PlannedOperator) -> Result<&Schema, OperatorError> {
-    op.input_schema.as_ref().ok_or_else(|| {
-        OperatorError::Protocol(format!("operator {} has no input schema", op.spec.id))
-    })
+    op.input_schema
+        .as_ref()
+        .ok_or_else(|| OperatorError::Protocol(format!("operator {} has no input schema", op.spec.id)))
 }
 
 fn param_error(op: &PlannedOperator) -> impl FnOnce(JobError) -> OperatorError + '_ {
     move |e| OperatorError::Input(format!("operator {} params: {e}", op.spec.id))
 }
 
-pub fn build_source(
-    op: &PlannedOperator,
-    env: &Environment,
-) -> Result<Box<dyn Source>, OperatorError> {
+pub fn build_source(op: &PlannedOperator, env: &Environment) -> Result<Box<dyn Source>, OperatorError> {
     match op.spec.type_name.as_str() {
-        segment_source::TYPE => Ok(Box::new(segment_source::SegmentSource::new(
-            env.input_dir.clone(),
-        ))),
-        other => Err(OperatorError::Protocol(format!(
-            "{other:?} is not a source"
-        ))),
+        segment_source::TYPE => Ok(Box::new(segment_source::SegmentSource::new(env.input_dir.clone()))),
+        other => Err(OperatorError::Protocol(format!("{other:?} is not a source"))),
     }
 }
 
@@ -100,27 +87,17 @@ pub fn build_transform(op: &PlannedOperator) -> Result<Box<dyn Transform>, Opera
     let params = &op.spec.params;
     Ok(match op.spec.type_name.as_str() {
         filter::TYPE => Box::new(filter::plan(params, input).map_err(param_error(op))?),
-        project::TYPE => Box::new(project::Project::new(
-            project::plan(params, input).map_err(param_error(op))?,
-        )),
+        project::TYPE => Box::new(project::Project::new(project::plan(params, input).map_err(param_error(op))?)),
         key_by::TYPE => {
             key_by::plan(params, input).map_err(param_error(op))?;
             Box::new(key_by::KeyBy)
         }
-        window::TYPE => Box::new(window::TumblingWindow::new(
-            window::plan(params, input).map_err(param_error(op))?,
-        )),
-        idle::TYPE => Box::new(idle::IdleDetector::new(
-            idle::plan(params, input).map_err(param_error(op))?,
-        )),
+        window::TYPE => Box::new(window::TumblingWindow::new(window::plan(params, input).map_err(param_error(op))?)),
+        idle::TYPE => Box::new(idle::IdleDetector::new(idle::plan(params, input).map_err(param_error(op))?)),
         proc_time_counter::TYPE => Box::new(proc_time_counter::ProcTimeCounter::new(
             proc_time_counter::plan(params, input).map_err(param_error(op))?,
         )),
-        other => {
-            return Err(OperatorError::Protocol(format!(
-                "{other:?} is not a transform"
-            )))
-        }
+        other => return Err(OperatorError::Protocol(format!("{other:?} is not a transform"))),
     })
 }
 
@@ -131,12 +108,7 @@ pub fn build_transform(op: &PlannedOperator) -> Result<Box<dyn Transform>, Opera
 pub fn output_key_columns(op: &PlannedOperator) -> Vec<usize> {
     match op.spec.type_name.as_str() {
         window::TYPE | idle::TYPE | proc_time_counter::TYPE => {
-            let keys = op
-                .spec
-                .params
-                .get("key")
-                .and_then(|k| k.as_array())
-                .map_or(0, Vec::len);
+            let keys = op.spec.params.get("key").and_then(|k| k.as_array()).map_or(0, Vec::len);
             (0..keys).collect()
         }
         _ => Vec::new(),
@@ -148,19 +120,11 @@ pub fn sink_dir(op: &PlannedOperator, env: &Environment) -> PathBuf {
     env.output_dir.join(&op.spec.uid)
 }
 
-pub fn build_sink(
-    op: &PlannedOperator,
-    subtask: u32,
-    env: &Environment,
-) -> Result<Box<dyn Sink>, OperatorError> {
+pub fn build_sink(op: &PlannedOperator, subtask: u32, env: &Environment) -> Result<Box<dyn Sink>, OperatorError> {
     let dir = sink_dir(op, env);
     Ok(match op.spec.type_name.as_str() {
         line_sink::TYPE => Box::new(line_sink::LineFileSink::new(dir, subtask)),
-        staged_sink::TYPE => Box::new(staged_sink::StagedFileSink::new(
-            dir,
-            subtask,
-            env.defects.clone(),
-        )),
+        staged_sink::TYPE => Box::new(staged_sink::StagedFileSink::new(dir, subtask, env.defects.clone())),
         other => return Err(OperatorError::Protocol(format!("{other:?} is not a sink"))),
     })
 }

@@ -42,10 +42,7 @@ impl Clock {
 }
 
 pub fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// The watermark before any has arrived.
@@ -61,12 +58,7 @@ pub struct TimerService {
 
 impl TimerService {
     pub fn new(clock: Clock) -> Self {
-        Self {
-            event_time: BTreeSet::new(),
-            processing_time: BTreeSet::new(),
-            watermark: NO_WATERMARK,
-            clock,
-        }
+        Self { event_time: BTreeSet::new(), processing_time: BTreeSet::new(), watermark: NO_WATERMARK, clock }
     }
 
     pub fn watermark(&self) -> i64 {
@@ -142,11 +134,7 @@ impl TimerService {
                 let time = r.i64()?;
                 let key = r.bytes()?.to_vec();
                 let namespace = r.i64()?;
-                set.insert(Timer {
-                    time,
-                    key,
-                    namespace,
-                });
+                set.insert(Timer { time, key, namespace });
             }
             if which == 0 {
                 self.event_time = set;
@@ -176,11 +164,7 @@ mod tests {
     use super::*;
 
     fn timer(time: i64, key: &str) -> Timer {
-        Timer {
-            time,
-            key: key.as_bytes().to_vec(),
-            namespace: 0,
-        }
+        Timer { time, key: key.as_bytes().to_vec(), namespace: 0 }
     }
 
     #[test]
@@ -190,18 +174,9 @@ mod tests {
         s.register_event_time(timer(10, "z"));
         s.register_event_time(timer(20, "a"));
         s.register_event_time(timer(30, "a"));
-        assert_eq!(
-            s.advance_watermark(20),
-            vec![timer(10, "z"), timer(20, "a"), timer(20, "b")]
-        );
-        assert!(
-            s.advance_watermark(20).is_empty(),
-            "a repeated watermark fires nothing"
-        );
-        assert!(
-            s.advance_watermark(15).is_empty(),
-            "the watermark never goes back"
-        );
+        assert_eq!(s.advance_watermark(20), vec![timer(10, "z"), timer(20, "a"), timer(20, "b")]);
+        assert!(s.advance_watermark(20).is_empty(), "a repeated watermark fires nothing");
+        assert!(s.advance_watermark(15).is_empty(), "the watermark never goes back");
         assert_eq!(s.watermark(), 20);
         assert_eq!(s.advance_watermark(i64::MAX), vec![timer(30, "a")]);
     }

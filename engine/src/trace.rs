@@ -177,16 +177,9 @@ pub fn init(dir: &Path) -> io::Result<()> {
     let pid = std::process::id();
     let start = now_micros();
     let file = |role: Role| {
-        Mutex::new(RoleFile {
-            path: dir.join(format!("{}-{pid}-{start}.ndjson", role.name())),
-            file: None,
-            seq: 0,
-        })
+        Mutex::new(RoleFile { path: dir.join(format!("{}-{pid}-{start}.ndjson", role.name())), file: None, seq: 0 })
     };
-    let tracer = Tracer {
-        pid,
-        files: [file(Role::Coordinator), file(Role::Worker)],
-    };
+    let tracer = Tracer { pid, files: [file(Role::Coordinator), file(Role::Worker)] };
     if TRACER.set(tracer).is_ok() {
         ENABLED.store(true, Ordering::Relaxed);
     }
@@ -194,10 +187,7 @@ pub fn init(dir: &Path) -> io::Result<()> {
 }
 
 fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
 /// Writes one event line. Call through [`trace_event!`](crate::trace_event),
@@ -220,10 +210,7 @@ pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
     let mut line = Map::new();
     line.insert("seq".into(), Json::from(out.seq));
     line.insert("ts".into(), Json::from(now_micros()));
-    line.insert(
-        "proc".into(),
-        Json::String(format!("{}:{}", role.name(), tracer.pid)),
-    );
+    line.insert("proc".into(), Json::String(format!("{}:{}", role.name(), tracer.pid)));
     line.insert("event".into(), Json::String(event.name().into()));
     for (k, v) in fields {
         line.insert(k.into(), v.into());
@@ -231,11 +218,7 @@ pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
     let mut text = Json::Object(line).to_string();
     text.push('\n');
     if out.file.is_none() {
-        out.file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&out.path)
-            .ok();
+        out.file = OpenOptions::new().create(true).append(true).open(&out.path).ok();
     }
     if let Some(file) = out.file.as_mut() {
         // One write per line: a kill leaves whole lines only. A trace that
@@ -269,10 +252,8 @@ mod tests {
             .map(|l| {
                 let parts: Vec<&str> = l.split('|').map(str::trim).collect();
                 assert_eq!(parts.len(), 4, "events.txt: {l}");
-                let fields = parts[2]
-                    .split_whitespace()
-                    .map(|f| f.split('(').next().unwrap_or(f).to_string())
-                    .collect();
+                let fields =
+                    parts[2].split_whitespace().map(|f| f.split('(').next().unwrap_or(f).to_string()).collect();
                 (parts[0].to_string(), fields)
             })
             .collect()
@@ -283,17 +264,9 @@ mod tests {
         let vocabulary = vocabulary();
         let emitted: Vec<(String, Vec<String>)> = TraceEvent::ALL
             .iter()
-            .map(|e| {
-                (
-                    e.name().to_string(),
-                    e.fields().iter().map(|f| f.to_string()).collect(),
-                )
-            })
+            .map(|e| (e.name().to_string(), e.fields().iter().map(|f| f.to_string()).collect()))
             .collect();
-        assert_eq!(
-            emitted, vocabulary,
-            "engine/src/trace.rs and formal/trace/events.txt disagree"
-        );
+        assert_eq!(emitted, vocabulary, "engine/src/trace.rs and formal/trace/events.txt disagree");
     }
 
     #[test]

@@ -58,31 +58,20 @@ impl Decimal {
             return Err(format!("{text:?} is not a decimal number"));
         }
         if body.contains('.') && frac_part.is_empty() {
-            return Err(format!(
-                "{text:?} has a decimal point and no fraction digits"
-            ));
+            return Err(format!("{text:?} has a decimal point and no fraction digits"));
         }
         if frac_part.len() > usize::from(max_scale) {
-            return Err(format!(
-                "{text:?} has {} fraction digits; at most {max_scale} are allowed",
-                frac_part.len()
-            ));
+            return Err(format!("{text:?} has {} fraction digits; at most {max_scale} are allowed", frac_part.len()));
         }
         let mut unscaled: i128 = 0;
-        let padded = frac_part
-            .bytes()
-            .chain(std::iter::repeat(b'0'))
-            .take(max_scale.into());
+        let padded = frac_part.bytes().chain(std::iter::repeat(b'0')).take(max_scale.into());
         for digit in int_part.bytes().chain(padded) {
             unscaled = unscaled
                 .checked_mul(10)
                 .and_then(|v| v.checked_add(i128::from(digit - b'0')))
                 .ok_or_else(|| format!("{text:?} is too large"))?;
         }
-        Ok(Decimal::new(
-            if negative { -unscaled } else { unscaled },
-            max_scale,
-        ))
+        Ok(Decimal::new(if negative { -unscaled } else { unscaled }, max_scale))
     }
 }
 
@@ -139,15 +128,7 @@ pub struct Schema(pub Vec<Column>);
 
 impl Schema {
     pub fn of(columns: &[(&str, ColumnType)]) -> Self {
-        Schema(
-            columns
-                .iter()
-                .map(|(name, ty)| Column {
-                    name: (*name).to_string(),
-                    ty: *ty,
-                })
-                .collect(),
-        )
+        Schema(columns.iter().map(|(name, ty)| Column { name: (*name).to_string(), ty: *ty }).collect())
     }
 
     pub fn index_of(&self, name: &str) -> Option<usize> {
@@ -217,10 +198,7 @@ pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
         TAG_DECIMAL => {
             let scale = r.u8()?;
             if scale > MAX_DECIMAL_SCALE {
-                return Err(r.invalid(
-                    "decimal scale",
-                    format!("{scale} exceeds {MAX_DECIMAL_SCALE}"),
-                ));
+                return Err(r.invalid("decimal scale", format!("{scale} exceeds {MAX_DECIMAL_SCALE}")));
             }
             Value::Decimal(Decimal::new(r.i128()?, scale))
         }
@@ -241,10 +219,7 @@ pub fn encode_row(w: &mut Writer, row: &[Value]) {
 pub fn decode_row(r: &mut Reader<'_>) -> Result<Row, DecodeError> {
     let width = r.count(1)?;
     if width > MAX_ROW_COLUMNS {
-        return Err(r.invalid(
-            "row width",
-            format!("{width} columns exceed {MAX_ROW_COLUMNS}"),
-        ));
+        return Err(r.invalid("row width", format!("{width} columns exceed {MAX_ROW_COLUMNS}")));
     }
     (0..width).map(|_| decode_value(r)).collect()
 }
@@ -338,22 +313,12 @@ mod tests {
 
     #[test]
     fn decimals_parse_at_the_column_scale_and_render_exactly() {
-        for (text, shown) in [
-            ("12", "12.00"),
-            ("12.5", "12.50"),
-            ("-0.05", "-0.05"),
-            ("0", "0.00"),
-            ("123456789.99", "123456789.99"),
-        ] {
-            assert_eq!(
-                Decimal::parse(text, 2).unwrap().to_string(),
-                shown,
-                "{text}"
-            );
+        for (text, shown) in
+            [("12", "12.00"), ("12.5", "12.50"), ("-0.05", "-0.05"), ("0", "0.00"), ("123456789.99", "123456789.99")]
+        {
+            assert_eq!(Decimal::parse(text, 2).unwrap().to_string(), shown, "{text}");
         }
-        for bad in [
-            "", "-", "1.", ".5", "1.234", "1,5", "+1", "1e3", "--1", "1.-2",
-        ] {
+        for bad in ["", "-", "1.", ".5", "1.234", "1,5", "+1", "1e3", "--1", "1.-2"] {
             assert!(Decimal::parse(bad, 2).is_err(), "{bad:?} must be refused");
         }
     }
@@ -385,8 +350,7 @@ mod tests {
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::Int),
             any::<f64>().prop_map(Value::Float),
-            (any::<i128>(), 0u8..=MAX_DECIMAL_SCALE)
-                .prop_map(|(u, s)| Value::Decimal(Decimal::new(u, s))),
+            (any::<i128>(), 0u8..=MAX_DECIMAL_SCALE).prop_map(|(u, s)| Value::Decimal(Decimal::new(u, s))),
             ".{0,20}".prop_map(Value::Str),
             any::<i64>().prop_map(Value::Timestamp),
         ]

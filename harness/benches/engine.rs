@@ -44,18 +44,9 @@ fn measure(cmd: &mut Command) -> Cost {
     let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let wall = start.elapsed();
     assert_eq!(waited, pid, "wait4 failed");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the benchmark's command failed: {status}"
-    );
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    Cost {
-        wall,
-        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
-        peak_rss_kib: usage.ru_maxrss,
-    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the benchmark's command failed: {status}");
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    Cost { wall, cpu: tv(usage.ru_utime) + tv(usage.ru_stime), peak_rss_kib: usage.ru_maxrss }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -64,27 +55,14 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn runs() -> usize {
-    std::env::var("CLINK_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .max(1)
+    std::env::var("CLINK_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1)
 }
 
 fn generate(dir: &Path, events: u64) -> PathBuf {
     let input = dir.join(format!("input-{events}"));
     if !input.exists() {
         let status = Command::new(clink())
-            .args([
-                "gen-input",
-                "--seed",
-                "1",
-                "--accounts",
-                "200",
-                "--segment-events",
-                "50000",
-                "--events",
-            ])
+            .args(["gen-input", "--seed", "1", "--accounts", "200", "--segment-events", "50000", "--events"])
             .arg(events.to_string())
             .arg("--out")
             .arg(&input)
@@ -121,12 +99,7 @@ fn throughput(scratch: &Path) {
     let input = generate(scratch, events);
     let mut costs = Vec::new();
     for i in 0..runs() {
-        let cost = run_example(
-            &input,
-            &scratch.join(format!("throughput-{i}")),
-            10_000,
-            &[],
-        );
+        let cost = run_example(&input, &scratch.join(format!("throughput-{i}")), 10_000, &[]);
         eprintln!(
             "  run {i}: {:.2}s wall, {:.2}s cpu, {} KiB peak",
             cost.wall.as_secs_f64(),
@@ -150,21 +123,11 @@ fn recorder(scratch: &Path) {
     let input = generate(scratch, events);
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for i in 0..runs().max(5) {
-        off.push(run_example(
-            &input,
-            &scratch.join("recorder-off"),
-            10_000,
-            &[],
-        ));
+        off.push(run_example(&input, &scratch.join("recorder-off"), 10_000, &[]));
         let capture = scratch.join("recorder-capture");
         let _ = std::fs::remove_dir_all(&capture);
         let capture_arg = capture.to_string_lossy().into_owned();
-        on.push(run_example(
-            &input,
-            &scratch.join("recorder-on"),
-            10_000,
-            &["--capture-dir", &capture_arg],
-        ));
+        on.push(run_example(&input, &scratch.join("recorder-on"), 10_000, &["--capture-dir", &capture_arg]));
         eprintln!(
             "  pair {i}: off {:.3}s wall {:.3}s cpu, on {:.3}s wall {:.3}s cpu",
             off[i].wall.as_secs_f64(),
@@ -174,14 +137,8 @@ fn recorder(scratch: &Path) {
         );
     }
     let med = |v: &[Cost], f: fn(&Cost) -> f64| median(v.iter().map(f).collect());
-    let (off_wall, on_wall) = (
-        med(&off, |c| c.wall.as_secs_f64()),
-        med(&on, |c| c.wall.as_secs_f64()),
-    );
-    let (off_cpu, on_cpu) = (
-        med(&off, |c| c.cpu.as_secs_f64()),
-        med(&on, |c| c.cpu.as_secs_f64()),
-    );
+    let (off_wall, on_wall) = (med(&off, |c| c.wall.as_secs_f64()), med(&on, |c| c.wall.as_secs_f64()));
+    let (off_cpu, on_cpu) = (med(&off, |c| c.cpu.as_secs_f64()), med(&on, |c| c.cpu.as_secs_f64()));
     println!(
         "recorder: {events} events: capture off {off_wall:.3}s wall {off_cpu:.3}s cpu; on {on_wall:.3}s wall {on_cpu:.3}s cpu; cost {:+.1}% cpu, {:+.1}% wall",
         (on_cpu / off_cpu - 1.0) * 100.0,

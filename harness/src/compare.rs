@@ -55,12 +55,7 @@ pub fn multiset_diff<T: Ord + Clone>(
             unexpected.push((item, got - want));
         }
     }
-    MultisetDiff {
-        missing,
-        unexpected,
-        expected_total,
-        actual_total,
-    }
+    MultisetDiff { missing, unexpected, expected_total, actual_total }
 }
 
 /// The first key whose rows differ between two sequences, comparing each key's
@@ -77,29 +72,19 @@ pub fn keyed_order_diff<R: AsRef<[clink_engine::value::Value]>>(
         let mut by_key: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
         for row in rows {
             let row = row.as_ref();
-            by_key
-                .entry(key_bytes(row, key_columns))
-                .or_default()
-                .push(row_bytes(row));
+            by_key.entry(key_bytes(row, key_columns)).or_default().push(row_bytes(row));
         }
         by_key
     };
     let (l, r) = (group(left), group(right));
     let keys: std::collections::BTreeSet<&Vec<u8>> = l.keys().chain(r.keys()).collect();
     for key in keys {
-        let (a, b) = (
-            l.get(key).map_or(&[][..], Vec::as_slice),
-            r.get(key).map_or(&[][..], Vec::as_slice),
-        );
+        let (a, b) = (l.get(key).map_or(&[][..], Vec::as_slice), r.get(key).map_or(&[][..], Vec::as_slice));
         if a != b {
             let shown = clink_engine::operators::keyed::key_values(key)
                 .map(|v| format!("{v:?}"))
                 .unwrap_or_else(|_| "?".into());
-            let at = a
-                .iter()
-                .zip(b)
-                .position(|(x, y)| x != y)
-                .unwrap_or(a.len().min(b.len()));
+            let at = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
             return Some(format!(
                 "key {shown}: {} rows vs {}, first difference at the key's row {at}",
                 a.len(),
@@ -140,10 +125,7 @@ pub fn read_output_lines(dir: &Path) -> io::Result<Vec<String>> {
 
 /// Lines of a file (an expected output).
 pub fn read_lines(path: &Path) -> io::Result<Vec<String>> {
-    Ok(fs::read_to_string(path)?
-        .lines()
-        .map(str::to_string)
-        .collect())
+    Ok(fs::read_to_string(path)?.lines().map(str::to_string).collect())
 }
 
 /// A short human account of a difference: counts and the first few items.

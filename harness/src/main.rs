@@ -11,11 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "clink",
-    version,
-    about = "Run the clink engine and verify what it did."
-)]
+#[command(name = "clink", version, about = "Run the clink engine and verify what it did.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

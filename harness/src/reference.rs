@@ -18,10 +18,7 @@ pub struct ReferenceParams {
 
 impl Default for ReferenceParams {
     fn default() -> Self {
-        Self {
-            window_ms: 10_000,
-            idle_timeout_ms: 30_000,
-        }
+        Self { window_ms: 10_000, idle_timeout_ms: 30_000 }
     }
 }
 
@@ -62,8 +59,7 @@ pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOut
             match fields[..] {
                 ["E", t, account, amount] => {
                     let t: i64 = t.parse().map_err(|_| format!("{}: bad time", at()))?;
-                    let cents = parse_cents(amount)
-                        .ok_or_else(|| format!("{}: bad amount {amount:?}", at()))?;
+                    let cents = parse_cents(amount).ok_or_else(|| format!("{}: bad amount {amount:?}", at()))?;
                     state.event(t, account, cents, params);
                 }
                 ["W", t] => {
@@ -83,18 +79,14 @@ impl State {
         let start = t.div_euclid(p.window_ms) * p.window_ms;
         let late = self.watermark.is_some_and(|w| start + p.window_ms <= w);
         if !late {
-            let w = self
-                .windows
-                .entry((account.to_string(), start))
-                .or_insert((0, 0));
+            let w = self.windows.entry((account.to_string(), start)).or_insert((0, 0));
             w.0 += 1;
             w.1 += cents;
         }
         let seen = self.last_seen.get(account).copied();
         if seen.is_none_or(|s| t > s) {
             self.last_seen.insert(account.to_string(), t);
-            self.idle_timers
-                .insert((t + p.idle_timeout_ms, account.to_string()));
+            self.idle_timers.insert((t + p.idle_timeout_ms, account.to_string()));
         }
     }
 
@@ -103,12 +95,8 @@ impl State {
             return;
         }
         self.watermark = Some(w);
-        let due: Vec<(String, i64)> = self
-            .windows
-            .keys()
-            .filter(|(_, start)| start + p.window_ms <= w)
-            .cloned()
-            .collect();
+        let due: Vec<(String, i64)> =
+            self.windows.keys().filter(|(_, start)| start + p.window_ms <= w).cloned().collect();
         for key in due {
             if let Some((count, cents)) = self.windows.remove(&key) {
                 let (account, start) = key;
@@ -140,13 +128,7 @@ fn parse_cents(text: &str) -> Option<i128> {
         None => (false, text),
     };
     let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    if whole.is_empty()
-        || frac.len() > 2
-        || !whole
-            .chars()
-            .chain(frac.chars())
-            .all(|c| c.is_ascii_digit())
-    {
+    if whole.is_empty() || frac.len() > 2 || !whole.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
         return None;
     }
     if digits.contains('.') && frac.is_empty() {
@@ -185,14 +167,7 @@ mod tests {
         )
         .unwrap();
         let out = compute(dir.path(), ReferenceParams::default()).unwrap();
-        assert_eq!(
-            out.windows,
-            vec![
-                "a,0,10000,2,3.50",
-                "b,10000,20000,1,0.25",
-                "b,40000,50000,1,1.00"
-            ]
-        );
+        assert_eq!(out.windows, vec!["a,0,10000,2,3.50", "b,10000,20000,1,0.25", "b,40000,50000,1,1.00"]);
         // a idle at 2000+30000 (fires at W 50000); b at 45000+30000 fires at END.
         assert_eq!(out.idle, vec!["a,2000,1", "b,45000,1"]);
     }

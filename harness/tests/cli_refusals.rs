@@ -38,10 +38,7 @@ impl Case {
             .arg(p.join("ck"))
             .output()
             .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
     fn assert_refused(&self, expected_in_message: &[&str]) {
@@ -50,14 +47,8 @@ impl Case {
         for part in expected_in_message {
             assert!(stderr.contains(part), "expected {part:?} in: {stderr}");
         }
-        assert!(
-            nothing_under(&self.dir.path().join("out")),
-            "output was written"
-        );
-        assert!(
-            !self.dir.path().join("ck").exists(),
-            "checkpoints were written"
-        );
+        assert!(nothing_under(&self.dir.path().join("out")), "output was written");
+        assert!(!self.dir.path().join("ck").exists(), "checkpoints were written");
     }
 }
 
@@ -104,10 +95,7 @@ fn an_operator_with_two_inputs_is_refused() {
 #[test]
 fn an_unknown_operator_type_is_refused() {
     let job = GOOD_JOB.replace("\"idle_detector\"", "\"idle_detectr\"");
-    Case::new(&job, INPUT).assert_refused(&[
-        "operators[3].type",
-        "unknown operator type \"idle_detectr\"",
-    ]);
+    Case::new(&job, INPUT).assert_refused(&["operators[3].type", "unknown operator type \"idle_detectr\""]);
 }
 
 #[test]
@@ -118,13 +106,7 @@ fn a_duplicate_uid_is_refused() {
 
 #[test]
 fn a_non_decimal_id_is_refused() {
-    for bad in [
-        r#""id": "0x2""#,
-        r#""id": 2"#,
-        r#""id": "02""#,
-        r#""id": "-2""#,
-        r#""id": "18446744073709551616""#,
-    ] {
+    for bad in [r#""id": "0x2""#, r#""id": 2"#, r#""id": "02""#, r#""id": "-2""#, r#""id": "18446744073709551616""#] {
         let job = GOOD_JOB.replacen(r#""id": "2""#, bad, 1);
         Case::new(&job, INPUT).assert_refused(&["operators[1].id", "decimal"]);
     }
@@ -146,18 +128,10 @@ fn an_input_line_that_does_not_parse_is_refused_before_anything_runs() {
 #[test]
 fn a_malformed_document_is_refused_with_its_field() {
     Case::new("{", INPUT).assert_refused(&["not JSON"]);
-    Case::new(&GOOD_JOB.replace("\"version\": 1", "\"version\": 2"), INPUT)
-        .assert_refused(&["version"]);
-    Case::new(
-        &GOOD_JOB.replace("\"parallelism\": 2", "\"parallelism\": 0"),
-        INPUT,
-    )
-    .assert_refused(&["parallelism"]);
-    Case::new(
-        &GOOD_JOB.replace("\"size_ms\": 10000", "\"size_ms\": \"10s\""),
-        INPUT,
-    )
-    .assert_refused(&["operators[2].params.size_ms"]);
+    Case::new(&GOOD_JOB.replace("\"version\": 1", "\"version\": 2"), INPUT).assert_refused(&["version"]);
+    Case::new(&GOOD_JOB.replace("\"parallelism\": 2", "\"parallelism\": 0"), INPUT).assert_refused(&["parallelism"]);
+    Case::new(&GOOD_JOB.replace("\"size_ms\": 10000", "\"size_ms\": \"10s\""), INPUT)
+        .assert_refused(&["operators[2].params.size_ms"]);
     Case::new(
         &GOOD_JOB.replace(
             "\"key\": [\"account\"], \"time\": \"time\", \"timeout_ms\"",

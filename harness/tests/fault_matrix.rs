@@ -47,33 +47,15 @@ fn shared() -> &'static Shared {
         let dir = tempfile::tempdir_in(scratch()).expect("scratch directory");
         let input = dir.path().join("input");
         let out = Command::new(clink())
-            .args([
-                "gen-input",
-                "--seed",
-                "11",
-                "--events",
-                EVENTS,
-                "--accounts",
-                "30",
-                "--segment-events",
-                "700",
-            ])
+            .args(["gen-input", "--seed", "11", "--events", EVENTS, "--accounts", "30", "--segment-events", "700"])
             .arg("--out")
             .arg(&input)
             .output()
             .expect("clink gen-input runs");
-        assert!(
-            out.status.success(),
-            "gen-input: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "gen-input: {}", String::from_utf8_lossy(&out.stderr));
         let reference = compute(&input, ReferenceParams::default()).expect("reference");
         assert!(!reference.windows.is_empty() && !reference.idle.is_empty());
-        Shared {
-            input,
-            reference,
-            _dir: dir,
-        }
+        Shared { input, reference, _dir: dir }
     })
 }
 
@@ -86,9 +68,7 @@ struct Scenario {
 impl Scenario {
     fn new(name: &str) -> Scenario {
         let dir = tempfile::tempdir_in(scratch()).expect("scratch directory");
-        let traces = scratch()
-            .join("fault-matrix-traces")
-            .join(name.replace("::", "-"));
+        let traces = scratch().join("fault-matrix-traces").join(name.replace("::", "-"));
         let _ = std::fs::remove_dir_all(&traces);
         Scenario { dir, traces }
     }
@@ -123,12 +103,8 @@ impl Scenario {
     fn check_output(&self) -> Result<(), String> {
         let reference = &shared().reference;
         let mut problems = Vec::new();
-        for (uid, expected) in [
-            ("windows-out", &reference.windows),
-            ("idle-out", &reference.idle),
-        ] {
-            let actual =
-                read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+        for (uid, expected) in [("windows-out", &reference.windows), ("idle-out", &reference.idle)] {
+            let actual = read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
             let diff = multiset_diff(expected.iter().cloned(), actual);
             if !diff.is_equal() {
                 problems.push(format!("{uid}: {}", describe(&diff, 3)));
@@ -145,12 +121,8 @@ impl Scenario {
     fn missing_and_unexpected(&self) -> Result<(usize, usize), String> {
         let reference = &shared().reference;
         let (mut missing, mut unexpected) = (0, 0);
-        for (uid, expected) in [
-            ("windows-out", &reference.windows),
-            ("idle-out", &reference.idle),
-        ] {
-            let actual =
-                read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+        for (uid, expected) in [("windows-out", &reference.windows), ("idle-out", &reference.idle)] {
+            let actual = read_output_lines(&self.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
             let diff = multiset_diff(expected.iter().cloned(), actual);
             missing += diff.missing_copies();
             unexpected += diff.unexpected_copies();
@@ -164,13 +136,7 @@ impl Scenario {
             .map(|entries| {
                 entries
                     .filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        e.file_name()
-                            .to_str()?
-                            .strip_prefix("COMPLETED-")?
-                            .parse()
-                            .ok()
-                    })
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse().ok())
                     .max()
                     .unwrap_or(0)
             })
@@ -189,21 +155,15 @@ fn stderr(out: &Output) -> String {
 
 /// Runs killed at each fault (in order), then a resume to the end.
 fn kill_then_resume(s: &Scenario, faults: &[&str], defect: Option<&str>) -> Result<Output, Failed> {
-    let defect_env: Vec<(&str, &str)> = defect
-        .map(|d| ("CLINK_TEST_DEFECT", d))
-        .into_iter()
-        .collect();
+    let defect_env: Vec<(&str, &str)> = defect.map(|d| ("CLINK_TEST_DEFECT", d)).into_iter().collect();
     for fault in faults {
         let mut env = defect_env.clone();
         env.push(("CLINK_FAULT", fault));
         let out = s.run(&env);
         if !killed(&out) {
-            return Err(format!(
-                "the run armed with {fault} was not killed there: {:?}\n{}",
-                out.status,
-                stderr(&out)
-            )
-            .into());
+            return Err(
+                format!("the run armed with {fault} was not killed there: {:?}\n{}", out.status, stderr(&out)).into()
+            );
         }
     }
     Ok(s.run(&defect_env))
@@ -237,12 +197,7 @@ fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
             kill_then_resume(&s, &[&fault], None)?
         };
         if !resumed.status.success() {
-            return Err(format!(
-                "the resumed run failed: {:?}\n{}",
-                resumed.status,
-                stderr(&resumed)
-            )
-            .into());
+            return Err(format!("the resumed run failed: {:?}\n{}", resumed.status, stderr(&resumed)).into());
         }
         s.check_output().map_err(Failed::from)
     })
@@ -292,9 +247,7 @@ fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> 
         let caught = match symptom {
             Symptom::Duplicates => resumed.status.success() && unexpected > 0 && missing == 0,
             Symptom::Loss => resumed.status.success() && missing > 0 && unexpected == 0,
-            Symptom::LossOrFailedResume => {
-                !resumed.status.success() || (missing > 0 && unexpected == 0)
-            }
+            Symptom::LossOrFailedResume => !resumed.status.success() || (missing > 0 && unexpected == 0),
         };
         if caught {
             Ok(())
@@ -322,10 +275,7 @@ fn main() {
         "coordinator.before_restored_record",
         "checkpoint.snapshot_fails",
     ];
-    let mut trials: Vec<Trial> = points
-        .iter()
-        .map(|p| fault_trial(p, Checkpoint::Second))
-        .collect();
+    let mut trials: Vec<Trial> = points.iter().map(|p| fault_trial(p, Checkpoint::Second)).collect();
     for p in [
         "coordinator.before_completed_marker",
         "coordinator.after_completed_marker",
@@ -333,16 +283,8 @@ fn main() {
     ] {
         trials.push(fault_trial(p, Checkpoint::Last));
     }
-    trials.push(defect_trial(
-        "broadcast_before_marker",
-        "coordinator.before_completed_marker@2",
-        Symptom::Duplicates,
-    ));
-    trials.push(defect_trial(
-        "no_recommit_at_open",
-        "coordinator.after_completed_marker@2",
-        Symptom::Loss,
-    ));
+    trials.push(defect_trial("broadcast_before_marker", "coordinator.before_completed_marker@2", Symptom::Duplicates));
+    trials.push(defect_trial("no_recommit_at_open", "coordinator.after_completed_marker@2", Symptom::Loss));
     trials.push(defect_trial(
         "ack_before_durable",
         "coordinator.after_completed_marker@2",

@@ -14,14 +14,9 @@ fn main() {
     let mut trials: Vec<Trial> = bundles
         .into_iter()
         .map(|dir| {
-            let name = dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             Trial::test(format!("regression::{name}"), move || {
-                run_bundle(&dir)
-                    .map(|_| ())
-                    .map_err(|e| Failed::from(format!("{}: {e}", dir.display())))
+                run_bundle(&dir).map(|_| ()).map_err(|e| Failed::from(format!("{}: {e}", dir.display())))
             })
         })
         .collect();

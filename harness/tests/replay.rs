@@ -15,10 +15,7 @@ use clink_harness::compare::keyed_order_diff;
 use clink_harness::replay::{list_captured, load_epoch, replay, verify, EpochRef, StartState};
 
 fn clink(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_clink"))
-        .args(args)
-        .output()
-        .expect("clink starts")
+    Command::new(env!("CARGO_BIN_EXE_clink")).args(args).output().expect("clink starts")
 }
 
 fn p(path: &Path) -> &str {
@@ -26,10 +23,7 @@ fn p(path: &Path) -> &str {
 }
 
 fn job(name: &str) -> String {
-    format!(
-        "{}/../fixtures/jobs/{name}/job.json",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    format!("{}/../fixtures/jobs/{name}/job.json", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// A run with capture on, kept for the whole test process.
@@ -48,17 +42,7 @@ impl Run {
 
 fn gen_input(dir: &Path, events: &str) -> PathBuf {
     let input = dir.join("input");
-    let out = clink(&[
-        "gen-input",
-        "--seed",
-        "5",
-        "--events",
-        events,
-        "--accounts",
-        "25",
-        "--out",
-        p(&input),
-    ]);
+    let out = clink(&["gen-input", "--seed", "5", "--events", events, "--accounts", "25", "--out", p(&input)]);
     assert!(out.status.success());
     input
 }
@@ -66,19 +50,12 @@ fn gen_input(dir: &Path, events: &str) -> PathBuf {
 fn run_job(run: &tempfile::TempDir, job_name: &str, input: &Path, fault: Option<&str>) -> Output {
     let d = run.path();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
-    cmd.args([
-        "run",
-        "--quiet",
-        "--checkpoint-every-records",
-        "500",
-        "--retain-checkpoints",
-        "1000",
-    ])
-    .args(["--job", &job(job_name)])
-    .args(["--input-dir", p(input)])
-    .args(["--output-dir", p(&d.join("out"))])
-    .args(["--checkpoint-dir", p(&d.join("ck"))])
-    .args(["--capture-dir", p(&d.join("capture"))]);
+    cmd.args(["run", "--quiet", "--checkpoint-every-records", "500", "--retain-checkpoints", "1000"])
+        .args(["--job", &job(job_name)])
+        .args(["--input-dir", p(input)])
+        .args(["--output-dir", p(&d.join("out"))])
+        .args(["--checkpoint-dir", p(&d.join("ck"))])
+        .args(["--capture-dir", p(&d.join("capture"))]);
     if let Some(f) = fault {
         cmd.env("CLINK_FAULT", f);
     }
@@ -92,41 +69,23 @@ fn example() -> &'static Run {
     RUN.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let input = gen_input(dir.path(), "4000");
-        let killed = run_job(
-            &dir,
-            "example",
-            &input,
-            Some("coordinator.after_completed_marker@2"),
-        );
+        let killed = run_job(&dir, "example", &input, Some("coordinator.after_completed_marker@2"));
         assert!(!killed.status.success());
         let resumed = run_job(&dir, "example", &input, None);
-        assert!(
-            resumed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&resumed.stderr)
-        );
+        assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
         Run { dir }
     })
 }
 
 fn restored_first_epoch(run: &Run) -> u64 {
     let layout = clink_engine::checkpoint::CheckpointLayout::new(run.checkpoints(), 1);
-    clink_engine::checkpoint::markers::read_restored(&layout)
-        .unwrap()
-        .expect("a RESTORED record")
-        .next
+    clink_engine::checkpoint::markers::read_restored(&layout).unwrap().expect("a RESTORED record").next
 }
 
 /// The rows a sink subtask received in an epoch: the production output of
 /// the operator feeding it by a forward edge.
-fn sink_input(
-    run: &Run,
-    sink: u64,
-    subtask: u32,
-    epoch: u64,
-) -> Option<Vec<Vec<clink_engine::value::Value>>> {
-    let path =
-        subtask_dir(&run.capture(), OperatorId(sink), subtask).join(format!("epoch-{epoch}.cap"));
+fn sink_input(run: &Run, sink: u64, subtask: u32, epoch: u64) -> Option<Vec<Vec<clink_engine::value::Value>>> {
+    let path = subtask_dir(&run.capture(), OperatorId(sink), subtask).join(format!("epoch-{epoch}.cap"));
     let capture = read_capture(&std::fs::read(&path).ok()?).unwrap();
     assert!(capture.is_whole());
     let rows = capture
@@ -144,9 +103,7 @@ fn sink_input(
 fn replayed_window_and_idle_epochs_equal_what_production_emitted() {
     let run = example();
     let layout = clink_engine::checkpoint::CheckpointLayout::new(run.checkpoints(), 1);
-    let restored = clink_engine::checkpoint::markers::read_restored(&layout)
-        .unwrap()
-        .unwrap();
+    let restored = clink_engine::checkpoint::markers::read_restored(&layout).unwrap().unwrap();
     let (mut compared, mut rows, mut passed_over) = (0, 0, 0);
     for (at, _) in list_captured(&run.capture()).unwrap() {
         let sink = match at.operator.0 {
@@ -184,10 +141,7 @@ fn replayed_window_and_idle_epochs_equal_what_production_emitted() {
         compared += 1;
         rows += production.len();
     }
-    assert!(
-        compared >= 20,
-        "only {compared} epochs compared ({passed_over} passed over)"
-    );
+    assert!(compared >= 20, "only {compared} epochs compared ({passed_over} passed over)");
     assert!(rows > 100, "the compared epochs emitted only {rows} rows");
 }
 
@@ -195,23 +149,12 @@ fn replayed_window_and_idle_epochs_equal_what_production_emitted() {
 fn a_restored_runs_first_epoch_starts_from_the_restore_point() {
     let run = example();
     let first = restored_first_epoch(run);
-    let at = EpochRef {
-        operator: OperatorId(3),
-        subtask: 0,
-        epoch: first,
-    };
+    let at = EpochRef { operator: OperatorId(3), subtask: 0, epoch: first };
     let evidence = load_epoch(&run.capture(), &run.checkpoints(), 1, &at).unwrap();
-    assert!(
-        matches!(evidence.start, StartState::Snapshot { checkpoint: 2, .. }),
-        "{:?}",
-        evidence.start
-    );
+    assert!(matches!(evidence.start, StartState::Snapshot { checkpoint: 2, .. }), "{:?}", evidence.start);
     let replayed = replay(&evidence).unwrap();
     let production = sink_input(run, 5, 0, first).expect("the sink's capture");
-    assert_eq!(
-        keyed_order_diff(&replayed.emissions, &production, &[0]),
-        None
-    );
+    assert_eq!(keyed_order_diff(&replayed.emissions, &production, &[0]), None);
 }
 
 #[test]
@@ -219,11 +162,7 @@ fn two_replays_are_byte_identical_including_processing_time_timers() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen_input(dir.path(), "6000");
     let out = run_job(&dir, "proc-time", &input, None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let run = Run { dir };
     let (mut verified, mut ticks, mut emitted) = (0, 0, 0);
     for (at, _) in list_captured(&run.capture()).unwrap() {
@@ -231,37 +170,18 @@ fn two_replays_are_byte_identical_including_processing_time_timers() {
             continue;
         }
         let evidence = load_epoch(&run.capture(), &run.checkpoints(), 1, &at).unwrap();
-        ticks += evidence
-            .capture
-            .events
-            .iter()
-            .filter(|e| matches!(e, Event::ProcessingTime(_)))
-            .count();
+        ticks += evidence.capture.events.iter().filter(|e| matches!(e, Event::ProcessingTime(_))).count();
         let v = verify(&evidence).unwrap();
         assert!(v.identical, "{at}: {:?}", v.first_difference);
         emitted += v.outcome.emissions.len();
         verified += 1;
     }
     assert!(verified > 5);
-    assert!(
-        ticks > 0,
-        "no processing-time timer fired in any captured epoch"
-    );
+    assert!(ticks > 0, "no processing-time timer fired in any captured epoch");
     assert!(emitted > 0);
-    let sweep = clink(&[
-        "replay",
-        "--capture-dir",
-        p(&run.capture()),
-        "--checkpoint-dir",
-        p(&run.checkpoints()),
-        "--verify",
-    ]);
-    assert_eq!(
-        sweep.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&sweep.stdout)
-    );
+    let sweep =
+        clink(&["replay", "--capture-dir", p(&run.capture()), "--checkpoint-dir", p(&run.checkpoints()), "--verify"]);
+    assert_eq!(sweep.status.code(), Some(0), "{}", String::from_utf8_lossy(&sweep.stdout));
 }
 
 /// An epoch of the resumed run, `k` after its first.
@@ -309,23 +229,12 @@ fn replay_diff_finds_identical_dumps_and_locates_a_doctored_emission() {
     let mut dump = clink_harness::replay::emissions::read_dump(&b).unwrap();
     assert!(dump.rows.len() > 3);
     dump.rows[2][1] = clink_engine::value::Value::Timestamp(-1);
-    let at = EpochRef {
-        operator: OperatorId(dump.operator),
-        subtask: dump.subtask,
-        epoch: dump.epoch,
-    };
-    std::fs::write(
-        &b,
-        clink_harness::replay::emissions::encode_dump(&at, &dump.rows),
-    )
-    .unwrap();
+    let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
+    std::fs::write(&b, clink_harness::replay::emissions::encode_dump(&at, &dump.rows)).unwrap();
     let differ = clink(&["replay-diff", p(&a), p(&b)]);
     assert_eq!(differ.status.code(), Some(1));
     let text = String::from_utf8_lossy(&differ.stdout);
-    assert!(
-        text.contains("emission 2:") && text.contains("Timestamp(-1)"),
-        "{text}"
-    );
+    assert!(text.contains("emission 2:") && text.contains("Timestamp(-1)"), "{text}");
 }
 
 #[test]
@@ -337,45 +246,23 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     let mut args = replay_args(run, "4", &epoch);
     args.extend(["--emit-test".into(), p(&bundle).into()]);
     let emitted = clink_owned(&args);
-    assert!(
-        emitted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&emitted.stderr)
-    );
-    assert_eq!(
-        clink(&["replay", "--run-test", p(&bundle)]).status.code(),
-        Some(0)
-    );
-    assert_eq!(
-        clink_owned(&args).status.code(),
-        Some(2),
-        "an existing bundle is never written over"
-    );
+    assert!(emitted.status.success(), "{}", String::from_utf8_lossy(&emitted.stderr));
+    assert_eq!(clink(&["replay", "--run-test", p(&bundle)]).status.code(), Some(0));
+    assert_eq!(clink_owned(&args).status.code(), Some(2), "an existing bundle is never written over");
 
     // A doctored golden whose manifest still vouches for the old bytes: refused.
     let golden = bundle.join("golden.emit");
     let mut dump = clink_harness::replay::emissions::read_dump(&golden).unwrap();
-    dump.rows
-        .push(vec![clink_engine::value::Value::Str("ghost".into())]);
-    let at = EpochRef {
-        operator: OperatorId(dump.operator),
-        subtask: dump.subtask,
-        epoch: dump.epoch,
-    };
+    dump.rows.push(vec![clink_engine::value::Value::Str("ghost".into())]);
+    let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
     let doctored = clink_harness::replay::emissions::encode_dump(&at, &dump.rows);
     std::fs::write(&golden, &doctored).unwrap();
     let refused = clink(&["replay", "--run-test", p(&bundle)]);
-    assert_eq!(
-        refused.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
 
     // The same golden re-vouched for in the manifest: the replay diverges, located.
     let manifest_path = bundle.join("manifest.json");
-    let mut manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     for f in manifest["files"].as_array_mut().unwrap() {
         if f["path"] == "golden.emit" {
             f["sha256"] = clink_engine::checkpoint::snapshot::sha256_hex(&doctored).into();
@@ -386,11 +273,7 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     let failed = clink(&["replay", "--run-test", p(&bundle)]);
     assert_eq!(failed.status.code(), Some(1));
     let text = String::from_utf8_lossy(&failed.stdout);
-    assert!(
-        text.contains(&format!("emission {}", dump.rows.len() - 1))
-            && text.contains("(no emission)"),
-        "{text}"
-    );
+    assert!(text.contains(&format!("emission {}", dump.rows.len() - 1)) && text.contains("(no emission)"), "{text}");
 }
 
 /// A copy of the example's capture of one epoch, for doctoring.
@@ -427,16 +310,8 @@ fn a_byte_truncated_capture_replays_its_prefix_deterministically_and_says_so() {
         "--verify",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains("partial") && text.contains("deterministic"),
-        "{text}"
-    );
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("partial") && text.contains("deterministic"), "{text}");
 }
 
 #[test]
@@ -465,20 +340,11 @@ fn an_epoch_past_the_capture_bound_is_marked_truncated_and_replayed_as_partial()
         "100",
     ]);
     assert!(out.status.success());
-    let at = EpochRef {
-        operator: OperatorId(2),
-        subtask: 0,
-        epoch: 2,
-    };
+    let at = EpochRef { operator: OperatorId(2), subtask: 0, epoch: 2 };
     let evidence = load_epoch(&d.join("capture"), &d.join("ck"), 1, &at).unwrap();
     let h = &evidence.capture.header;
     assert!(h.truncated && h.true_records == 500, "{h:?}");
-    let records = evidence
-        .capture
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::Record(_)))
-        .count();
+    let records = evidence.capture.events.iter().filter(|e| matches!(e, Event::Record(_))).count();
     assert_eq!(records, 10);
     let v = verify(&evidence).unwrap();
     assert!(v.identical && v.outcome.partial);
@@ -511,10 +377,7 @@ fn a_multi_input_operator_is_rejected_by_name() {
     ]);
     assert_eq!(out.status.code(), Some(3));
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        text.contains("operator 3 (tumbling_window) has 2 inputs") && text.contains("single-input"),
-        "{text}"
-    );
+    assert!(text.contains("operator 3 (tumbling_window) has 2 inputs") && text.contains("single-input"), "{text}");
 }
 
 #[test]
@@ -526,17 +389,8 @@ fn a_version_1_capture_replays_its_records_only_with_a_note() {
     let capture = read_capture(&std::fs::read(&file).unwrap()).unwrap();
     let mut header = capture.header.clone();
     header.version = 1;
-    let records: Vec<_> = capture
-        .events
-        .iter()
-        .filter_map(|e| {
-            if let Event::Record(r) = e {
-                Some(r)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let records: Vec<_> =
+        capture.events.iter().filter_map(|e| if let Event::Record(r) = e { Some(r) } else { None }).collect();
     header.stored_events = records.len() as u64;
     let mut bytes = clink_engine::capture::format::encode_header(&header);
     let mut w = clink_engine::codec::Writer::new();

@@ -11,26 +11,16 @@ use clink_engine::trace::TraceEvent;
 use serde_json::Value as Json;
 
 fn run(dir: &Path, input: &Path, traces: &Path, fault: Option<&str>) -> std::process::Output {
-    let job = format!(
-        "{}/../fixtures/jobs/example/job.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let job = format!("{}/../fixtures/jobs/example/job.json", env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
-    cmd.args([
-        "run",
-        "--quiet",
-        "--checkpoint-every-records",
-        "400",
-        "--job",
-        &job,
-    ])
-    .arg("--input-dir")
-    .arg(input)
-    .arg("--output-dir")
-    .arg(dir.join("out"))
-    .arg("--checkpoint-dir")
-    .arg(dir.join("ck"))
-    .env("CLINK_PROTOCOL_TRACE_DIR", traces);
+    cmd.args(["run", "--quiet", "--checkpoint-every-records", "400", "--job", &job])
+        .arg("--input-dir")
+        .arg(input)
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .arg("--checkpoint-dir")
+        .arg(dir.join("ck"))
+        .env("CLINK_PROTOCOL_TRACE_DIR", traces);
     if let Some(f) = fault {
         cmd.env("CLINK_FAULT", f);
     }
@@ -48,25 +38,13 @@ fn traces_of_a_killed_and_resumed_run_are_well_formed_and_in_protocol_order() {
         .unwrap();
     assert!(gen.status.success());
     let traces = dir.path().join("traces");
-    assert!(
-        !run(dir.path(), &input, &traces, Some("sink.before_commit@3"))
-            .status
-            .success()
-    );
+    assert!(!run(dir.path(), &input, &traces, Some("sink.before_commit@3")).status.success());
     assert!(run(dir.path(), &input, &traces, None).status.success());
 
-    let vocabulary: BTreeMap<&str, TraceEvent> =
-        TraceEvent::ALL.iter().map(|e| (e.name(), *e)).collect();
-    let mut files: Vec<_> = std::fs::read_dir(&traces)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let vocabulary: BTreeMap<&str, TraceEvent> = TraceEvent::ALL.iter().map(|e| (e.name(), *e)).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&traces).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    assert_eq!(
-        files.len(),
-        4,
-        "a coordinator and a worker file per process: {files:?}"
-    );
+    assert_eq!(files.len(), 4, "a coordinator and a worker file per process: {files:?}");
     let mut seen_events = std::collections::BTreeSet::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
@@ -78,28 +56,17 @@ fn traces_of_a_killed_and_resumed_run_are_well_formed_and_in_protocol_order() {
         let mut steps: BTreeMap<(u64, &'static str), u64> = BTreeMap::new();
         let mut last_ts = 0;
         for (i, line) in text.lines().enumerate() {
-            let v: Json =
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}:{}: {e}", i + 1));
-            assert_eq!(
-                v["seq"],
-                Json::from(i as u64 + 1),
-                "{name}: seq must run from 1 without gaps"
-            );
-            assert_eq!(
-                v["proc"],
-                Json::from(expected_proc.clone()),
-                "{name}: one process per file"
-            );
+            let v: Json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}:{}: {e}", i + 1));
+            assert_eq!(v["seq"], Json::from(i as u64 + 1), "{name}: seq must run from 1 without gaps");
+            assert_eq!(v["proc"], Json::from(expected_proc.clone()), "{name}: one process per file");
             let ts = v["ts"].as_u64().unwrap();
             assert!(ts >= last_ts, "{name}:{}: ts went back", i + 1);
             last_ts = ts;
             let event = vocabulary[v["event"].as_str().unwrap()];
             seen_events.insert(event.name());
             let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-            let mut want: Vec<&str> = ["seq", "ts", "proc", "event"]
-                .into_iter()
-                .chain(event.fields().iter().copied())
-                .collect();
+            let mut want: Vec<&str> =
+                ["seq", "ts", "proc", "event"].into_iter().chain(event.fields().iter().copied()).collect();
             keys.sort();
             want.sort();
             assert_eq!(keys, want, "{name}:{}: fields of {}", i + 1, event.name());

@@ -167,11 +167,7 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
         // Bytes past the stored events: not a file this format writes.
         cut_short = true;
     }
-    Ok(Capture {
-        header,
-        events,
-        cut_short,
-    })
+    Ok(Capture { header, events, cut_short })
 }
 
 #[cfg(test)]
@@ -184,18 +180,12 @@ mod tests {
         let events = if version == CAPTURE_VERSION {
             vec![
                 Event::Record(vec![Value::Int(1)]),
-                Event::Watermark {
-                    time: 5,
-                    idle: false,
-                },
+                Event::Watermark { time: 5, idle: false },
                 Event::ProcessingTime(99),
                 Event::Record(vec![Value::Str("x".into())]),
             ]
         } else {
-            vec![
-                Event::Record(vec![Value::Int(1)]),
-                Event::Record(vec![Value::Int(2)]),
-            ]
+            vec![Event::Record(vec![Value::Int(1)]), Event::Record(vec![Value::Int(2)])]
         };
         let header = CaptureHeader {
             version,
@@ -245,10 +235,7 @@ mod tests {
         let capture = read_capture(&bytes[..bytes.len() - 3]).unwrap();
         assert!(capture.cut_short);
         assert_eq!(capture.events.len(), 3);
-        assert!(
-            read_capture(&bytes[..header_len - 1]).is_err(),
-            "a cut header is an error"
-        );
+        assert!(read_capture(&bytes[..header_len - 1]).is_err(), "a cut header is an error");
     }
 
     #[test]

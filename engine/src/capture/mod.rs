@@ -15,9 +15,7 @@ pub mod format;
 pub mod recorder;
 pub mod spec;
 
-pub use format::{
-    read_capture, Capture, CaptureError, CaptureHeader, CapturedEvent, CAPTURE_VERSION,
-};
+pub use format::{read_capture, Capture, CaptureError, CaptureHeader, CapturedEvent, CAPTURE_VERSION};
 pub use recorder::{CaptureOptions, EpochRecorder};
 pub use spec::{OpSpecFile, SinkEvidence};
 
@@ -27,9 +25,7 @@ use crate::job::OperatorId;
 
 /// `<capture-dir>/op-<id>/subtask-<s>`.
 pub fn subtask_dir(capture_dir: &Path, operator: OperatorId, subtask: u32) -> PathBuf {
-    capture_dir
-        .join(format!("op-{operator}"))
-        .join(format!("subtask-{subtask}"))
+    capture_dir.join(format!("op-{operator}")).join(format!("subtask-{subtask}"))
 }
 
 pub fn epoch_file_name(epoch: u64) -> String {

@@ -79,14 +79,8 @@ impl OpSpecFile {
             subtask,
             input_schema: op.input_schema.clone(),
             output_schema: op.output_schema.clone(),
-            inputs: graph
-                .inputs_of(op.spec.id)
-                .map(|e| neighbour(e.from, &e.partition))
-                .collect(),
-            outputs: graph
-                .outputs_of(op.spec.id)
-                .map(|e| neighbour(e.to, &e.partition))
-                .collect(),
+            inputs: graph.inputs_of(op.spec.id).map(|e| neighbour(e.from, &e.partition)).collect(),
+            outputs: graph.outputs_of(op.spec.id).map(|e| neighbour(e.to, &e.partition)).collect(),
         }
     }
 
@@ -111,10 +105,7 @@ impl OpSpecFile {
         }
         for (field, value) in [("job", &spec.job), ("id", &spec.id)] {
             if crate::job::parse_decimal_u64(value).is_none() {
-                return Err(format!(
-                    "{}: {field}: expected decimal text, found {value:?}",
-                    path.display()
-                ));
+                return Err(format!("{}: {field}: expected decimal text, found {value:?}", path.display()));
             }
         }
         Ok(spec)
@@ -123,12 +114,8 @@ impl OpSpecFile {
     /// The planned operator this spec describes, its params checked again by
     /// the registry against its input schema.
     pub fn plan(&self) -> Result<PlannedOperator, String> {
-        let kind = registry::kind_of(&self.type_name).ok_or_else(|| {
-            format!(
-                "operator type {:?} is not in this build's registry",
-                self.type_name
-            )
-        })?;
+        let kind = registry::kind_of(&self.type_name)
+            .ok_or_else(|| format!("operator type {:?} is not in this build's registry", self.type_name))?;
         let spec = OperatorSpec {
             id: OperatorId(self.operator_id()),
             uid: self.uid.clone(),
@@ -139,11 +126,7 @@ impl OpSpecFile {
         };
         let output_schema = registry::output_schema(&spec, self.input_schema.as_ref())
             .map_err(|e| format!("params of operator {}: {e}", self.id))?;
-        Ok(PlannedOperator {
-            spec,
-            input_schema: self.input_schema.clone(),
-            output_schema,
-        })
+        Ok(PlannedOperator { spec, input_schema: self.input_schema.clone(), output_schema })
     }
 }
 
@@ -180,12 +163,7 @@ impl SinkEvidence {
     pub fn read(path: &Path) -> Result<Self, String> {
         let doc: SinkEvidence = read_doc(path)?;
         if doc.format != SINK_EVIDENCE_FORMAT || doc.version > DOC_VERSION {
-            return Err(format!(
-                "{}: format {:?} version {}",
-                path.display(),
-                doc.format,
-                doc.version
-            ));
+            return Err(format!("{}: format {:?} version {}", path.display(), doc.format, doc.version));
         }
         Ok(doc)
     }
@@ -194,10 +172,7 @@ impl SinkEvidence {
 fn read_doc<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if !meta.is_file() || meta.len() > MAX_DOC_BYTES {
-        return Err(format!(
-            "{}: not a regular file of at most {MAX_DOC_BYTES} bytes",
-            path.display()
-        ));
+        return Err(format!("{}: not a regular file of at most {MAX_DOC_BYTES} bytes", path.display()));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))

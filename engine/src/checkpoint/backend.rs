@@ -14,12 +14,10 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::durable::{create_dir_durably, write_durably};
-use super::layout::{
-    parse_snapshot_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
-};
+use super::layout::{parse_snapshot_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION};
 use super::snapshot::{
-    decode_snapshot, encode_snapshot, sha256_hex, SnapshotHeader, SnapshotMeta, StateSlots,
-    MAX_SNAPSHOT_BYTES, META_FORMAT, META_VERSION,
+    decode_snapshot, encode_snapshot, sha256_hex, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
+    META_FORMAT, META_VERSION,
 };
 use crate::codec::DecodeError;
 
@@ -49,10 +47,7 @@ pub enum StateError {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
-    move |source| StateError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| StateError::Io { path: path.to_path_buf(), source }
 }
 
 /// A snapshot read back and checked against its sidecar.
@@ -90,33 +85,20 @@ impl FileStateBackend {
         let meta = SnapshotMeta::describe(header, participant, slots, &bytes);
         let snap_name = snapshot_name(header.checkpoint);
         write_durably(&dir, &snap_name, &bytes).map_err(io_error(&dir.join(&snap_name)))?;
-        let meta_json = serde_json::to_vec_pretty(&meta).map_err(|e| StateError::MetaInvalid {
-            path: dir.clone(),
-            reason: e.to_string(),
-        })?;
+        let meta_json = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| StateError::MetaInvalid { path: dir.clone(), reason: e.to_string() })?;
         let meta_name = snapshot_meta_name(header.checkpoint);
         write_durably(&dir, &meta_name, &meta_json).map_err(io_error(&dir.join(&meta_name)))?;
         Ok(meta)
     }
 
     /// Reads a participant's snapshot of `checkpoint`, verified.
-    pub fn read(
-        &self,
-        generation: u32,
-        participant: &str,
-        checkpoint: u64,
-    ) -> Result<VerifiedSnapshot, StateError> {
+    pub fn read(&self, generation: u32, participant: &str, checkpoint: u64) -> Result<VerifiedSnapshot, StateError> {
         let snap = self.layout.snapshot(generation, participant, checkpoint);
-        let meta = self
-            .layout
-            .snapshot_meta(generation, participant, checkpoint);
+        let meta = self.layout.snapshot_meta(generation, participant, checkpoint);
         let verified = verify_snapshot(&snap, &meta)?;
         let expected = (self.layout.job(), checkpoint, participant);
-        let found = (
-            verified.header.job,
-            verified.header.checkpoint,
-            verified.meta.participant.as_str(),
-        );
+        let found = (verified.header.job, verified.header.checkpoint, verified.meta.participant.as_str());
         if expected != found {
             return Err(StateError::Mismatch {
                 path: snap,
@@ -138,11 +120,7 @@ impl FileStateBackend {
             if !dir.is_dir() {
                 continue;
             }
-            ids.extend(
-                read_dir_names(&dir)?
-                    .iter()
-                    .filter_map(|n| parse_snapshot_name(n)),
-            );
+            ids.extend(read_dir_names(&dir)?.iter().filter_map(|n| parse_snapshot_name(n)));
         }
         Ok(ids)
     }
@@ -156,8 +134,8 @@ impl FileStateBackend {
                 continue;
             }
             for name in read_dir_names(&dir)? {
-                let id = parse_snapshot_name(&name)
-                    .or_else(|| name.strip_suffix(".meta").and_then(parse_snapshot_name));
+                let id =
+                    parse_snapshot_name(&name).or_else(|| name.strip_suffix(".meta").and_then(parse_snapshot_name));
                 if matches!(id, Some(id) if id < keep_from) {
                     let path = dir.join(&name);
                     fs::remove_file(&path).map_err(io_error(&path))?;
@@ -191,15 +169,10 @@ pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> 
     let meta_len = match fs::symlink_metadata(meta_path) {
         Ok(m) if m.is_file() => m.len(),
         Ok(_) => {
-            return Err(StateError::MetaInvalid {
-                path: meta_path.to_path_buf(),
-                reason: "not a regular file".into(),
-            })
+            return Err(StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: "not a regular file".into() })
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(StateError::MetaMissing {
-                path: meta_path.to_path_buf(),
-            })
+            return Err(StateError::MetaMissing { path: meta_path.to_path_buf() })
         }
         Err(e) => return Err(io_error(meta_path)(e)),
     };
@@ -210,11 +183,8 @@ pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> 
         });
     }
     let text = fs::read(meta_path).map_err(io_error(meta_path))?;
-    let meta: SnapshotMeta =
-        serde_json::from_slice(&text).map_err(|e| StateError::MetaInvalid {
-            path: meta_path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    let meta: SnapshotMeta = serde_json::from_slice(&text)
+        .map_err(|e| StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() })?;
     if meta.format != META_FORMAT || meta.version > META_VERSION {
         return Err(StateError::MetaInvalid {
             path: meta_path.to_path_buf(),
@@ -232,19 +202,12 @@ pub fn verify_snapshot(snap_path: &Path, meta_path: &Path) -> Result<VerifiedSna
     let meta = read_snapshot_meta(meta_path)?;
     let len = fs::symlink_metadata(snap_path).map_err(io_error(snap_path))?;
     if !len.is_file() {
-        return Err(StateError::Mismatch {
-            path: snap_path.to_path_buf(),
-            reason: "not a regular file".into(),
-        });
+        return Err(StateError::Mismatch { path: snap_path.to_path_buf(), reason: "not a regular file".into() });
     }
     if len.len() != meta.size || len.len() > MAX_SNAPSHOT_BYTES {
         return Err(StateError::Mismatch {
             path: snap_path.to_path_buf(),
-            reason: format!(
-                "{} bytes on disk, the sidecar vouches for {}",
-                len.len(),
-                meta.size
-            ),
+            reason: format!("{} bytes on disk, the sidecar vouches for {}", len.len(), meta.size),
         });
     }
     let bytes = fs::read(snap_path).map_err(io_error(snap_path))?;
@@ -255,31 +218,17 @@ pub fn verify_snapshot(snap_path: &Path, meta_path: &Path) -> Result<VerifiedSna
             reason: format!("SHA-256 {digest}, the sidecar vouches for {}", meta.sha256),
         });
     }
-    let (header, slots) = decode_snapshot(&bytes).map_err(|source| StateError::Decode {
-        path: snap_path.to_path_buf(),
-        source,
-    })?;
-    let listed: Vec<(&str, u32)> = meta
-        .states
-        .iter()
-        .map(|s| (s.name.as_str(), s.version))
-        .collect();
-    let held: Vec<(&str, u32)> = slots
-        .0
-        .iter()
-        .map(|(n, s)| (n.as_str(), s.version))
-        .collect();
+    let (header, slots) =
+        decode_snapshot(&bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
+    let listed: Vec<(&str, u32)> = meta.states.iter().map(|s| (s.name.as_str(), s.version)).collect();
+    let held: Vec<(&str, u32)> = slots.0.iter().map(|(n, s)| (n.as_str(), s.version)).collect();
     if listed != held {
         return Err(StateError::Mismatch {
             path: snap_path.to_path_buf(),
             reason: format!("the sidecar lists slots {listed:?}, the snapshot holds {held:?}"),
         });
     }
-    Ok(VerifiedSnapshot {
-        meta,
-        header,
-        slots,
-    })
+    Ok(VerifiedSnapshot { meta, header, slots })
 }
 
 #[cfg(test)]
@@ -296,12 +245,7 @@ mod tests {
     fn write_one(backend: &FileStateBackend, checkpoint: u64) {
         let mut slots = StateSlots::new();
         slots.put("position", SlotKind::Operator, 1, b"abc".to_vec());
-        let header = SnapshotHeader {
-            job: 1,
-            checkpoint,
-            operator: 7,
-            subtask: 0,
-        };
+        let header = SnapshotHeader { job: 1, checkpoint, operator: 7, subtask: 0 };
         backend.write("op-7-0", &header, &slots).unwrap();
     }
 
@@ -311,14 +255,7 @@ mod tests {
         write_one(&backend, 3);
         let snap = backend.read(GENERATION, "op-7-0", 3).unwrap();
         assert_eq!(snap.slots.get("position").unwrap().bytes, b"abc");
-        assert_eq!(
-            backend
-                .snapshot_ids()
-                .unwrap()
-                .into_iter()
-                .collect::<Vec<_>>(),
-            vec![3]
-        );
+        assert_eq!(backend.snapshot_ids().unwrap().into_iter().collect::<Vec<_>>(), vec![3]);
     }
 
     #[test]
@@ -329,27 +266,18 @@ mod tests {
         let good = fs::read(&path).unwrap();
 
         fs::write(&path, &good[..good.len() - 2]).unwrap();
-        assert!(matches!(
-            backend.read(GENERATION, "op-7-0", 3),
-            Err(StateError::Mismatch { .. })
-        ));
+        assert!(matches!(backend.read(GENERATION, "op-7-0", 3), Err(StateError::Mismatch { .. })));
 
         let mut flipped = good.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         fs::write(&path, &flipped).unwrap();
-        let err = backend
-            .read(GENERATION, "op-7-0", 3)
-            .unwrap_err()
-            .to_string();
+        let err = backend.read(GENERATION, "op-7-0", 3).unwrap_err().to_string();
         assert!(err.contains("SHA-256"), "{err}");
 
         fs::write(&path, &good).unwrap();
         fs::remove_file(backend.layout().snapshot_meta(GENERATION, "op-7-0", 3)).unwrap();
-        assert!(matches!(
-            backend.read(GENERATION, "op-7-0", 3),
-            Err(StateError::MetaMissing { .. })
-        ));
+        assert!(matches!(backend.read(GENERATION, "op-7-0", 3), Err(StateError::MetaMissing { .. })));
     }
 
     #[test]
@@ -357,20 +285,10 @@ mod tests {
         let (_dir, backend) = backend();
         write_one(&backend, 3);
         let layout = backend.layout();
-        fs::rename(
-            layout.snapshot(GENERATION, "op-7-0", 3),
-            layout.snapshot(GENERATION, "op-7-0", 4),
-        )
-        .unwrap();
-        fs::rename(
-            layout.snapshot_meta(GENERATION, "op-7-0", 3),
-            layout.snapshot_meta(GENERATION, "op-7-0", 4),
-        )
-        .unwrap();
-        let err = backend
-            .read(GENERATION, "op-7-0", 4)
-            .unwrap_err()
-            .to_string();
+        fs::rename(layout.snapshot(GENERATION, "op-7-0", 3), layout.snapshot(GENERATION, "op-7-0", 4)).unwrap();
+        fs::rename(layout.snapshot_meta(GENERATION, "op-7-0", 3), layout.snapshot_meta(GENERATION, "op-7-0", 4))
+            .unwrap();
+        let err = backend.read(GENERATION, "op-7-0", 4).unwrap_err().to_string();
         assert!(err.contains("checkpoint 3"), "{err}");
     }
 
@@ -381,17 +299,7 @@ mod tests {
             write_one(&backend, c);
         }
         backend.prune_below(3).unwrap();
-        assert_eq!(
-            backend
-                .snapshot_ids()
-                .unwrap()
-                .into_iter()
-                .collect::<Vec<_>>(),
-            vec![3, 4]
-        );
-        assert!(!backend
-            .layout()
-            .snapshot_meta(GENERATION, "op-7-0", 2)
-            .exists());
+        assert_eq!(backend.snapshot_ids().unwrap().into_iter().collect::<Vec<_>>(), vec![3, 4]);
+        assert!(!backend.layout().snapshot_meta(GENERATION, "op-7-0", 2).exists());
     }
 }

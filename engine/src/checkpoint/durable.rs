@@ -113,10 +113,7 @@ mod tests {
         write_durably(dir.path(), "a", b"one").unwrap();
         write_durably(dir.path(), "a", b"two").unwrap();
         assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec!["a"]);
     }
 

@@ -38,10 +38,7 @@ pub struct CheckpointLayout {
 
 impl CheckpointLayout {
     pub fn new(root: impl Into<PathBuf>, job: u64) -> Self {
-        Self {
-            root: root.into(),
-            job,
-        }
+        Self { root: root.into(), job }
     }
 
     pub fn root(&self) -> &Path {
@@ -77,13 +74,11 @@ impl CheckpointLayout {
     }
 
     pub fn snapshot(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
-        self.participant_dir(generation, participant)
-            .join(snapshot_name(checkpoint))
+        self.participant_dir(generation, participant).join(snapshot_name(checkpoint))
     }
 
     pub fn snapshot_meta(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
-        self.participant_dir(generation, participant)
-            .join(snapshot_meta_name(checkpoint))
+        self.participant_dir(generation, participant).join(snapshot_meta_name(checkpoint))
     }
 }
 
@@ -109,10 +104,17 @@ pub fn parse_completed_marker_name(name: &str) -> Option<u64> {
     (id > 0).then_some(id)
 }
 
+pub const CONFIRMED_PREFIX: &str = "CONFIRMED-";
+
+/// The checkpoint id of a `CONFIRMED-<id>` name.
+pub fn parse_confirmed_marker_name(name: &str) -> Option<u64> {
+    let id = crate::job::parse_decimal_u64(name.strip_prefix(CONFIRMED_PREFIX)?)?;
+    (id > 0).then_some(id)
+}
+
 /// The checkpoint id of a `checkpoint-<id>.snap` name.
 pub fn parse_snapshot_name(name: &str) -> Option<u64> {
-    let id =
-        crate::job::parse_decimal_u64(name.strip_prefix("checkpoint-")?.strip_suffix(".snap")?)?;
+    let id = crate::job::parse_decimal_u64(name.strip_prefix("checkpoint-")?.strip_suffix(".snap")?)?;
     (id > 0).then_some(id)
 }
 
@@ -123,14 +125,9 @@ mod tests {
     #[test]
     fn marker_names_are_exactly_prefix_and_id() {
         assert_eq!(parse_completed_marker_name("COMPLETED-12"), Some(12));
-        for bad in [
-            "COMPLETED-",
-            "COMPLETED-0",
-            "COMPLETED-012",
-            "COMPLETED-1.tmp",
-            ".COMPLETED-1.tmp-5-0",
-            "COMPLETED--1",
-        ] {
+        for bad in
+            ["COMPLETED-", "COMPLETED-0", "COMPLETED-012", "COMPLETED-1.tmp", ".COMPLETED-1.tmp-5-0", "COMPLETED--1"]
+        {
             assert_eq!(parse_completed_marker_name(bad), None, "{bad}");
         }
     }
@@ -138,10 +135,7 @@ mod tests {
     #[test]
     fn participant_names_round_trip() {
         let name = participant_name(OperatorId(u64::MAX), 3);
-        assert_eq!(
-            parse_participant_name(&name),
-            Some((OperatorId(u64::MAX), 3))
-        );
+        assert_eq!(parse_participant_name(&name), Some((OperatorId(u64::MAX), 3)));
         assert_eq!(parse_participant_name("op-1-x"), None);
     }
 }

@@ -18,7 +18,7 @@ use thiserror::Error;
 use super::backend::read_dir_names;
 use super::durable::{create_dir_durably, write_durably};
 use super::layout::{
-    completed_marker_name, parse_completed_marker_name, CheckpointLayout, RESTORED_NAME,
+    completed_marker_name, parse_completed_marker_name, parse_confirmed_marker_name, CheckpointLayout, RESTORED_NAME,
 };
 
 pub const COMPLETED_FORMAT: &str = "clink-completed-marker";
@@ -71,13 +71,7 @@ pub struct CompletedMarker {
 }
 
 impl CompletedMarker {
-    pub fn new(
-        job: u64,
-        checkpoint: u64,
-        generation: u32,
-        kind: CheckpointKind,
-        participants: Vec<String>,
-    ) -> Self {
+    pub fn new(job: u64, checkpoint: u64, generation: u32, kind: CheckpointKind, participants: Vec<String>) -> Self {
         Self {
             format: COMPLETED_FORMAT.into(),
             version: MARKER_VERSION,
@@ -126,73 +120,50 @@ impl RestoredRecord {
 /// Every checkpoint id with a COMPLETED marker, ascending.
 pub fn list_completed(layout: &CheckpointLayout) -> Result<Vec<u64>, MarkerError> {
     let dir = layout.jobs_dir();
-    let names = read_dir_names(&dir).map_err(|e| MarkerError::Invalid {
-        path: dir.clone(),
-        reason: e.to_string(),
-    })?;
-    let mut ids: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse_completed_marker_name(n))
-        .collect();
+    let names = read_dir_names(&dir).map_err(|e| MarkerError::Invalid { path: dir.clone(), reason: e.to_string() })?;
+    let mut ids: Vec<u64> = names.iter().filter_map(|n| parse_completed_marker_name(n)).collect();
     ids.sort_unstable();
     Ok(ids)
 }
 
-pub fn write_completed(
-    layout: &CheckpointLayout,
-    marker: &CompletedMarker,
-) -> Result<(), MarkerError> {
+/// Every checkpoint id with a CONFIRMED marker, ascending (written by jobs
+/// whose sinks need commit confirmation; this engine writes none).
+pub fn list_confirmed(layout: &CheckpointLayout) -> Result<Vec<u64>, MarkerError> {
+    let dir = layout.jobs_dir();
+    let names = read_dir_names(&dir).map_err(|e| MarkerError::Invalid { path: dir.clone(), reason: e.to_string() })?;
+    let mut ids: Vec<u64> = names.iter().filter_map(|n| parse_confirmed_marker_name(n)).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+pub fn write_completed(layout: &CheckpointLayout, marker: &CompletedMarker) -> Result<(), MarkerError> {
     let dir = layout.jobs_dir();
     write_json(&dir, &completed_marker_name(marker.checkpoint), marker)
 }
 
-pub fn write_restored(
-    layout: &CheckpointLayout,
-    record: &RestoredRecord,
-) -> Result<(), MarkerError> {
+pub fn write_restored(layout: &CheckpointLayout, record: &RestoredRecord) -> Result<(), MarkerError> {
     write_json(&layout.jobs_dir(), RESTORED_NAME, record)
 }
 
 fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), MarkerError> {
-    let io_err = |source| MarkerError::Io {
-        path: dir.join(name),
-        source,
-    };
+    let io_err = |source| MarkerError::Io { path: dir.join(name), source };
     create_dir_durably(dir).map_err(io_err)?;
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| MarkerError::Invalid {
-        path: dir.join(name),
-        reason: e.to_string(),
-    })?;
-    write_durably(dir, name, &bytes).map_err(|source| MarkerError::Io {
-        path: dir.join(name),
-        source,
-    })
+    let bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| MarkerError::Invalid { path: dir.join(name), reason: e.to_string() })?;
+    write_durably(dir, name, &bytes).map_err(|source| MarkerError::Io { path: dir.join(name), source })
 }
 
 /// Reads and checks a COMPLETED marker: a known format and version, and it
 /// names this job and this checkpoint.
-pub fn read_completed(
-    layout: &CheckpointLayout,
-    checkpoint: u64,
-) -> Result<CompletedMarker, MarkerError> {
+pub fn read_completed(layout: &CheckpointLayout, checkpoint: u64) -> Result<CompletedMarker, MarkerError> {
     let path = layout.completed_marker(checkpoint);
     let marker = parse_completed_marker(&path)?;
-    let invalid = |reason: String| MarkerError::Invalid {
-        path: path.clone(),
-        reason,
-    };
+    let invalid = |reason: String| MarkerError::Invalid { path: path.clone(), reason };
     if marker.job != layout.job().to_string() {
-        return Err(invalid(format!(
-            "names job {}, not job {}",
-            marker.job,
-            layout.job()
-        )));
+        return Err(invalid(format!("names job {}, not job {}", marker.job, layout.job())));
     }
     if marker.checkpoint != checkpoint {
-        return Err(invalid(format!(
-            "names checkpoint {}, not {checkpoint}",
-            marker.checkpoint
-        )));
+        return Err(invalid(format!("names checkpoint {}, not {checkpoint}", marker.checkpoint)));
     }
     Ok(marker)
 }
@@ -219,37 +190,21 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
         return Ok(None);
     }
     let record: RestoredRecord = read_bounded_json(&path)?;
-    let invalid = |reason: String| MarkerError::Invalid {
-        path: path.clone(),
-        reason,
-    };
+    let invalid = |reason: String| MarkerError::Invalid { path: path.clone(), reason };
     if record.format != RESTORED_FORMAT || record.version > MARKER_VERSION {
-        return Err(invalid(format!(
-            "format {:?} version {}",
-            record.format, record.version
-        )));
+        return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
     }
     if record.job != layout.job().to_string() {
-        return Err(invalid(format!(
-            "names job {}, not job {}",
-            record.job,
-            layout.job()
-        )));
+        return Err(invalid(format!("names job {}, not job {}", record.job, layout.job())));
     }
     if record.next <= record.restored_from {
-        return Err(invalid(format!(
-            "next {} is not above restored_from {}",
-            record.next, record.restored_from
-        )));
+        return Err(invalid(format!("next {} is not above restored_from {}", record.next, record.restored_from)));
     }
     Ok(Some(record))
 }
 
 fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, MarkerError> {
-    let io_err = |source| MarkerError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io_err = |source| MarkerError::Io { path: path.to_path_buf(), source };
     let meta = fs::symlink_metadata(path).map_err(io_err)?;
     if !meta.is_file() || meta.len() > MAX_MARKER_BYTES {
         return Err(MarkerError::Invalid {
@@ -257,12 +212,6 @@ fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, M
             reason: format!("not a regular file of at most {MAX_MARKER_BYTES} bytes"),
         });
     }
-    let bytes = fs::read(path).map_err(|source| MarkerError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    let bytes = fs::read(path).map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
 }

@@ -17,5 +17,8 @@ pub mod snapshot;
 pub use backend::{FileStateBackend, StateError};
 pub use layout::{participant_name, CheckpointLayout, GENERATION};
 pub use markers::{CompletedMarker, MarkerError, RestoredRecord};
-pub use restore::{choose_restore_point, next_checkpoint_id, restore_point_on_disk, RestorePoint};
+pub use restore::{
+    choose_restore_point, next_checkpoint_id, restore_point_on_disk, restore_point_on_disk_by, RestorePoint,
+    RestoreRule,
+};
 pub use snapshot::{Slot, SlotKind, SnapshotMeta, StateSlots};

@@ -8,15 +8,46 @@
 
 use super::backend::FileStateBackend;
 use super::layout::CheckpointLayout;
-use super::markers::{list_completed, read_restored, MarkerError, RestoredRecord};
+use super::markers::{list_completed, list_confirmed, read_restored, MarkerError, RestoredRecord};
+
+/// Which markers a job restores from. This engine's sinks recover their own
+/// commits (the recoverable family), so it restores by `NewestCompleted`; a job
+/// whose sinks need commit confirmation restores from the newest CONFIRMED
+/// marker instead, and the collector and checks evaluate that rule too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreRule {
+    NewestCompleted,
+    NewestConfirmed,
+}
+
+impl RestoreRule {
+    pub fn for_confirmation(requires_commit_confirmation: bool) -> Self {
+        if requires_commit_confirmation {
+            RestoreRule::NewestConfirmed
+        } else {
+            RestoreRule::NewestCompleted
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RestoreRule::NewestCompleted => "newest_completed_not_passed_over",
+            RestoreRule::NewestConfirmed => "newest_confirmed",
+        }
+    }
+}
 
 /// The restore point and what it was chosen from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestorePoint {
     /// The checkpoint to restore from; 0 means start from nothing.
     pub checkpoint: u64,
+    /// The rule that chose it.
+    pub rule: RestoreRule,
     /// Every COMPLETED marker seen, ascending.
     pub completed: Vec<u64>,
+    /// Every CONFIRMED marker seen, ascending.
+    pub confirmed: Vec<u64>,
     /// The RESTORED record seen, if any.
     pub restored: Option<RestoredRecord>,
     /// Markers the RESTORED record passed over.
@@ -26,45 +57,36 @@ pub struct RestorePoint {
 /// The newest completed checkpoint that the RESTORED record does not pass
 /// over, or 0 when there is none.
 pub fn choose_restore_point(completed: &[u64], restored: Option<&RestoredRecord>) -> u64 {
-    completed
-        .iter()
-        .copied()
-        .filter(|&c| !restored.is_some_and(|r| r.passes_over(c)))
-        .max()
-        .unwrap_or(0)
+    completed.iter().copied().filter(|&c| !restored.is_some_and(|r| r.passes_over(c))).max().unwrap_or(0)
 }
 
-/// Applies the restore rule to a job's markers on disk.
+/// Applies the engine's restore rule to a job's markers on disk.
 pub fn restore_point_on_disk(layout: &CheckpointLayout) -> Result<RestorePoint, MarkerError> {
+    restore_point_on_disk_by(layout, RestoreRule::NewestCompleted)
+}
+
+/// Applies a restore rule to a job's markers on disk.
+pub fn restore_point_on_disk_by(layout: &CheckpointLayout, rule: RestoreRule) -> Result<RestorePoint, MarkerError> {
     let completed = list_completed(layout)?;
+    let confirmed = list_confirmed(layout)?;
     let restored = read_restored(layout)?;
-    let checkpoint = choose_restore_point(&completed, restored.as_ref());
-    let passed_over = completed
-        .iter()
-        .copied()
-        .filter(|&c| restored.as_ref().is_some_and(|r| r.passes_over(c)))
-        .collect();
-    Ok(RestorePoint {
-        checkpoint,
-        completed,
-        restored,
-        passed_over,
-    })
+    let checkpoint = match rule {
+        RestoreRule::NewestCompleted => choose_restore_point(&completed, restored.as_ref()),
+        RestoreRule::NewestConfirmed => confirmed.last().copied().unwrap_or(0),
+    };
+    let passed_over =
+        completed.iter().copied().filter(|&c| restored.as_ref().is_some_and(|r| r.passes_over(c))).collect();
+    Ok(RestorePoint { checkpoint, rule, completed, confirmed, restored, passed_over })
 }
 
 /// The first id a redeploy may number: above every id the disk knows, so a
 /// new checkpoint never shares an id with anything an earlier run left.
 pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Result<u64, String> {
-    let snapshots = FileStateBackend::new(layout.clone())
-        .snapshot_ids()
-        .map_err(|e| e.to_string())?;
+    let snapshots = FileStateBackend::new(layout.clone()).snapshot_ids().map_err(|e| e.to_string())?;
     let highest = [
         point.completed.last().copied().unwrap_or(0),
         snapshots.last().copied().unwrap_or(0),
-        point
-            .restored
-            .as_ref()
-            .map_or(0, |r| r.next.saturating_sub(1)),
+        point.restored.as_ref().map_or(0, |r| r.next.saturating_sub(1)),
         point.checkpoint,
     ]
     .into_iter()
@@ -76,9 +98,7 @@ pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::markers::{
-        write_completed, write_restored, CheckpointKind, CompletedMarker,
-    };
+    use crate::checkpoint::markers::{write_completed, write_restored, CheckpointKind, CompletedMarker};
 
     fn record(from: u64, next: u64) -> RestoredRecord {
         RestoredRecord::new(1, from, next)
@@ -93,11 +113,7 @@ mod tests {
     #[test]
     fn the_newest_completed_checkpoint_is_chosen() {
         assert_eq!(choose_restore_point(&[1, 2, 5], None), 5);
-        assert_eq!(
-            choose_restore_point(&[1, 2, 5], Some(&record(2, 5))),
-            5,
-            "next itself is not passed over"
-        );
+        assert_eq!(choose_restore_point(&[1, 2, 5], Some(&record(2, 5))), 5, "next itself is not passed over");
     }
 
     #[test]
@@ -113,11 +129,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = CheckpointLayout::new(dir.path(), 1);
         for c in [1, 2, 3] {
-            write_completed(
-                &layout,
-                &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![]),
-            )
-            .unwrap();
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![])).unwrap();
         }
         write_restored(&layout, &record(2, 4)).unwrap();
         // A marker half-written by a kill sits under a temporary name.

@@ -67,14 +67,7 @@ impl StateSlots {
     }
 
     pub fn put(&mut self, name: &str, kind: SlotKind, version: u32, bytes: Vec<u8>) {
-        self.0.insert(
-            name.to_string(),
-            Slot {
-                kind,
-                version,
-                bytes,
-            },
-        );
+        self.0.insert(name.to_string(), Slot { kind, version, bytes });
     }
 
     pub fn get(&self, name: &str) -> Option<&Slot> {
@@ -105,10 +98,7 @@ pub fn encode_snapshot(header: &SnapshotHeader, slots: &StateSlots) -> Vec<u8> {
         .u32(header.subtask)
         .u32(slots.0.len() as u32);
     for (name, slot) in &slots.0 {
-        w.str(name)
-            .u8(slot.kind.tag())
-            .u32(slot.version)
-            .bytes(&slot.bytes);
+        w.str(name).u8(slot.kind.tag()).u32(slot.version).bytes(&slot.bytes);
     }
     w.into_bytes()
 }
@@ -120,38 +110,19 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, StateSlots), Dec
     }
     let version = r.u32()?;
     if version != SNAPSHOT_VERSION {
-        return Err(r.invalid(
-            "snapshot version",
-            format!("this build reads {SNAPSHOT_VERSION}, found {version}"),
-        ));
+        return Err(r.invalid("snapshot version", format!("this build reads {SNAPSHOT_VERSION}, found {version}")));
     }
-    let header = SnapshotHeader {
-        job: r.u64()?,
-        checkpoint: r.u64()?,
-        operator: r.u64()?,
-        subtask: r.u32()?,
-    };
+    let header = SnapshotHeader { job: r.u64()?, checkpoint: r.u64()?, operator: r.u64()?, subtask: r.u32()? };
     let count = r.count(13)?;
     let mut slots = StateSlots::new();
     for _ in 0..count {
         let name = r.str()?.to_string();
         let kind_tag = r.u8()?;
-        let kind = SlotKind::from_tag(kind_tag)
-            .ok_or_else(|| r.invalid("slot kind", format!("unknown kind {kind_tag}")))?;
+        let kind =
+            SlotKind::from_tag(kind_tag).ok_or_else(|| r.invalid("slot kind", format!("unknown kind {kind_tag}")))?;
         let version = r.u32()?;
         let bytes = r.bytes()?.to_vec();
-        if slots
-            .0
-            .insert(
-                name.clone(),
-                Slot {
-                    kind,
-                    version,
-                    bytes,
-                },
-            )
-            .is_some()
-        {
+        if slots.0.insert(name.clone(), Slot { kind, version, bytes }).is_some() {
             return Err(r.invalid("slot name", format!("slot {name:?} appears twice")));
         }
     }
@@ -186,12 +157,7 @@ pub struct SnapshotMeta {
 }
 
 impl SnapshotMeta {
-    pub fn describe(
-        header: &SnapshotHeader,
-        participant: &str,
-        slots: &StateSlots,
-        encoded: &[u8],
-    ) -> Self {
+    pub fn describe(header: &SnapshotHeader, participant: &str, slots: &StateSlots, encoded: &[u8]) -> Self {
         SnapshotMeta {
             format: META_FORMAT.to_string(),
             version: META_VERSION,
@@ -238,15 +204,7 @@ mod tests {
         let mut slots = StateSlots::new();
         slots.put("windows", SlotKind::Keyed, 1, vec![1, 2, 3]);
         slots.put("timers", SlotKind::Timers, 1, vec![]);
-        (
-            SnapshotHeader {
-                job: 1,
-                checkpoint: 4,
-                operator: u64::MAX,
-                subtask: 1,
-            },
-            slots,
-        )
+        (SnapshotHeader { job: 1, checkpoint: 4, operator: u64::MAX, subtask: 1 }, slots)
     }
 
     #[test]

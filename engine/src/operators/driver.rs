@@ -32,38 +32,26 @@ pub struct Driver {
 
 impl Driver {
     pub fn new(op: Box<dyn Transform>, clock: Clock) -> Self {
-        Self {
-            op,
-            timers: TimerService::new(clock),
-        }
+        Self { op, timers: TimerService::new(clock) }
     }
 
     /// Hands one event to the operator; what it emits is appended to `out`.
     pub fn handle(&mut self, event: Event, out: &mut Vec<Row>) -> Result<(), OperatorError> {
         match event {
             Event::Record(row) => {
-                let mut cx = Context {
-                    out,
-                    timers: &mut self.timers,
-                };
+                let mut cx = Context { out, timers: &mut self.timers };
                 self.op.on_record(row, &mut cx)
             }
             Event::Watermark { time, .. } => {
                 for timer in self.timers.advance_watermark(time) {
-                    let mut cx = Context {
-                        out: &mut *out,
-                        timers: &mut self.timers,
-                    };
+                    let mut cx = Context { out: &mut *out, timers: &mut self.timers };
                     self.op.on_event_timer(timer, &mut cx)?;
                 }
                 Ok(())
             }
             Event::ProcessingTime(now) => {
                 for timer in self.timers.advance_processing_time(now) {
-                    let mut cx = Context {
-                        out: &mut *out,
-                        timers: &mut self.timers,
-                    };
+                    let mut cx = Context { out: &mut *out, timers: &mut self.timers };
                     self.op.on_processing_timer(timer, &mut cx)?;
                 }
                 Ok(())
@@ -88,19 +76,13 @@ impl Driver {
         self.op.snapshot(&mut slots)?;
         let mut w = Writer::new();
         self.timers.encode(&mut w);
-        slots.put(
-            TIMERS_SLOT,
-            SlotKind::Timers,
-            TIMERS_SLOT_VERSION,
-            w.into_bytes(),
-        );
+        slots.put(TIMERS_SLOT, SlotKind::Timers, TIMERS_SLOT_VERSION, w.into_bytes());
         Ok(slots)
     }
 
     pub fn restore(&mut self, slots: &StateSlots) -> Result<(), OperatorError> {
-        let slot = slots
-            .get(TIMERS_SLOT)
-            .ok_or_else(|| OperatorError::state(TIMERS_SLOT, "missing from the snapshot"))?;
+        let slot =
+            slots.get(TIMERS_SLOT).ok_or_else(|| OperatorError::state(TIMERS_SLOT, "missing from the snapshot"))?;
         if slot.version != TIMERS_SLOT_VERSION {
             return Err(OperatorError::state(
                 TIMERS_SLOT,
@@ -108,10 +90,7 @@ impl Driver {
             ));
         }
         let mut r = Reader::new(&slot.bytes);
-        self.timers
-            .decode(&mut r)
-            .and_then(|()| r.finish())
-            .map_err(|e| OperatorError::state(TIMERS_SLOT, e))?;
+        self.timers.decode(&mut r).and_then(|()| r.finish()).map_err(|e| OperatorError::state(TIMERS_SLOT, e))?;
         self.op.restore(slots)
     }
 }

@@ -58,33 +58,16 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Filter, JobError> {
     f.only(&["column", "op", "value"])?;
     let name = f.str("column")?;
     let (column, col) = input.column(name).ok_or_else(|| {
-        f.error(
-            "column",
-            format!(
-                "no input column {name:?}; the input has {}",
-                input.names().join(", ")
-            ),
-        )
+        f.error("column", format!("no input column {name:?}; the input has {}", input.names().join(", ")))
     })?;
     let op = f.str("op")?;
-    let comparison = Comparison::parse(op)
-        .ok_or_else(|| f.error("op", format!("{op:?} is not one of eq, ne, lt, le, gt, ge")))?;
+    let comparison =
+        Comparison::parse(op).ok_or_else(|| f.error("op", format!("{op:?} is not one of eq, ne, lt, le, gt, ge")))?;
     let raw = f.value("value")?;
     let literal = literal_for(raw, col.ty).ok_or_else(|| {
-        f.error(
-            "value",
-            format!(
-                "{} does not fit column {name:?} of type {:?}",
-                kind_name(raw),
-                col.ty
-            ),
-        )
+        f.error("value", format!("{} does not fit column {name:?} of type {:?}", kind_name(raw), col.ty))
     })?;
-    Ok(Filter {
-        column,
-        comparison,
-        literal,
-    })
+    Ok(Filter { column, comparison, literal })
 }
 
 /// A JSON literal as a value of the column's type; decimals are given as text.
@@ -95,9 +78,7 @@ fn literal_for(raw: &Json, ty: ColumnType) -> Option<Value> {
         (ColumnType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64()?),
         (ColumnType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
         (ColumnType::String, Json::String(s)) => Value::Str(s.clone()),
-        (ColumnType::Decimal { scale }, Json::String(s)) => {
-            Value::Decimal(Decimal::parse(s, scale).ok()?)
-        }
+        (ColumnType::Decimal { scale }, Json::String(s)) => Value::Decimal(Decimal::parse(s, scale).ok()?),
         _ => return None,
     })
 }

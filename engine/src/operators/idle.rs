@@ -38,28 +38,14 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
     let f = Fields::object(params, "$")?;
     f.only(&["key", "time", "timeout_ms"])?;
     let key = key_columns(&f, input)?;
-    let time = typed_column(
-        &f,
-        "time",
-        input,
-        |t| t == ColumnType::Timestamp,
-        "a timestamp",
-    )?;
+    let time = typed_column(&f, "time", input, |t| t == ColumnType::Timestamp, "a timestamp")?;
     let timeout_ms = f.u64("timeout_ms")?;
     if timeout_ms == 0 || timeout_ms > i64::MAX as u64 / 4 {
         return Err(f.error("timeout_ms", "expected a positive timeout in milliseconds"));
     }
     let mut output = Schema(key.iter().map(|&i| input.0[i].clone()).collect());
-    output.0.extend([
-        column("last_seen", ColumnType::Timestamp),
-        column("idle_count", ColumnType::Int),
-    ]);
-    Ok(Plan {
-        key,
-        time,
-        timeout_ms: timeout_ms as i64,
-        output,
-    })
+    output.0.extend([column("last_seen", ColumnType::Timestamp), column("idle_count", ColumnType::Int)]);
+    Ok(Plan { key, time, timeout_ms: timeout_ms as i64, output })
 }
 
 pub struct IdleDetector {
@@ -70,31 +56,20 @@ pub struct IdleDetector {
 
 impl IdleDetector {
     pub fn new(plan: Plan) -> Self {
-        Self {
-            plan,
-            last_seen: BTreeMap::new(),
-            idle_count: BTreeMap::new(),
-        }
+        Self { plan, last_seen: BTreeMap::new(), idle_count: BTreeMap::new() }
     }
 }
 
 impl Transform for IdleDetector {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
-            return Err(OperatorError::Input(format!(
-                "record without a timestamp in column {}",
-                self.plan.time
-            )));
+            return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let key = key_bytes(&row, &self.plan.key);
         let seen = self.last_seen.entry(key.clone()).or_insert(i64::MIN);
         if *time > *seen {
             *seen = *time;
-            cx.timers.register_event_time(Timer {
-                time: time.saturating_add(self.plan.timeout_ms),
-                key,
-                namespace: 0,
-            });
+            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key, namespace: 0 });
         }
         Ok(())
     }
@@ -109,32 +84,19 @@ impl Transform for IdleDetector {
         }
         let count = self.idle_count.entry(timer.key.clone()).or_insert(0);
         *count += 1;
-        let mut row =
-            key_values(&timer.key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
+        let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
         row.extend([Value::Timestamp(seen), Value::Int(*count)]);
         cx.emit(row);
         Ok(())
     }
 
     fn snapshot(&self, slots: &mut StateSlots) -> Result<(), OperatorError> {
-        put_keyed(
-            slots,
-            LAST_SEEN_SLOT,
-            SLOT_VERSION,
-            &self.last_seen,
-            |w, v| {
-                w.i64(*v);
-            },
-        );
-        put_keyed(
-            slots,
-            IDLE_COUNT_SLOT,
-            SLOT_VERSION,
-            &self.idle_count,
-            |w, v| {
-                w.i64(*v);
-            },
-        );
+        put_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, &self.last_seen, |w, v| {
+            w.i64(*v);
+        });
+        put_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, &self.idle_count, |w, v| {
+            w.i64(*v);
+        });
         Ok(())
     }
 
@@ -155,18 +117,11 @@ mod tests {
 
     fn driver() -> Driver {
         let params = serde_json::json!({"key": ["account"], "time": "time", "timeout_ms": 30});
-        Driver::new(
-            Box::new(IdleDetector::new(plan(&params, &output_schema()).unwrap())),
-            Clock::Manual(0),
-        )
+        Driver::new(Box::new(IdleDetector::new(plan(&params, &output_schema()).unwrap())), Clock::Manual(0))
     }
 
     fn event(time: i64, account: &str) -> Event {
-        Event::Record(vec![
-            Value::Timestamp(time),
-            Value::Str(account.into()),
-            Value::Decimal(Decimal::new(1, 2)),
-        ])
+        Event::Record(vec![Value::Timestamp(time), Value::Str(account.into()), Value::Decimal(Decimal::new(1, 2))])
     }
 
     fn wm(time: i64) -> Event {
@@ -177,16 +132,8 @@ mod tests {
     fn a_key_idle_for_the_timeout_is_counted_once_per_quiet_spell() {
         let mut d = driver();
         let mut out = Vec::new();
-        for e in [
-            event(0, "a"),
-            event(10, "a"),
-            wm(35),
-            wm(40),
-            event(45, "a"),
-            wm(100),
-            event(110, "b"),
-            wm(i64::MAX),
-        ] {
+        for e in [event(0, "a"), event(10, "a"), wm(35), wm(40), event(45, "a"), wm(100), event(110, "b"), wm(i64::MAX)]
+        {
             d.handle(e, &mut out).unwrap();
         }
         let lines: Vec<String> = out.iter().map(|r| crate::value::render_line(r)).collect();

@@ -22,13 +22,9 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Schema, JobError> {
     }
     for c in &columns {
         if input.index_of(c).is_none() {
-            return Err(f.error(
-                "columns",
-                format!(
-                    "no input column {c:?}; the input has {}",
-                    input.names().join(", ")
-                ),
-            ));
+            return Err(
+                f.error("columns", format!("no input column {c:?}; the input has {}", input.names().join(", ")))
+            );
         }
     }
     Ok(input.clone())

@@ -52,16 +52,11 @@ pub fn get_keyed<V>(
     version: u32,
     mut read_value: impl FnMut(&mut Reader<'_>) -> Result<V, DecodeError>,
 ) -> Result<BTreeMap<Vec<u8>, V>, OperatorError> {
-    let slot = slots
-        .get(name)
-        .ok_or_else(|| OperatorError::state(name, "missing from the snapshot"))?;
+    let slot = slots.get(name).ok_or_else(|| OperatorError::state(name, "missing from the snapshot"))?;
     if slot.kind != SlotKind::Keyed || slot.version != version {
         return Err(OperatorError::state(
             name,
-            format!(
-                "expected a keyed slot at version {version}, found {:?} at version {}",
-                slot.kind, slot.version
-            ),
+            format!("expected a keyed slot at version {version}, found {:?} at version {}", slot.kind, slot.version),
         ));
     }
     let mut r = Reader::new(&slot.bytes);
@@ -94,14 +89,8 @@ mod tests {
     #[test]
     fn key_bytes_match_the_row_encoding_of_the_key_values() {
         let row = vec![Value::Int(1), Value::Str("a".into()), Value::Int(2)];
-        assert_eq!(
-            key_bytes(&row, &[1]),
-            key_of_values(&[Value::Str("a".into())])
-        );
-        assert_eq!(
-            key_values(&key_bytes(&row, &[1, 2])).unwrap(),
-            vec![Value::Str("a".into()), Value::Int(2)]
-        );
+        assert_eq!(key_bytes(&row, &[1]), key_of_values(&[Value::Str("a".into())]));
+        assert_eq!(key_values(&key_bytes(&row, &[1, 2])).unwrap(), vec![Value::Str("a".into()), Value::Int(2)]);
     }
 
     #[test]

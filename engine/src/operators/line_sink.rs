@@ -24,12 +24,7 @@ pub struct LineFileSink {
 
 impl LineFileSink {
     pub fn new(dir: PathBuf, subtask: u32) -> Self {
-        Self {
-            dir,
-            subtask,
-            file: None,
-            pending: Vec::new(),
-        }
+        Self { dir, subtask, file: None, pending: Vec::new() }
     }
 
     fn path(&self) -> PathBuf {
@@ -45,11 +40,7 @@ impl Sink for LineFileSink {
     fn open(&mut self, _restored: Option<&StateSlots>) -> Result<(), OperatorError> {
         create_dir_durably(&self.dir).map_err(OperatorError::io(&self.dir))?;
         let path = self.path();
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(OperatorError::io(&path))?;
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(OperatorError::io(&path))?;
         self.file = Some(file);
         Ok(())
     }
@@ -89,12 +80,8 @@ impl Sink for LineFileSink {
 impl LineFileSink {
     fn flush(&mut self) -> Result<(), OperatorError> {
         let path = self.path();
-        let file = self
-            .file
-            .as_mut()
-            .ok_or_else(|| OperatorError::Protocol("the sink is not open".into()))?;
-        file.write_all(&self.pending)
-            .map_err(OperatorError::io(&path))?;
+        let file = self.file.as_mut().ok_or_else(|| OperatorError::Protocol("the sink is not open".into()))?;
+        file.write_all(&self.pending).map_err(OperatorError::io(&path))?;
         self.pending.clear();
         Ok(())
     }

@@ -48,17 +48,11 @@ pub enum OperatorError {
 
 impl OperatorError {
     pub fn io(path: &Path) -> impl FnOnce(io::Error) -> OperatorError + '_ {
-        move |source| OperatorError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        move |source| OperatorError::Io { path: path.to_path_buf(), source }
     }
 
     pub fn state(slot: &str, reason: impl ToString) -> OperatorError {
-        OperatorError::State {
-            slot: slot.to_string(),
-            reason: reason.to_string(),
-        }
+        OperatorError::State { slot: slot.to_string(), reason: reason.to_string() }
     }
 }
 
@@ -79,20 +73,12 @@ pub trait Transform: Send {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError>;
 
     /// An event-time timer this operator registered became due.
-    fn on_event_timer(
-        &mut self,
-        _timer: Timer,
-        _cx: &mut Context<'_>,
-    ) -> Result<(), OperatorError> {
+    fn on_event_timer(&mut self, _timer: Timer, _cx: &mut Context<'_>) -> Result<(), OperatorError> {
         Ok(())
     }
 
     /// A processing-time timer this operator registered became due.
-    fn on_processing_timer(
-        &mut self,
-        _timer: Timer,
-        _cx: &mut Context<'_>,
-    ) -> Result<(), OperatorError> {
+    fn on_processing_timer(&mut self, _timer: Timer, _cx: &mut Context<'_>) -> Result<(), OperatorError> {
         Ok(())
     }
 

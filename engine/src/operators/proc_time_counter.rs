@@ -36,21 +36,11 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
     let key = key_columns(&f, input)?;
     let interval_ms = f.u64("interval_ms")?;
     if interval_ms == 0 || interval_ms > i64::MAX as u64 / 4 {
-        return Err(f.error(
-            "interval_ms",
-            "expected a positive interval in milliseconds",
-        ));
+        return Err(f.error("interval_ms", "expected a positive interval in milliseconds"));
     }
     let mut output = Schema(key.iter().map(|&i| input.0[i].clone()).collect());
-    output.0.extend([
-        column("count", ColumnType::Int),
-        column("fired_at", ColumnType::Timestamp),
-    ]);
-    Ok(Plan {
-        key,
-        interval_ms: interval_ms as i64,
-        output,
-    })
+    output.0.extend([column("count", ColumnType::Int), column("fired_at", ColumnType::Timestamp)]);
+    Ok(Plan { key, interval_ms: interval_ms as i64, output })
 }
 
 pub struct ProcTimeCounter {
@@ -60,10 +50,7 @@ pub struct ProcTimeCounter {
 
 impl ProcTimeCounter {
     pub fn new(plan: Plan) -> Self {
-        Self {
-            plan,
-            counts: BTreeMap::new(),
-        }
+        Self { plan, counts: BTreeMap::new() }
     }
 }
 
@@ -73,21 +60,13 @@ impl Transform for ProcTimeCounter {
         let count = self.counts.entry(key.clone()).or_insert(0);
         if *count == 0 {
             let due = cx.timers.now_ms().saturating_add(self.plan.interval_ms);
-            cx.timers.register_processing_time(Timer {
-                time: due,
-                key,
-                namespace: 0,
-            });
+            cx.timers.register_processing_time(Timer { time: due, key, namespace: 0 });
         }
         *count += 1;
         Ok(())
     }
 
-    fn on_processing_timer(
-        &mut self,
-        timer: Timer,
-        cx: &mut Context<'_>,
-    ) -> Result<(), OperatorError> {
+    fn on_processing_timer(&mut self, timer: Timer, cx: &mut Context<'_>) -> Result<(), OperatorError> {
         let Some(count) = self.counts.remove(&timer.key) else {
             return Ok(());
         };
@@ -121,27 +100,13 @@ mod tests {
     #[test]
     fn counts_fire_at_the_clock_positions_handed_in() {
         let params = serde_json::json!({"key": ["account"], "interval_ms": 10});
-        let mut d = Driver::new(
-            Box::new(ProcTimeCounter::new(
-                plan(&params, &output_schema()).unwrap(),
-            )),
-            Clock::Manual(100),
-        );
+        let mut d =
+            Driver::new(Box::new(ProcTimeCounter::new(plan(&params, &output_schema()).unwrap())), Clock::Manual(100));
         let rec = |a: &str| {
-            Event::Record(vec![
-                Value::Timestamp(0),
-                Value::Str(a.into()),
-                Value::Decimal(Decimal::new(1, 2)),
-            ])
+            Event::Record(vec![Value::Timestamp(0), Value::Str(a.into()), Value::Decimal(Decimal::new(1, 2))])
         };
         let mut out = Vec::new();
-        for e in [
-            rec("a"),
-            rec("a"),
-            Event::ProcessingTime(105),
-            rec("b"),
-            Event::ProcessingTime(110),
-        ] {
+        for e in [rec("a"), rec("a"), Event::ProcessingTime(105), rec("b"), Event::ProcessingTime(110)] {
             d.handle(e, &mut out).unwrap();
         }
         let lines: Vec<String> = out.iter().map(|r| crate::value::render_line(r)).collect();

@@ -29,13 +29,7 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
     let mut output = Schema::default();
     for c in &columns {
         let (i, column) = input.column(c).ok_or_else(|| {
-            f.error(
-                "columns",
-                format!(
-                    "no input column {c:?}; the input has {}",
-                    input.names().join(", ")
-                ),
-            )
+            f.error("columns", format!("no input column {c:?}; the input has {}", input.names().join(", ")))
         })?;
         if output.index_of(c).is_some() {
             return Err(f.error("columns", format!("column {c:?} is named twice")));
@@ -48,19 +42,13 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
 
 impl Project {
     pub fn new(plan: Plan) -> Self {
-        Self {
-            indices: plan.indices,
-        }
+        Self { indices: plan.indices }
     }
 }
 
 impl Transform for Project {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
-        let projected = self
-            .indices
-            .iter()
-            .map(|&i| row.get(i).cloned().unwrap_or(Value::Null))
-            .collect();
+        let projected = self.indices.iter().map(|&i| row.get(i).cloned().unwrap_or(Value::Null)).collect();
         cx.emit(projected);
         Ok(())
     }

@@ -31,23 +31,14 @@ pub fn output_schema() -> Schema {
     Schema::of(&[
         ("time", ColumnType::Timestamp),
         ("account", ColumnType::String),
-        (
-            "amount",
-            ColumnType::Decimal {
-                scale: AMOUNT_SCALE,
-            },
-        ),
+        ("amount", ColumnType::Decimal { scale: AMOUNT_SCALE }),
     ])
 }
 
 /// One parsed input line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Line {
-    Event {
-        time: i64,
-        account: String,
-        amount: Decimal,
-    },
+    Event { time: i64, account: String, amount: Decimal },
     Watermark(i64),
     End,
 }
@@ -66,30 +57,19 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
                 return Err("the account is empty".into());
             }
             let amount = Decimal::parse(amount, AMOUNT_SCALE)?;
-            Ok(Line::Event {
-                time,
-                account: (*account).to_string(),
-                amount,
-            })
+            Ok(Line::Event { time, account: (*account).to_string(), amount })
         }
         ["W", time] => Ok(Line::Watermark(parse_time(time)?)),
-        _ => Err(format!(
-            "{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END",
-            truncate(line, 80)
-        )),
+        _ => Err(format!("{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END", truncate(line, 80))),
     }
 }
 
 fn parse_time(text: &str) -> Result<i64, String> {
     let digits = text.strip_prefix('-').unwrap_or(text);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "time {:?} is not an integer number of milliseconds",
-            truncate(text, 40)
-        ));
+        return Err(format!("time {:?} is not an integer number of milliseconds", truncate(text, 40)));
     }
-    text.parse::<i64>()
-        .map_err(|_| format!("time {text:?} is out of range"))
+    text.parse::<i64>().map_err(|_| format!("time {text:?} is out of range"))
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -161,9 +141,7 @@ fn input_error(path: &Path, line: u64, reason: &str) -> OperatorError {
 }
 
 fn open(path: &Path) -> Result<BufReader<File>, OperatorError> {
-    File::open(path)
-        .map(BufReader::new)
-        .map_err(OperatorError::io(path))
+    File::open(path).map(BufReader::new).map_err(OperatorError::io(path))
 }
 
 /// Reads one line into `buf` without its newline; false at the end of the file.
@@ -186,14 +164,9 @@ fn read_bounded_line(
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
     } else if n > MAX_LINE_BYTES {
-        return Err(input_error(
-            path,
-            line_no,
-            &format!("the line is longer than {MAX_LINE_BYTES} bytes"),
-        ));
+        return Err(input_error(path, line_no, &format!("the line is longer than {MAX_LINE_BYTES} bytes")));
     }
-    *buf = String::from_utf8(bytes)
-        .map_err(|_| input_error(path, line_no, "the line is not UTF-8"))?;
+    *buf = String::from_utf8(bytes).map_err(|_| input_error(path, line_no, "the line is not UTF-8"))?;
     Ok(true)
 }
 
@@ -219,12 +192,7 @@ impl SegmentSource {
     pub fn new(dir: PathBuf) -> Self {
         Self {
             dir,
-            position: Position {
-                segment: String::new(),
-                line: 0,
-                watermark: NO_WATERMARK,
-                ended: false,
-            },
+            position: Position { segment: String::new(), line: 0, watermark: NO_WATERMARK, ended: false },
             restored_watermark: None,
             reader: None,
             buf: String::new(),
@@ -242,9 +210,7 @@ impl SegmentSource {
     /// Opens the next segment after the current one; false when none is left.
     fn advance_segment(&mut self) -> Result<bool, OperatorError> {
         let segments = list_segments(&self.dir)?;
-        let next = segments
-            .into_iter()
-            .find(|s| self.position.segment.is_empty() || *s > self.position.segment);
+        let next = segments.into_iter().find(|s| self.position.segment.is_empty() || *s > self.position.segment);
         match next {
             Some(name) => {
                 self.position.segment = name;
@@ -280,9 +246,8 @@ impl Source for SegmentSource {
         let Some(slots) = slots else {
             return Ok(());
         };
-        let slot = slots
-            .get(POSITION_SLOT)
-            .ok_or_else(|| OperatorError::state(POSITION_SLOT, "missing from the snapshot"))?;
+        let slot =
+            slots.get(POSITION_SLOT).ok_or_else(|| OperatorError::state(POSITION_SLOT, "missing from the snapshot"))?;
         if slot.version != POSITION_VERSION {
             return Err(OperatorError::state(
                 POSITION_SLOT,
@@ -296,12 +261,7 @@ impl Source for SegmentSource {
             let watermark = r.i64()?;
             let ended = r.u8()? != 0;
             r.finish()?;
-            Ok::<_, crate::codec::DecodeError>(Position {
-                segment,
-                line,
-                watermark,
-                ended,
-            })
+            Ok::<_, crate::codec::DecodeError>(Position { segment, line, watermark, ended })
         })();
         self.position = decoded.map_err(|e| OperatorError::state(POSITION_SLOT, e))?;
         if !self.position.segment.is_empty() {
@@ -313,8 +273,7 @@ impl Source for SegmentSource {
             }
             self.reopen_at_position()?;
         }
-        self.restored_watermark =
-            (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);
+        self.restored_watermark = (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);
         Ok(())
     }
 
@@ -332,10 +291,7 @@ impl Source for SegmentSource {
             }
             let path = self.segment_path();
             let line_no = self.position.line + 1;
-            let reader = self
-                .reader
-                .as_mut()
-                .ok_or_else(|| OperatorError::Protocol("no open segment".into()))?;
+            let reader = self.reader.as_mut().ok_or_else(|| OperatorError::Protocol("no open segment".into()))?;
             if !read_bounded_line(reader, &mut self.buf, &path, line_no)? {
                 self.reader = None;
                 if !self.advance_segment()? {
@@ -346,15 +302,9 @@ impl Source for SegmentSource {
             self.position.line = line_no;
             let parsed = parse_line(&self.buf).map_err(|e| input_error(&path, line_no, &e))?;
             return Ok(match parsed {
-                Line::Event {
-                    time,
-                    account,
-                    amount,
-                } => SourceItem::Record(vec![
-                    Value::Timestamp(time),
-                    Value::Str(account),
-                    Value::Decimal(amount),
-                ]),
+                Line::Event { time, account, amount } => {
+                    SourceItem::Record(vec![Value::Timestamp(time), Value::Str(account), Value::Decimal(amount)])
+                }
                 Line::Watermark(time) if time > self.position.watermark => {
                     self.position.watermark = time;
                     SourceItem::Watermark(time)
@@ -376,12 +326,7 @@ impl Source for SegmentSource {
             .i64(self.position.watermark)
             .u8(u8::from(self.position.ended));
         let mut slots = StateSlots::new();
-        slots.put(
-            POSITION_SLOT,
-            SlotKind::Operator,
-            POSITION_VERSION,
-            w.into_bytes(),
-        );
+        slots.put(POSITION_SLOT, SlotKind::Operator, POSITION_VERSION, w.into_bytes());
         Ok(slots)
     }
 }
@@ -394,26 +339,11 @@ mod tests {
     fn lines_parse_or_are_refused_with_a_reason() {
         assert_eq!(
             parse_line("E,1000,acct-1,12.5").unwrap(),
-            Line::Event {
-                time: 1000,
-                account: "acct-1".into(),
-                amount: Decimal::new(1250, 2)
-            }
+            Line::Event { time: 1000, account: "acct-1".into(), amount: Decimal::new(1250, 2) }
         );
         assert_eq!(parse_line("W,5").unwrap(), Line::Watermark(5));
         assert_eq!(parse_line("END\r").unwrap(), Line::End);
-        for bad in [
-            "",
-            "E,1,a",
-            "E,x,a,1",
-            "E,1,,1",
-            "E,1,a,1.234",
-            "W",
-            "W,1,2",
-            "end",
-            "E,1,a,1,2",
-            "X,1",
-        ] {
+        for bad in ["", "E,1,a", "E,x,a,1", "E,1,,1", "E,1,a,1.234", "W", "W,1,2", "end", "E,1,a,1,2", "X,1"] {
             assert!(parse_line(bad).is_err(), "{bad:?}");
         }
     }
@@ -439,10 +369,7 @@ mod tests {
     #[test]
     fn a_restored_source_resumes_after_its_position() {
         let dir = tempfile::tempdir().unwrap();
-        write_input(
-            dir.path(),
-            &["E,1,a,1\nW,1\nE,2,b,2\n", "W,3\nE,4,a,1.5\nEND\n"],
-        );
+        write_input(dir.path(), &["E,1,a,1\nW,1\nE,2,b,2\n", "W,3\nE,4,a,1.5\nEND\n"]);
         let mut source = SegmentSource::new(dir.path().to_path_buf());
         source.restore(None).unwrap();
         let mut first = Vec::new();

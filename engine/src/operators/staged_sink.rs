@@ -14,9 +14,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::durable::{
-    create_dir_durably, remove_stale_temps, rename_durably, sync_dir, write_durably,
-};
+use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps, rename_durably, sync_dir, write_durably};
 use crate::checkpoint::snapshot::sha256_hex;
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
@@ -84,22 +82,19 @@ impl StagedFileSink {
     /// Publishes one handle; a handle already published is left as it is.
     fn publish(&mut self, handle: &Handle) -> Result<(), OperatorError> {
         if let Some(contents) = self.unsealed.remove(&handle.checkpoint) {
-            write_durably(&self.staged_dir, &handle.file, &contents)
-                .map_err(OperatorError::io(&self.staged_dir))?;
+            write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
         }
         let staged = self.staged_dir.join(&handle.file);
         let published = self.dir.join(&handle.file);
         if is_regular_file(&published) {
             return Ok(());
         }
-        let size = fs::symlink_metadata(&staged)
-            .map(|m| m.len())
-            .map_err(|_| {
-                OperatorError::Protocol(format!(
-                    "the handle of checkpoint {} names {}, which is neither staged nor published",
-                    handle.checkpoint, handle.file
-                ))
-            })?;
+        let size = fs::symlink_metadata(&staged).map(|m| m.len()).map_err(|_| {
+            OperatorError::Protocol(format!(
+                "the handle of checkpoint {} names {}, which is neither staged nor published",
+                handle.checkpoint, handle.file
+            ))
+        })?;
         if size != handle.bytes {
             return Err(OperatorError::Protocol(format!(
                 "{} holds {size} bytes; its handle vouches for {}",
@@ -112,8 +107,7 @@ impl StagedFileSink {
 
     /// Removes this subtask's staged files that no held handle names.
     fn remove_unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<(), OperatorError> {
-        let entries =
-            fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        let entries = fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
         let mut removed = false;
         for entry in entries {
             let entry = entry.map_err(OperatorError::io(&self.staged_dir))?;
@@ -182,8 +176,7 @@ impl Sink for StagedFileSink {
         if self.defects.has(Defect::AckBeforeDurable) {
             self.unsealed.insert(checkpoint, contents);
         } else {
-            write_durably(&self.staged_dir, &handle.file, &contents)
-                .map_err(OperatorError::io(&self.staged_dir))?;
+            write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
         }
         self.pending.insert(checkpoint, handle);
         Ok(Prepared { staged: true })
@@ -193,19 +186,10 @@ impl Sink for StagedFileSink {
         let mut w = Writer::new();
         w.u32(self.pending.len() as u32);
         for h in self.pending.values() {
-            w.u64(h.checkpoint)
-                .str(&h.file)
-                .u64(h.rows)
-                .u64(h.bytes)
-                .str(&h.sha256);
+            w.u64(h.checkpoint).str(&h.file).u64(h.rows).u64(h.bytes).str(&h.sha256);
         }
         let mut slots = StateSlots::new();
-        slots.put(
-            HANDLES_SLOT,
-            SlotKind::Operator,
-            HANDLES_VERSION,
-            w.into_bytes(),
-        );
+        slots.put(HANDLES_SLOT, SlotKind::Operator, HANDLES_VERSION, w.into_bytes());
         Ok(slots)
     }
 
@@ -221,9 +205,10 @@ impl Sink for StagedFileSink {
     }
 
     fn evidence(&self, checkpoint: u64) -> serde_json::Value {
-        let handle = self.pending.get(&checkpoint).map(|h| {
-            serde_json::json!({"file": h.file, "rows": h.rows, "bytes": h.bytes, "sha256": h.sha256})
-        });
+        let handle = self
+            .pending
+            .get(&checkpoint)
+            .map(|h| serde_json::json!({"file": h.file, "rows": h.rows, "bytes": h.bytes, "sha256": h.sha256}));
         serde_json::json!({
             "type": TYPE,
             "family": self.family().as_str(),
@@ -246,14 +231,10 @@ impl Sink for StagedFileSink {
 
 /// The handles a staged-file sink's snapshot holds.
 pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, OperatorError> {
-    let slot = slots
-        .get(HANDLES_SLOT)
-        .ok_or_else(|| OperatorError::state(HANDLES_SLOT, "missing from the snapshot"))?;
+    let slot =
+        slots.get(HANDLES_SLOT).ok_or_else(|| OperatorError::state(HANDLES_SLOT, "missing from the snapshot"))?;
     if slot.version != HANDLES_VERSION {
-        return Err(OperatorError::state(
-            HANDLES_SLOT,
-            format!("version {} is not {HANDLES_VERSION}", slot.version),
-        ));
+        return Err(OperatorError::state(HANDLES_SLOT, format!("version {} is not {HANDLES_VERSION}", slot.version)));
     }
     let mut r = Reader::new(&slot.bytes);
     let decode = |r: &mut Reader<'_>| {
@@ -276,10 +257,7 @@ pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, Opera
     for h in handles.values() {
         let safe = h.file.starts_with("part-") && crate::job::is_safe_name(&h.file);
         if !safe {
-            return Err(OperatorError::state(
-                HANDLES_SLOT,
-                format!("handle names {:?}, not a part file", h.file),
-            ));
+            return Err(OperatorError::state(HANDLES_SLOT, format!("handle names {:?}, not a part file", h.file)));
         }
     }
     Ok(handles)
@@ -319,10 +297,7 @@ mod tests {
         assert_eq!(published(dir.path()), vec!["part-0-2"]);
         s.commit(3).unwrap();
         assert_eq!(published(dir.path()), vec!["part-0-2", "part-0-3"]);
-        assert_eq!(
-            fs::read_to_string(dir.path().join("out/part-0-3")).unwrap(),
-            "2\n"
-        );
+        assert_eq!(fs::read_to_string(dir.path().join("out/part-0-3")).unwrap(), "2\n");
     }
 
     #[test]
@@ -352,11 +327,7 @@ mod tests {
         s.write(&vec![Value::Int(1)]).unwrap();
         s.prepare(1).unwrap();
         let snapshot = s.snapshot().unwrap();
-        let mut again = StagedFileSink::new(
-            dir.path().join("out"),
-            0,
-            Defects::of(&[Defect::NoRecommitAtOpen]),
-        );
+        let mut again = StagedFileSink::new(dir.path().join("out"), 0, Defects::of(&[Defect::NoRecommitAtOpen]));
         again.open(Some(&snapshot)).unwrap();
         again.commit(5).unwrap();
         assert!(published(dir.path()).is_empty());
@@ -365,19 +336,9 @@ mod tests {
     #[test]
     fn a_hostile_handle_name_is_refused() {
         let mut w = Writer::new();
-        w.u32(1)
-            .u64(1)
-            .str("../../etc/passwd")
-            .u64(0)
-            .u64(0)
-            .str("");
+        w.u32(1).u64(1).str("../../etc/passwd").u64(0).u64(0).str("");
         let mut slots = StateSlots::new();
-        slots.put(
-            HANDLES_SLOT,
-            SlotKind::Operator,
-            HANDLES_VERSION,
-            w.into_bytes(),
-        );
+        slots.put(HANDLES_SLOT, SlotKind::Operator, HANDLES_VERSION, w.into_bytes());
         assert!(decode_handles(&slots).is_err());
     }
 }

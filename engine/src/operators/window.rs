@@ -37,13 +37,7 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
     let f = Fields::object(params, "$")?;
     f.only(&["key", "time", "value", "size_ms"])?;
     let key = key_columns(&f, input)?;
-    let time = typed_column(
-        &f,
-        "time",
-        input,
-        |t| t == ColumnType::Timestamp,
-        "a timestamp",
-    )?;
+    let time = typed_column(&f, "time", input, |t| t == ColumnType::Timestamp, "a timestamp")?;
     let value = typed_column(
         &f,
         "value",
@@ -63,21 +57,11 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
         column("count", ColumnType::Int),
         column("sum", value_type),
     ]);
-    Ok(Plan {
-        key,
-        time,
-        value,
-        value_type,
-        size_ms: size_ms as i64,
-        output,
-    })
+    Ok(Plan { key, time, value, value_type, size_ms: size_ms as i64, output })
 }
 
 pub(crate) fn column(name: &str, ty: ColumnType) -> Column {
-    Column {
-        name: name.into(),
-        ty,
-    }
+    Column { name: name.into(), ty }
 }
 
 pub(crate) fn key_columns(f: &Fields<'_>, input: &Schema) -> Result<Vec<usize>, JobError> {
@@ -89,13 +73,7 @@ pub(crate) fn key_columns(f: &Fields<'_>, input: &Schema) -> Result<Vec<usize>, 
         .iter()
         .map(|n| {
             input.index_of(n).ok_or_else(|| {
-                f.error(
-                    "key",
-                    format!(
-                        "no input column {n:?}; the input has {}",
-                        input.names().join(", ")
-                    ),
-                )
+                f.error("key", format!("no input column {n:?}; the input has {}", input.names().join(", ")))
             })
         })
         .collect()
@@ -110,19 +88,10 @@ pub(crate) fn typed_column(
 ) -> Result<usize, JobError> {
     let name = f.str(field)?;
     let (i, col) = input.column(name).ok_or_else(|| {
-        f.error(
-            field,
-            format!(
-                "no input column {name:?}; the input has {}",
-                input.names().join(", ")
-            ),
-        )
+        f.error(field, format!("no input column {name:?}; the input has {}", input.names().join(", ")))
     })?;
     if !accepts(col.ty) {
-        return Err(f.error(
-            field,
-            format!("column {name:?} is {:?}; expected {expected}", col.ty),
-        ));
+        return Err(f.error(field, format!("column {name:?} is {:?}; expected {expected}", col.ty)));
     }
     Ok(i)
 }
@@ -141,11 +110,7 @@ pub struct TumblingWindow {
 
 impl TumblingWindow {
     pub fn new(plan: Plan) -> Self {
-        Self {
-            plan,
-            windows: BTreeMap::new(),
-            late_dropped: 0,
-        }
+        Self { plan, windows: BTreeMap::new(), late_dropped: 0 }
     }
 
     pub fn late_dropped(&self) -> u64 {
@@ -165,22 +130,15 @@ fn add(sum: &Value, v: &Value) -> Result<Value, OperatorError> {
     match (sum, v) {
         (_, Value::Null) => Ok(sum.clone()),
         (Value::Int(a), Value::Int(b)) => a.checked_add(*b).map(Value::Int).ok_or_else(overflow),
-        (Value::Decimal(a), Value::Decimal(b)) => {
-            a.checked_add(*b).map(Value::Decimal).ok_or_else(overflow)
-        }
-        _ => Err(OperatorError::Input(format!(
-            "cannot add {v:?} to a sum of {sum:?}"
-        ))),
+        (Value::Decimal(a), Value::Decimal(b)) => a.checked_add(*b).map(Value::Decimal).ok_or_else(overflow),
+        _ => Err(OperatorError::Input(format!("cannot add {v:?} to a sum of {sum:?}"))),
     }
 }
 
 impl Transform for TumblingWindow {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
-            return Err(OperatorError::Input(format!(
-                "record without a timestamp in column {}",
-                self.plan.time
-            )));
+            return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let size = self.plan.size_ms;
         let start = time.div_euclid(size) * size;
@@ -192,22 +150,11 @@ impl Transform for TumblingWindow {
         let key = key_bytes(&row, &self.plan.key);
         let value = row.get(self.plan.value).cloned().unwrap_or(Value::Null);
         let zero = self.zero();
-        let acc = self
-            .windows
-            .entry(key.clone())
-            .or_default()
-            .entry(start)
-            .or_insert(Accumulator {
-                count: 0,
-                sum: zero,
-            });
+        let acc =
+            self.windows.entry(key.clone()).or_default().entry(start).or_insert(Accumulator { count: 0, sum: zero });
         acc.count += 1;
         acc.sum = add(&acc.sum, &value)?;
-        cx.timers.register_event_time(Timer {
-            time: end,
-            key,
-            namespace: start,
-        });
+        cx.timers.register_event_time(Timer { time: end, key, namespace: start });
         Ok(())
     }
 
@@ -233,19 +180,13 @@ impl Transform for TumblingWindow {
     }
 
     fn snapshot(&self, slots: &mut StateSlots) -> Result<(), OperatorError> {
-        put_keyed(
-            slots,
-            WINDOWS_SLOT,
-            WINDOWS_VERSION,
-            &self.windows,
-            |w: &mut Writer, per_key| {
-                w.u32(per_key.len() as u32);
-                for (start, acc) in per_key {
-                    w.i64(*start).i64(acc.count);
-                    encode_value(w, &acc.sum);
-                }
-            },
-        );
+        put_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, &self.windows, |w: &mut Writer, per_key| {
+            w.u32(per_key.len() as u32);
+            for (start, acc) in per_key {
+                w.i64(*start).i64(acc.count);
+                encode_value(w, &acc.sum);
+            }
+        });
         Ok(())
     }
 
@@ -274,20 +215,11 @@ mod tests {
 
     fn driver() -> Driver {
         let params = serde_json::json!({"key": ["account"], "time": "time", "value": "amount", "size_ms": 10});
-        Driver::new(
-            Box::new(TumblingWindow::new(
-                plan(&params, &output_schema()).unwrap(),
-            )),
-            Clock::Manual(0),
-        )
+        Driver::new(Box::new(TumblingWindow::new(plan(&params, &output_schema()).unwrap())), Clock::Manual(0))
     }
 
     fn event(time: i64, account: &str, cents: i128) -> Event {
-        Event::Record(vec![
-            Value::Timestamp(time),
-            Value::Str(account.into()),
-            Value::Decimal(Decimal::new(cents, 2)),
-        ])
+        Event::Record(vec![Value::Timestamp(time), Value::Str(account.into()), Value::Decimal(Decimal::new(cents, 2))])
     }
 
     fn run(d: &mut Driver, events: Vec<Event>) -> Vec<String> {
@@ -303,62 +235,23 @@ mod tests {
         let mut d = driver();
         let out = run(
             &mut d,
-            vec![
-                event(1, "a", 100),
-                event(9, "a", 5),
-                event(3, "b", 1),
-                Event::Watermark {
-                    time: 9,
-                    idle: false,
-                },
-            ],
+            vec![event(1, "a", 100), event(9, "a", 5), event(3, "b", 1), Event::Watermark { time: 9, idle: false }],
         );
         assert!(out.is_empty(), "{out:?}");
-        let out = run(
-            &mut d,
-            vec![Event::Watermark {
-                time: 10,
-                idle: false,
-            }],
-        );
+        let out = run(&mut d, vec![Event::Watermark { time: 10, idle: false }]);
         assert_eq!(out, vec!["a,0,10,2,1.05", "b,0,10,1,0.01"]);
-        let out = run(
-            &mut d,
-            vec![
-                event(5, "a", 1),
-                Event::Watermark {
-                    time: 30,
-                    idle: false,
-                },
-            ],
-        );
+        let out = run(&mut d, vec![event(5, "a", 1), Event::Watermark { time: 30, idle: false }]);
         assert!(out.is_empty(), "a late record is dropped: {out:?}");
     }
 
     #[test]
     fn restored_state_fires_the_same_rows() {
         let mut d = driver();
-        run(
-            &mut d,
-            vec![
-                event(1, "a", 100),
-                event(12, "a", 1),
-                Event::Watermark {
-                    time: 2,
-                    idle: false,
-                },
-            ],
-        );
+        run(&mut d, vec![event(1, "a", 100), event(12, "a", 1), Event::Watermark { time: 2, idle: false }]);
         let snapshot = d.snapshot().unwrap();
         let mut restored = driver();
         restored.restore(&snapshot).unwrap();
-        let done = Event::Watermark {
-            time: i64::MAX,
-            idle: false,
-        };
-        assert_eq!(
-            run(&mut restored, vec![done.clone()]),
-            run(&mut d, vec![done])
-        );
+        let done = Event::Watermark { time: i64::MAX, idle: false };
+        assert_eq!(run(&mut restored, vec![done.clone()]), run(&mut d, vec![done]));
     }
 }

@@ -13,12 +13,10 @@ use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 
 use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
 use crate::checkpoint::durable::remove_stale_temps;
-use crate::checkpoint::markers::{
-    list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker,
-};
+use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
-    next_checkpoint_id, participant_name, restore_point_on_disk, CheckpointLayout,
-    FileStateBackend, RestoredRecord, GENERATION,
+    next_checkpoint_id, participant_name, restore_point_on_disk, CheckpointLayout, FileStateBackend, RestoredRecord,
+    GENERATION,
 };
 use crate::defects::Defect;
 use crate::fault::{kill_point, FaultPoint};
@@ -105,12 +103,8 @@ impl Coordinator {
                 });
             }
         }
-        let sinks = participants
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.kind == OperatorKind::Sink)
-            .map(|(i, _)| i)
-            .collect();
+        let sinks =
+            participants.iter().enumerate().filter(|(_, p)| p.kind == OperatorKind::Sink).map(|(i, _)| i).collect();
         Ok(Coordinator {
             options,
             layout,
@@ -163,8 +157,7 @@ impl Coordinator {
     /// then redeploy from the restore point.
     fn recover(&mut self) -> Result<(), RunError> {
         remove_stale_temps(&self.layout.jobs_dir()).map_err(|e| RunError::Failed(e.to_string()))?;
-        let point =
-            restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
+        let point = restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
         trace_event!(
             CoordRecovers,
             job = self.layout.job(),
@@ -177,23 +170,13 @@ impl Coordinator {
 
     /// Chooses the restore point, records it, and deploys from it.
     fn redeploy(&mut self) -> Result<(), RunError> {
-        let point =
-            restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
-        let next = next_checkpoint_id(&self.layout, &point)
-            .map_err(failed("reading the checkpoint directory"))?;
+        let point = restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
+        let next = next_checkpoint_id(&self.layout, &point).map_err(failed("reading the checkpoint directory"))?;
         let next = next.max(self.next_id);
-        kill_point(
-            FaultPoint::CoordinatorBeforeRestoredRecord,
-            point.checkpoint,
-        );
+        kill_point(FaultPoint::CoordinatorBeforeRestoredRecord, point.checkpoint);
         let record = RestoredRecord::new(self.layout.job(), point.checkpoint, next);
         write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
-        trace_event!(
-            Redeploy,
-            job = self.layout.job(),
-            restore = point.checkpoint,
-            next = next
-        );
+        trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
         self.next_id = next;
         self.first_checkpoint = next;
         self.restored_from = point.checkpoint;
@@ -225,12 +208,7 @@ impl Coordinator {
             control_tx.push(tx);
             control_rx.push(Some(rx));
         }
-        let first_task_of = |op: usize| {
-            self.participants
-                .iter()
-                .position(|p| p.operator == op)
-                .unwrap_or(0)
-        };
+        let first_task_of = |op: usize| self.participants.iter().position(|p| p.operator == op).unwrap_or(0);
 
         let mut threads = Vec::new();
         for (task, p) in self.participants.iter().enumerate() {
@@ -241,9 +219,7 @@ impl Coordinator {
                 Some(
                     self.backend
                         .read(GENERATION, &p.name, restore_point)
-                        .map_err(|e| {
-                            RunError::Failed(format!("restoring checkpoint {restore_point}: {e}"))
-                        })?
+                        .map_err(|e| RunError::Failed(format!("restoring checkpoint {restore_point}: {e}")))?
                         .slots,
                 )
             };
@@ -263,9 +239,8 @@ impl Coordinator {
                 recorder,
             };
             let out = self.output_gate(p, &data_tx, &first_task_of, &cancel);
-            let control = control_rx[task]
-                .take()
-                .ok_or_else(|| RunError::Failed("control channel taken twice".into()))?;
+            let control =
+                control_rx[task].take().ok_or_else(|| RunError::Failed("control channel taken twice".into()))?;
             let name = p.name.clone();
             let spawn = |f: Box<dyn FnOnce() + Send>| {
                 std::thread::Builder::new()
@@ -275,8 +250,7 @@ impl Coordinator {
             };
             let handle = match p.kind {
                 OperatorKind::Source => {
-                    let source = registry::build_source(op, env)
-                        .map_err(|e| RunError::Refused(e.to_string()))?;
+                    let source = registry::build_source(op, env).map_err(|e| RunError::Refused(e.to_string()))?;
                     let triggers = SourceTriggers {
                         every_records: match self.options.trigger {
                             TriggerMode::EveryRecords(n) => Some(n.max(1)),
@@ -284,20 +258,17 @@ impl Coordinator {
                         },
                         stop_at_watermark: self.options.stop_with_savepoint_at,
                     };
-                    spawn(Box::new(move || {
-                        task::run_source(cx, source, out, control, triggers)
-                    }))?
+                    spawn(Box::new(move || task::run_source(cx, source, out, control, triggers)))?
                 }
                 OperatorKind::Transform => {
-                    let transform = registry::build_transform(op)
-                        .map_err(|e| RunError::Refused(e.to_string()))?;
+                    let transform = registry::build_transform(op).map_err(|e| RunError::Refused(e.to_string()))?;
                     let driver = Driver::new(transform, task::production_clock());
                     let gate = self.input_gate(op, data_rx[task].take(), control)?;
                     spawn(Box::new(move || task::run_transform(cx, driver, gate, out)))?
                 }
                 OperatorKind::Sink => {
-                    let sink = registry::build_sink(op, p.subtask, env)
-                        .map_err(|e| RunError::Refused(e.to_string()))?;
+                    let sink =
+                        registry::build_sink(op, p.subtask, env).map_err(|e| RunError::Refused(e.to_string()))?;
                     let gate = self.input_gate(op, data_rx[task].take(), control)?;
                     spawn(Box::new(move || task::run_sink(cx, sink, gate)))?
                 }
@@ -316,11 +287,7 @@ impl Coordinator {
     }
 
     /// The flight recorder of a transform or sink subtask, when capture is on.
-    fn recorder_for(
-        &self,
-        op: &PlannedOperator,
-        p: &Participant,
-    ) -> Result<Option<EpochRecorder>, RunError> {
+    fn recorder_for(&self, op: &PlannedOperator, p: &Participant) -> Result<Option<EpochRecorder>, RunError> {
         let Some(capture) = &self.options.capture else {
             return Ok(None);
         };
@@ -340,20 +307,16 @@ impl Coordinator {
         data: Option<Receiver<DataFrame>>,
         control: Receiver<ToTask>,
     ) -> Result<InputGate, RunError> {
-        let data = data.ok_or_else(|| {
-            RunError::Failed(format!("operator {} has no input channel", op.spec.id))
-        })?;
+        let data = data.ok_or_else(|| RunError::Failed(format!("operator {} has no input channel", op.spec.id)))?;
         let channels = self
             .options
             .job
             .inputs_of(op.spec.id)
             .map(|edge| match edge.partition {
                 Partition::Forward => 1,
-                Partition::Hash { .. } => self
-                    .options
-                    .job
-                    .operator(edge.from)
-                    .map_or(1, |u| u.spec.parallelism as usize),
+                Partition::Hash { .. } => {
+                    self.options.job.operator(edge.from).map_or(1, |u| u.spec.parallelism as usize)
+                }
             })
             .sum();
         Ok(InputGate::new(data, control, channels))
@@ -379,9 +342,7 @@ impl Coordinator {
                 Partition::Forward => (Route::Forward, 0),
                 Partition::Hash { indices, .. } => (Route::Hash(indices.clone()), p.subtask),
             };
-            let targets = (0..parallelism)
-                .filter_map(|s| data_tx[first + s].clone().map(|tx| (tx, channel)))
-                .collect();
+            let targets = (0..parallelism).filter_map(|s| data_tx[first + s].clone().map(|tx| (tx, channel))).collect();
             edges.push(OutputEdge { route, targets });
         }
         OutputGate::new(p.subtask, edges, cancel.clone())
@@ -400,15 +361,12 @@ impl Coordinator {
             let frame = match self.deferred.pop_front() {
                 Some(frame) => frame,
                 None => {
-                    let timeout = next_interval.map_or(Duration::from_secs(3600), |t| {
-                        t.saturating_duration_since(Instant::now())
-                    });
+                    let timeout = next_interval
+                        .map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(Instant::now()));
                     match deployment.from_tasks.recv_timeout(timeout) {
                         Ok(frame) => frame,
                         Err(RecvTimeoutError::Timeout) => {
-                            if let (Some(interval), false) =
-                                (self.interval(), deployment.source_closing)
-                            {
+                            if let (Some(interval), false) = (self.interval(), deployment.source_closing) {
                                 self.trigger(CheckpointKind::Periodic)?;
                                 next_interval = Some(Instant::now() + interval);
                             }
@@ -441,12 +399,7 @@ impl Coordinator {
                 }
                 self.trigger(kind)
             }
-            ToCoordinator::Ack {
-                task,
-                checkpoint,
-                ok,
-                error,
-            } => self.on_ack(task, checkpoint, ok, error),
+            ToCoordinator::Ack { task, checkpoint, ok, error } => self.on_ack(task, checkpoint, ok, error),
             ToCoordinator::Committed { .. } => Ok(()),
             ToCoordinator::Finished { task } => {
                 if let Some(d) = &mut self.deployment {
@@ -455,11 +408,7 @@ impl Coordinator {
                 Ok(())
             }
             ToCoordinator::Failed { task, error } => {
-                let name = self
-                    .participants
-                    .get(task)
-                    .map_or("?", |p| p.name.as_str())
-                    .to_string();
+                let name = self.participants.get(task).map_or("?", |p| p.name.as_str()).to_string();
                 self.restart_on_error(0, format!("{name} failed: {error}"))
             }
         }
@@ -468,21 +417,8 @@ impl Coordinator {
     fn trigger(&mut self, kind: CheckpointKind) -> Result<(), RunError> {
         let checkpoint = self.next_id;
         self.next_id += 1;
-        self.pending.insert(
-            checkpoint,
-            Pending {
-                kind,
-                acked: BTreeSet::new(),
-                failed: None,
-            },
-        );
-        trace_event!(
-            Trigger,
-            job = self.layout.job(),
-            ckpt = checkpoint,
-            epoch = 0u64,
-            kind = kind.as_str()
-        );
+        self.pending.insert(checkpoint, Pending { kind, acked: BTreeSet::new(), failed: None });
+        trace_event!(Trigger, job = self.layout.job(), ckpt = checkpoint, epoch = 0u64, kind = kind.as_str());
         self.send(0, ToTask::TriggerCheckpoint { checkpoint, kind });
         Ok(())
     }
@@ -496,13 +432,7 @@ impl Coordinator {
         }
     }
 
-    fn on_ack(
-        &mut self,
-        task: usize,
-        checkpoint: u64,
-        ok: bool,
-        error: Option<String>,
-    ) -> Result<(), RunError> {
+    fn on_ack(&mut self, task: usize, checkpoint: u64, ok: bool, error: Option<String>) -> Result<(), RunError> {
         let Some(pending) = self.pending.get_mut(&checkpoint) else {
             return Ok(());
         };
@@ -526,13 +456,7 @@ impl Coordinator {
         let Some(pending) = self.pending.remove(&checkpoint) else {
             return Ok(());
         };
-        trace_event!(
-            CoordComplete,
-            job = job,
-            ckpt = checkpoint,
-            outcome = "completed",
-            epoch = 0u64
-        );
+        trace_event!(CoordComplete, job = job, ckpt = checkpoint, outcome = "completed", epoch = 0u64);
         let defects = &self.options.env.defects;
         if defects.has(Defect::BroadcastBeforeMarker) {
             self.broadcast(checkpoint);
@@ -556,32 +480,15 @@ impl Coordinator {
     fn write_marker(&mut self, checkpoint: u64, kind: CheckpointKind) -> Result<(), RunError> {
         kill_point(FaultPoint::CoordinatorBeforeCompletedMarker, checkpoint);
         let participants = self.participants.iter().map(|p| p.name.clone()).collect();
-        let marker = CompletedMarker::new(
-            self.layout.job(),
-            checkpoint,
-            GENERATION,
-            kind,
-            participants,
-        );
+        let marker = CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants);
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
-        trace_event!(
-            WriteCompleted,
-            job = self.layout.job(),
-            ckpt = checkpoint,
-            epoch = 0u64
-        );
+        trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = 0u64);
         kill_point(FaultPoint::CoordinatorAfterCompletedMarker, checkpoint);
         Ok(())
     }
 
     fn broadcast(&mut self, checkpoint: u64) {
-        trace_event!(
-            Broadcast,
-            job = self.layout.job(),
-            ckpt = checkpoint,
-            withheld = false,
-            epoch = 0u64
-        );
+        trace_event!(Broadcast, job = self.layout.job(), ckpt = checkpoint, withheld = false, epoch = 0u64);
         for &sink in &self.sinks {
             self.send(sink, ToTask::CommitCheckpoint { checkpoint });
         }
@@ -596,10 +503,7 @@ impl Coordinator {
                 return Ok(());
             };
             match d.from_tasks.recv() {
-                Ok(ToCoordinator::Committed {
-                    task,
-                    checkpoint: c,
-                }) if c >= checkpoint => {
+                Ok(ToCoordinator::Committed { task, checkpoint: c }) if c >= checkpoint => {
                     committed.insert(task);
                 }
                 Ok(other) => self.deferred.push_back(other),
@@ -612,13 +516,10 @@ impl Coordinator {
     /// Keeps the snapshots of the newest completed checkpoints only.
     fn prune(&self, checkpoint: u64) -> Result<(), RunError> {
         let retain = self.options.retain_checkpoints.max(1) as usize;
-        let completed =
-            list_completed(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
+        let completed = list_completed(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
         let keep: Vec<u64> = completed.iter().rev().take(retain).copied().collect();
         let keep_from = keep.last().copied().unwrap_or(checkpoint).min(checkpoint);
-        self.backend
-            .prune_below(keep_from)
-            .map_err(|e| RunError::Failed(format!("pruning snapshots: {e}")))
+        self.backend.prune_below(keep_from).map_err(|e| RunError::Failed(format!("pruning snapshots: {e}")))
     }
 
     fn report_progress(&mut self, checkpoint: u64) {
@@ -626,17 +527,11 @@ impl Coordinator {
             return;
         }
         let now = Instant::now();
-        if self
-            .last_progress
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
+        if self.last_progress.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
             return;
         }
         self.last_progress = Some(now);
-        eprintln!(
-            "clink: job {}: checkpoint {checkpoint} completed",
-            self.layout.job()
-        );
+        eprintln!("clink: job {}: checkpoint {checkpoint} completed", self.layout.job());
     }
 
     /// A checkpoint failed: it and every checkpoint above it still in flight
@@ -644,32 +539,13 @@ impl Coordinator {
     fn fail(&mut self, checkpoint: u64, reason: String) -> Result<(), RunError> {
         let job = self.layout.job();
         self.pending.remove(&checkpoint);
-        trace_event!(
-            CoordComplete,
-            job = job,
-            ckpt = checkpoint,
-            outcome = "failed",
-            epoch = 0u64
-        );
-        let above: Vec<u64> = self
-            .pending
-            .range(checkpoint + 1..)
-            .map(|(&c, _)| c)
-            .collect();
+        trace_event!(CoordComplete, job = job, ckpt = checkpoint, outcome = "failed", epoch = 0u64);
+        let above: Vec<u64> = self.pending.range(checkpoint + 1..).map(|(&c, _)| c).collect();
         for c in above {
             self.pending.remove(&c);
-            trace_event!(
-                CoordComplete,
-                job = job,
-                ckpt = c,
-                outcome = "discarded",
-                epoch = 0u64
-            );
+            trace_event!(CoordComplete, job = job, ckpt = c, outcome = "discarded", epoch = 0u64);
         }
-        self.restart_on_error(
-            checkpoint,
-            format!("checkpoint {checkpoint} failed: {reason}"),
-        )
+        self.restart_on_error(checkpoint, format!("checkpoint {checkpoint} failed: {reason}"))
     }
 
     /// Restarts the job in this process, within the restart budget.
@@ -681,24 +557,13 @@ impl Coordinator {
             )));
         }
         self.restarts += 1;
-        trace_event!(
-            RestartOnError,
-            job = self.layout.job(),
-            ckpt = checkpoint,
-            cause = cause.as_str()
-        );
+        trace_event!(RestartOnError, job = self.layout.job(), ckpt = checkpoint, cause = cause.as_str());
         eprintln!("clink: job {}: restarting ({cause})", self.layout.job());
         if let Some(deployment) = self.deployment.take() {
             shut_down(deployment);
         }
         for (c, _) in std::mem::take(&mut self.pending) {
-            trace_event!(
-                CoordComplete,
-                job = self.layout.job(),
-                ckpt = c,
-                outcome = "discarded",
-                epoch = 0u64
-            );
+            trace_event!(CoordComplete, job = self.layout.job(), ckpt = c, outcome = "discarded", epoch = 0u64);
         }
         self.deferred.clear();
         self.redeploy()

@@ -34,10 +34,7 @@ pub struct DataFrame {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToTask {
     /// To the source: start checkpoint `checkpoint`.
-    TriggerCheckpoint {
-        checkpoint: u64,
-        kind: CheckpointKind,
-    },
+    TriggerCheckpoint { checkpoint: u64, kind: CheckpointKind },
     /// To the sinks: `checkpoint` is completed and its marker durable.
     CommitCheckpoint { checkpoint: u64 },
     /// Stop now; nothing after this frame counts.
@@ -50,12 +47,7 @@ pub enum ToCoordinator {
     /// The source asks for a checkpoint (every N records, at END, for a savepoint).
     RequestCheckpoint { kind: CheckpointKind },
     /// The subtask's snapshot of `checkpoint` is durable (ok) or failed.
-    Ack {
-        task: usize,
-        checkpoint: u64,
-        ok: bool,
-        error: Option<String>,
-    },
+    Ack { task: usize, checkpoint: u64, ok: bool, error: Option<String> },
     /// A sink published its handles up to `checkpoint`.
     Committed { task: usize, checkpoint: u64 },
     /// The subtask is done (its input ended and, for a sink, its last checkpoint committed).

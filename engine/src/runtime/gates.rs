@@ -125,13 +125,8 @@ impl InputGate {
 
     fn wait_control(&mut self, deadline: Option<Instant>) -> Input {
         let result = match deadline {
-            Some(d) => self
-                .control
-                .recv_timeout(d.saturating_duration_since(Instant::now())),
-            None => self
-                .control
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected),
+            Some(d) => self.control.recv_timeout(d.saturating_duration_since(Instant::now())),
+            None => self.control.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match result {
             Ok(frame) => Input::Control(frame),
@@ -177,20 +172,12 @@ impl InputGate {
                 self.complete_alignment()
             }
             Element::End | Element::Stop => {
-                self.states[ch] = if element == Element::End {
-                    ChannelState::Ended
-                } else {
-                    ChannelState::Stopped
-                };
+                self.states[ch] = if element == Element::End { ChannelState::Ended } else { ChannelState::Stopped };
                 if let Some(barrier) = self.complete_alignment() {
                     // The end is processed after the barrier it completed.
                     return Some(barrier);
                 }
-                if self
-                    .states
-                    .iter()
-                    .all(|s| matches!(s, ChannelState::Ended | ChannelState::Stopped))
-                {
+                if self.states.iter().all(|s| matches!(s, ChannelState::Ended | ChannelState::Stopped)) {
                     self.finished = true;
                     let stopped = self.states.contains(&ChannelState::Stopped);
                     return Some(if stopped { Input::Stop } else { Input::End });
@@ -211,10 +198,7 @@ impl InputGate {
         let combined = open?;
         if combined > self.combined {
             self.combined = combined;
-            Some(Input::Watermark {
-                time: combined,
-                idle,
-            })
+            Some(Input::Watermark { time: combined, idle })
         } else {
             None
         }
@@ -271,16 +255,8 @@ pub struct Disconnected;
 
 impl OutputGate {
     pub fn new(subtask: u32, edges: Vec<OutputEdge>, cancel: Arc<AtomicBool>) -> Self {
-        let buffers = edges
-            .iter()
-            .map(|e| vec![Vec::new(); e.targets.len()])
-            .collect();
-        Self {
-            subtask,
-            edges,
-            buffers,
-            cancel,
-        }
+        let buffers = edges.iter().map(|e| vec![Vec::new(); e.targets.len()]).collect();
+        Self { subtask, edges, buffers, cancel }
     }
 
     /// Routes one row to every output edge.
@@ -292,15 +268,10 @@ impl OutputGate {
                 Route::Forward => self.subtask as usize,
                 Route::Hash(columns) => {
                     let r = row.as_ref().ok_or(Disconnected)?;
-                    subtask_for_key(&key_bytes(r, columns), self.edges[i].targets.len() as u32)
-                        as usize
+                    subtask_for_key(&key_bytes(r, columns), self.edges[i].targets.len() as u32) as usize
                 }
             };
-            let r = if i == last {
-                row.take().ok_or(Disconnected)?
-            } else {
-                row.clone().ok_or(Disconnected)?
-            };
+            let r = if i == last { row.take().ok_or(Disconnected)? } else { row.clone().ok_or(Disconnected)? };
             self.push(i, target, Element::Record(r))?;
         }
         Ok(())
@@ -345,10 +316,7 @@ impl OutputGate {
             return Ok(());
         }
         let (sender, channel) = &self.edges[edge].targets[target];
-        let mut frame = DataFrame {
-            channel: *channel,
-            elements,
-        };
+        let mut frame = DataFrame { channel: *channel, elements };
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(Disconnected);
@@ -378,10 +346,7 @@ mod tests {
     }
 
     fn barrier(c: u64) -> Element {
-        Element::Barrier {
-            checkpoint: c,
-            kind: CheckpointKind::Periodic,
-        }
+        Element::Barrier { checkpoint: c, kind: CheckpointKind::Periodic }
     }
 
     fn row(v: i64) -> Element {
@@ -398,10 +363,7 @@ mod tests {
             seen.push(format!("{:?}", g.next(None)));
         }
         // Row 2 comes after the barrier even though it arrived before row 3.
-        assert!(
-            seen[0].contains("Int(1)") && seen[1].contains("Int(3)"),
-            "{seen:?}"
-        );
+        assert!(seen[0].contains("Int(1)") && seen[1].contains("Int(3)"), "{seen:?}");
         assert!(seen[2].starts_with("Barrier"), "{seen:?}");
         assert!(seen[3].contains("Int(2)"), "{seen:?}");
     }
@@ -409,36 +371,13 @@ mod tests {
     #[test]
     fn the_watermark_is_the_minimum_of_open_channels() {
         let (mut g, tx, _ctl) = gate(2);
-        send(
-            &tx,
-            0,
-            vec![Element::Watermark {
-                time: 10,
-                idle: false,
-            }],
-        );
-        send(
-            &tx,
-            1,
-            vec![
-                Element::Watermark {
-                    time: 5,
-                    idle: false,
-                },
-                Element::End,
-            ],
-        );
+        send(&tx, 0, vec![Element::Watermark { time: 10, idle: false }]);
+        send(&tx, 1, vec![Element::Watermark { time: 5, idle: false }, Element::End]);
         let first = g.next(None);
-        assert!(
-            matches!(first, Input::Watermark { time: 5, .. }),
-            "{first:?}"
-        );
+        assert!(matches!(first, Input::Watermark { time: 5, .. }), "{first:?}");
         // Channel 1 ended: only channel 0 holds the watermark back.
         let second = g.next(None);
-        assert!(
-            matches!(second, Input::Watermark { time: 10, .. }),
-            "{second:?}"
-        );
+        assert!(matches!(second, Input::Watermark { time: 10, .. }), "{second:?}");
         send(&tx, 0, vec![Element::End]);
         assert!(matches!(g.next(None), Input::End));
     }
@@ -447,12 +386,8 @@ mod tests {
     fn control_frames_are_seen_even_while_data_waits() {
         let (mut g, tx, ctl) = gate(1);
         send(&tx, 0, vec![row(1)]);
-        ctl.send(ToTask::CommitCheckpoint { checkpoint: 1 })
-            .unwrap();
-        assert!(matches!(
-            g.next(None),
-            Input::Control(ToTask::CommitCheckpoint { checkpoint: 1 })
-        ));
+        ctl.send(ToTask::CommitCheckpoint { checkpoint: 1 }).unwrap();
+        assert!(matches!(g.next(None), Input::Control(ToTask::CommitCheckpoint { checkpoint: 1 })));
         assert!(matches!(g.next(None), Input::Record(_)));
         let deadline = Instant::now() + Duration::from_millis(10);
         assert!(matches!(g.next(Some(deadline)), Input::Timeout));

@@ -93,10 +93,7 @@ impl TaskContext {
         match recorder.finish_epoch(epoch) {
             Ok(written) => Some(written),
             Err(e) => {
-                eprintln!(
-                    "clink: {}: the flight recorder stops: {e}",
-                    self.participant
-                );
+                eprintln!("clink: {}: the flight recorder stops: {e}", self.participant);
                 self.recorder = None;
                 None
             }
@@ -104,9 +101,7 @@ impl TaskContext {
     }
 
     fn send(&self, frame: ToCoordinator) -> Result<(), TaskExit> {
-        self.to_coordinator
-            .send(frame)
-            .map_err(|_| TaskExit::Cancelled)
+        self.to_coordinator.send(frame).map_err(|_| TaskExit::Cancelled)
     }
 
     fn cancelled(&self) -> bool {
@@ -114,23 +109,13 @@ impl TaskContext {
     }
 
     fn place(&self, is_source: bool) {
-        trace_event!(
-            Placement,
-            job = self.job,
-            sub = &self.participant,
-            worker = WORKER_ID,
-            source = is_source
-        );
+        trace_event!(Placement, job = self.job, sub = &self.participant, worker = WORKER_ID, source = is_source);
     }
 
     /// Writes the snapshot durably, then acks; the ack never precedes durability.
     fn snapshot_and_ack(&self, checkpoint: u64, slots: &StateSlots) -> Result<(), TaskExit> {
-        let header = SnapshotHeader {
-            job: self.job,
-            checkpoint,
-            operator: self.operator.spec.id.0,
-            subtask: self.subtask,
-        };
+        let header =
+            SnapshotHeader { job: self.job, checkpoint, operator: self.operator.spec.id.0, subtask: self.subtask };
         let written = self.backend.write(&self.participant, &header, slots);
         let error = written.err().map(|e| e.to_string());
         self.ack(checkpoint, error)
@@ -138,29 +123,15 @@ impl TaskContext {
 
     fn ack(&self, checkpoint: u64, error: Option<String>) -> Result<(), TaskExit> {
         let ok = error.is_none();
-        trace_event!(
-            SubtaskAck,
-            job = self.job,
-            sub = &self.participant,
-            ckpt = checkpoint,
-            ok = ok
-        );
-        self.send(ToCoordinator::Ack {
-            task: self.task,
-            checkpoint,
-            ok,
-            error,
-        })
+        trace_event!(SubtaskAck, job = self.job, sub = &self.participant, ckpt = checkpoint, ok = ok);
+        self.send(ToCoordinator::Ack { task: self.task, checkpoint, ok, error })
     }
 
     fn finish(&self, result: Result<(), TaskExit>) {
         let frame = match result {
             Ok(()) => ToCoordinator::Finished { task: self.task },
             Err(TaskExit::Cancelled) => return,
-            Err(TaskExit::Failed(error)) => ToCoordinator::Failed {
-                task: self.task,
-                error,
-            },
+            Err(TaskExit::Failed(error)) => ToCoordinator::Failed { task: self.task, error },
         };
         let _ = self.to_coordinator.send(frame);
     }
@@ -174,14 +145,7 @@ pub fn run_source(
     triggers: SourceTriggers,
 ) {
     cx.place(true);
-    let result = SourceTask {
-        cx: &cx,
-        out,
-        control,
-        triggers,
-        records_since_checkpoint: 0,
-    }
-    .run(&mut *source);
+    let result = SourceTask { cx: &cx, out, control, triggers, records_since_checkpoint: 0 }.run(&mut *source);
     cx.finish(result);
 }
 
@@ -200,10 +164,7 @@ impl SourceTask<'_> {
     fn run(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
         source.restore(self.cx.restored.as_ref())?;
         if let Some(watermark) = source.restored_watermark() {
-            self.out.broadcast(Element::Watermark {
-                time: watermark,
-                idle: false,
-            })?;
+            self.out.broadcast(Element::Watermark { time: watermark, idle: false })?;
         }
         let mut polled = 0u64;
         loop {
@@ -222,18 +183,14 @@ impl SourceTask<'_> {
                     self.records_since_checkpoint += 1;
                 }
                 SourceItem::Watermark(time) => {
-                    self.out
-                        .broadcast(Element::Watermark { time, idle: false })?;
+                    self.out.broadcast(Element::Watermark { time, idle: false })?;
                     if self.triggers.stop_at_watermark.is_some_and(|at| time >= at) {
                         self.request_checkpoint(source, CheckpointKind::Savepoint)?;
                         return self.close(Element::Stop);
                     }
                 }
                 SourceItem::End => {
-                    self.out.broadcast(Element::Watermark {
-                        time: i64::MAX,
-                        idle: false,
-                    })?;
+                    self.out.broadcast(Element::Watermark { time: i64::MAX, idle: false })?;
                     self.request_checkpoint(source, CheckpointKind::Final)?;
                     return self.close(Element::End);
                 }
@@ -263,11 +220,7 @@ impl SourceTask<'_> {
     }
 
     /// Returns the checkpoint a trigger started, if the frame was one.
-    fn on_control(
-        &mut self,
-        source: &mut dyn Source,
-        frame: ToTask,
-    ) -> Result<Option<CheckpointKind>, TaskExit> {
+    fn on_control(&mut self, source: &mut dyn Source, frame: ToTask) -> Result<Option<CheckpointKind>, TaskExit> {
         match frame {
             ToTask::TriggerCheckpoint { checkpoint, kind } => {
                 self.checkpoint(source, checkpoint, kind)?;
@@ -280,11 +233,7 @@ impl SourceTask<'_> {
 
     /// Asks the coordinator for a checkpoint and runs triggers until one of
     /// the requested kind has been taken.
-    fn request_checkpoint(
-        &mut self,
-        source: &mut dyn Source,
-        kind: CheckpointKind,
-    ) -> Result<(), TaskExit> {
+    fn request_checkpoint(&mut self, source: &mut dyn Source, kind: CheckpointKind) -> Result<(), TaskExit> {
         self.out.flush()?;
         self.cx.send(ToCoordinator::RequestCheckpoint { kind })?;
         loop {
@@ -296,12 +245,7 @@ impl SourceTask<'_> {
     }
 
     /// The source's step of checkpoint `c`: position snapshot, ack, barrier.
-    fn checkpoint(
-        &mut self,
-        source: &mut dyn Source,
-        checkpoint: u64,
-        kind: CheckpointKind,
-    ) -> Result<(), TaskExit> {
+    fn checkpoint(&mut self, source: &mut dyn Source, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
         trace_event!(
             DeliverBarrier,
             job = self.cx.job,
@@ -319,8 +263,7 @@ impl SourceTask<'_> {
         };
         let written = self.cx.backend.write(&self.cx.participant, &header, &slots);
         kill_point(FaultPoint::SourceAfterPositionSnapshot, checkpoint);
-        self.cx
-            .ack(checkpoint, written.err().map(|e| e.to_string()))?;
+        self.cx.ack(checkpoint, written.err().map(|e| e.to_string()))?;
         self.out.broadcast(Element::Barrier { checkpoint, kind })?;
         self.out.flush()?;
         self.records_since_checkpoint = 0;
@@ -330,14 +273,7 @@ impl SourceTask<'_> {
 
 pub fn run_transform(mut cx: TaskContext, driver: Driver, gate: InputGate, out: OutputGate) {
     cx.place(false);
-    let result = TransformTask {
-        cx: &mut cx,
-        driver,
-        gate,
-        out,
-        emitted: Vec::new(),
-    }
-    .run();
+    let result = TransformTask { cx: &mut cx, driver, gate, out, emitted: Vec::new() }.run();
     cx.finish(result);
 }
 
@@ -381,9 +317,7 @@ impl TransformTask<'_> {
                 }
                 Input::End => return self.close(Element::End),
                 Input::Stop => return self.close(Element::Stop),
-                Input::Control(ToTask::Cancel) | Input::Cancelled => {
-                    return Err(TaskExit::Cancelled)
-                }
+                Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
                 Input::Control(_) => {}
             }
         }
@@ -420,15 +354,8 @@ pub fn production_clock() -> Clock {
 pub fn run_sink(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
     cx.place(false);
     let previous_barrier = cx.restore_point;
-    let result = SinkTask {
-        cx: &mut cx,
-        gate,
-        previous_barrier,
-        last_acked: 0,
-        last_committed: 0,
-        input_done: false,
-    }
-    .run(&mut *sink);
+    let result = SinkTask { cx: &mut cx, gate, previous_barrier, last_acked: 0, last_committed: 0, input_done: false }
+        .run(&mut *sink);
     cx.finish(result);
 }
 
@@ -467,13 +394,9 @@ impl SinkTask<'_> {
                 Input::Timeout => {}
                 Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
                 Input::End | Input::Stop => self.input_done = true,
-                Input::Control(ToTask::CommitCheckpoint { checkpoint }) => {
-                    self.commit(sink, checkpoint)?
-                }
+                Input::Control(ToTask::CommitCheckpoint { checkpoint }) => self.commit(sink, checkpoint)?,
                 Input::Control(ToTask::TriggerCheckpoint { .. }) => {}
-                Input::Control(ToTask::Cancel) | Input::Cancelled => {
-                    return Err(TaskExit::Cancelled)
-                }
+                Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
             }
         }
     }
@@ -494,12 +417,7 @@ impl SinkTask<'_> {
         self.last_acked = checkpoint;
         if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
             sink.abort(checkpoint)?;
-            return self.cx.ack(
-                checkpoint,
-                Some(format!(
-                    "injected snapshot failure at checkpoint {checkpoint}"
-                )),
-            );
+            return self.cx.ack(checkpoint, Some(format!("injected snapshot failure at checkpoint {checkpoint}")));
         }
         let slots = sink.snapshot()?;
         self.cx.snapshot_and_ack(checkpoint, &slots)
@@ -532,31 +450,19 @@ impl SinkTask<'_> {
         };
         if let Some(recorder) = &self.cx.recorder {
             if let Err(e) = recorder.write_sink_evidence(&evidence) {
-                eprintln!(
-                    "clink: {}: cannot write the sink evidence of epoch {checkpoint}: {e}",
-                    self.cx.participant
-                );
+                eprintln!("clink: {}: cannot write the sink evidence of epoch {checkpoint}: {e}", self.cx.participant);
             }
         }
     }
 
     fn commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
         let sub = &self.cx.participant;
-        trace_event!(
-            DeliverCommit,
-            job = self.cx.job,
-            sub = sub,
-            ckpt = checkpoint,
-            accepted = true
-        );
+        trace_event!(DeliverCommit, job = self.cx.job, sub = sub, ckpt = checkpoint, accepted = true);
         kill_point(FaultPoint::SinkBeforeCommit, checkpoint);
         sink.commit(checkpoint)?;
         trace_event!(SinkCommit, job = self.cx.job, sub = sub, ckpt = checkpoint);
         kill_point(FaultPoint::SinkAfterCommit, checkpoint);
         self.last_committed = self.last_committed.max(checkpoint);
-        self.cx.send(ToCoordinator::Committed {
-            task: self.cx.task,
-            checkpoint,
-        })
+        self.cx.send(ToCoordinator::Committed { task: self.cx.task, checkpoint })
     }
 }

@@ -23,10 +23,7 @@ pub struct ReferenceArgs {
 }
 
 pub fn main(args: ReferenceArgs) -> u8 {
-    let params = ReferenceParams {
-        window_ms: args.window_size_ms,
-        idle_timeout_ms: args.idle_timeout_ms,
-    };
+    let params = ReferenceParams { window_ms: args.window_size_ms, idle_timeout_ms: args.idle_timeout_ms };
     let output = match compute(&args.input_dir, params) {
         Ok(output) => output,
         Err(e) => return refuse(format!("reference: {e}")),

@@ -58,8 +58,7 @@ pub fn main(args: ReplayArgs) -> u8 {
     if let Some(dir) = &args.run_test {
         return run_test(dir);
     }
-    let (Some(capture_dir), Some(checkpoint_dir)) = (&args.capture_dir, &args.checkpoint_dir)
-    else {
+    let (Some(capture_dir), Some(checkpoint_dir)) = (&args.capture_dir, &args.checkpoint_dir) else {
         return refuse("--capture-dir and --checkpoint-dir are required");
     };
     let Some(job) = clink_engine::job::parse_decimal_u64(&args.job) else {
@@ -67,20 +66,14 @@ pub fn main(args: ReplayArgs) -> u8 {
     };
     let Some(op) = &args.op else {
         if !args.verify {
-            return refuse(
-                "without --op, only --verify (a sweep of every captured epoch) is possible",
-            );
+            return refuse("without --op, only --verify (a sweep of every captured epoch) is possible");
         }
         return sweep(capture_dir, checkpoint_dir, job);
     };
     let Some(operator) = OperatorId::parse(op) else {
         return refuse(format!("--op {op:?}: expected a decimal operator id"));
     };
-    let at = EpochRef {
-        operator,
-        subtask: args.subtask.unwrap_or(0),
-        epoch: args.epoch.unwrap_or(0),
-    };
+    let at = EpochRef { operator, subtask: args.subtask.unwrap_or(0), epoch: args.epoch.unwrap_or(0) };
     let evidence = match load_epoch(capture_dir, checkpoint_dir, job, &at) {
         Ok(e) => e,
         Err(e) => {
@@ -112,18 +105,11 @@ pub fn main(args: ReplayArgs) -> u8 {
                     println!("note: {note}");
                 }
                 if !v.identical {
-                    let d = v
-                        .first_difference
-                        .map(|d| d.to_string())
-                        .unwrap_or_default();
+                    let d = v.first_difference.map(|d| d.to_string()).unwrap_or_default();
                     println!("replay {at}: NOT deterministic: the two replays differ at {d}");
                     return EXIT_FAILED;
                 }
-                let partial = if v.outcome.partial {
-                    " (a partial epoch)"
-                } else {
-                    ""
-                };
+                let partial = if v.outcome.partial { " (a partial epoch)" } else { "" };
                 println!(
                     "replay {at}: deterministic: two replays emitted the same {} rows{partial}",
                     v.outcome.emissions.len()
@@ -189,12 +175,7 @@ fn sweep(capture_dir: &std::path::Path, checkpoint_dir: &std::path::Path, job: u
             Ok(v) if v.identical => verified += 1,
             Ok(v) => {
                 differ += 1;
-                println!(
-                    "{at}: NOT deterministic: {}",
-                    v.first_difference
-                        .map(|d| d.to_string())
-                        .unwrap_or_default()
-                );
+                println!("{at}: NOT deterministic: {}", v.first_difference.map(|d| d.to_string()).unwrap_or_default());
             }
             Err(ReplayError::Unsupported(_)) => unsupported += 1,
             Err(ReplayError::Unavailable(e)) => {

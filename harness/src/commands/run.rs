@@ -53,12 +53,7 @@ pub struct RunArgs {
     capture_dir: Option<PathBuf>,
     /// Records the recorder keeps per operator, subtask and epoch; past it the
     /// epoch is marked truncated.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 100_000,
-        requires = "capture_dir"
-    )]
+    #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
     /// No progress lines on standard error.
     #[arg(long)]
@@ -74,20 +69,14 @@ pub fn main(args: RunArgs) -> u8 {
         Err(e) => return refuse(format!("job refused: {e}")),
     };
     if !args.input_dir.is_dir() {
-        return refuse(format!(
-            "--input-dir {}: not a directory",
-            args.input_dir.display()
-        ));
+        return refuse(format!("--input-dir {}: not a directory", args.input_dir.display()));
     }
     let defects = match Defects::from_env() {
         Ok(d) => d,
         Err(e) => return refuse(e),
     };
     if !defects.is_empty() {
-        eprintln!(
-            "clink: WARNING: test-only protocol defects are switched on: {}",
-            defects.names().join(", ")
-        );
+        eprintln!("clink: WARNING: test-only protocol defects are switched on: {}", defects.names().join(", "));
     }
     if let Err(e) = fault::arm_from_env() {
         return refuse(e);
@@ -106,21 +95,14 @@ pub fn main(args: RunArgs) -> u8 {
     };
     let options = RunOptions {
         job,
-        env: Environment {
-            input_dir: args.input_dir,
-            output_dir: args.output_dir.clone(),
-            defects,
-        },
+        env: Environment { input_dir: args.input_dir, output_dir: args.output_dir.clone(), defects },
         checkpoint_dir: args.checkpoint_dir,
         trigger,
         stop_with_savepoint_at: args.stop_with_savepoint_at,
         restart_budget: args.restart_budget,
         retain_checkpoints: args.retain_checkpoints,
         progress: !args.quiet,
-        capture: args.capture_dir.map(|dir| CaptureOptions {
-            dir,
-            records_bound: args.capture_records,
-        }),
+        capture: args.capture_dir.map(|dir| CaptureOptions { dir, records_bound: args.capture_records }),
     };
     match run(options) {
         Ok(summary) => {
@@ -138,11 +120,7 @@ pub fn main(args: RunArgs) -> u8 {
                 });
                 println!("{json}");
             } else {
-                let end = if summary.stopped_with_savepoint {
-                    "stopped at a savepoint"
-                } else {
-                    "finished"
-                };
+                let end = if summary.stopped_with_savepoint { "stopped at a savepoint" } else { "finished" };
                 println!(
                     "job {} {end}: restored from checkpoint {}, {} checkpoints completed (last {}), {} restarts; output in {}",
                     summary.job,

@@ -28,11 +28,7 @@ pub fn encode_rows(rows: &[Row]) -> Vec<u8> {
 
 pub fn encode_dump(at: &EpochRef, rows: &[Row]) -> Vec<u8> {
     let mut w = Writer::new();
-    w.raw(EMIT_MAGIC)
-        .u32(EMIT_VERSION)
-        .u64(at.operator.0)
-        .u32(at.subtask)
-        .u64(at.epoch);
+    w.raw(EMIT_MAGIC).u32(EMIT_VERSION).u64(at.operator.0).u32(at.subtask).u64(at.epoch);
     w.raw(&encode_rows(rows));
     w.into_bytes()
 }
@@ -54,39 +50,27 @@ pub fn decode_dump(bytes: &[u8]) -> Result<Dump, String> {
     }
     let version = r.u32().map_err(err)?;
     if version != EMIT_VERSION {
-        return Err(format!(
-            "dump version {version}; this build reads {EMIT_VERSION}"
-        ));
+        return Err(format!("dump version {version}; this build reads {EMIT_VERSION}"));
     }
     let operator = r.u64().map_err(err)?;
     let subtask = r.u32().map_err(err)?;
     let epoch = r.u64().map_err(err)?;
     let count = r.u64().map_err(err)?;
     if count > r.remaining() as u64 / 4 {
-        return Err(format!(
-            "the dump claims {count} rows, more than its bytes can hold"
-        ));
+        return Err(format!("the dump claims {count} rows, more than its bytes can hold"));
     }
     let mut rows = Vec::new();
     for _ in 0..count {
         rows.push(decode_row(&mut r).map_err(err)?);
     }
     r.finish().map_err(err)?;
-    Ok(Dump {
-        operator,
-        subtask,
-        epoch,
-        rows,
-    })
+    Ok(Dump { operator, subtask, epoch, rows })
 }
 
 pub fn read_dump(path: &Path) -> Result<Dump, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if meta.len() > MAX_DUMP_BYTES {
-        return Err(format!(
-            "{}: larger than {MAX_DUMP_BYTES} bytes",
-            path.display()
-        ));
+        return Err(format!("{}: larger than {MAX_DUMP_BYTES} bytes", path.display()));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     decode_dump(&bytes).map_err(|e| format!("{}: {e}", path.display()))
@@ -106,25 +90,17 @@ impl std::fmt::Display for Difference {
             Some(row) => describe_row(row),
             None => "(no emission)".to_string(),
         };
-        write!(
-            f,
-            "emission {}: {} vs {}",
-            self.index,
-            show(&self.left),
-            show(&self.right)
-        )
+        write!(f, "emission {}: {} vs {}", self.index, show(&self.left), show(&self.right))
     }
 }
 
 pub fn first_difference(left: &[Row], right: &[Row]) -> Option<Difference> {
     let n = left.len().max(right.len());
-    (0..n)
-        .find(|&i| left.get(i).map(|r| row_bytes(r)) != right.get(i).map(|r| row_bytes(r)))
-        .map(|i| Difference {
-            index: i,
-            left: left.get(i).cloned(),
-            right: right.get(i).cloned(),
-        })
+    (0..n).find(|&i| left.get(i).map(|r| row_bytes(r)) != right.get(i).map(|r| row_bytes(r))).map(|i| Difference {
+        index: i,
+        left: left.get(i).cloned(),
+        right: right.get(i).cloned(),
+    })
 }
 
 /// A row with its types, for people: `[Str("a"), Timestamp(10), ...]`.
@@ -140,11 +116,7 @@ mod tests {
 
     #[test]
     fn dumps_round_trip_and_differences_are_located() {
-        let at = EpochRef {
-            operator: OperatorId(3),
-            subtask: 1,
-            epoch: 4,
-        };
+        let at = EpochRef { operator: OperatorId(3), subtask: 1, epoch: 4 };
         let rows = vec![vec![Value::Int(1)], vec![Value::Str("b".into())]];
         let dump = decode_dump(&encode_dump(&at, &rows)).unwrap();
         assert_eq!(dump.rows, rows);

@@ -15,9 +15,7 @@ use std::path::{Path, PathBuf};
 
 use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile, CAPTURE_VERSION};
 use clink_engine::checkpoint::backend::verify_snapshot;
-use clink_engine::checkpoint::{
-    participant_name, CheckpointLayout, FileStateBackend, StateSlots, GENERATION,
-};
+use clink_engine::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, StateSlots, GENERATION};
 use clink_engine::job::{OperatorId, PlannedOperator};
 use clink_engine::operators::driver::Driver;
 use clink_engine::registry::{self, OperatorKind};
@@ -37,11 +35,7 @@ pub struct EpochRef {
 
 impl std::fmt::Display for EpochRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "operator {} subtask {} epoch {}",
-            self.operator, self.subtask, self.epoch
-        )
+        write!(f, "operator {} subtask {} epoch {}", self.operator, self.subtask, self.epoch)
     }
 }
 
@@ -92,8 +86,7 @@ pub struct ReplayOutcome {
 
 /// Reads a capture file, refusing what is not one.
 pub fn read_capture_file(path: &Path) -> Result<Capture, ReplayError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| ReplayError::Unavailable(format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| ReplayError::Unavailable(format!("{}: {e}", path.display())))?;
     read_capture(&bytes).map_err(|e| ReplayError::Refused(format!("{}: {e}", path.display())))
 }
 
@@ -134,8 +127,7 @@ pub fn load_epoch(
     at: &EpochRef,
 ) -> Result<EpochEvidence, ReplayError> {
     let dir = subtask_dir(capture_dir, at.operator, at.subtask);
-    let spec = OpSpecFile::read(&dir.join(clink_engine::capture::OP_SPEC_NAME))
-        .map_err(ReplayError::Unavailable)?;
+    let spec = OpSpecFile::read(&dir.join(clink_engine::capture::OP_SPEC_NAME)).map_err(ReplayError::Unavailable)?;
     check_spec_names(&spec, job, at)?;
     let capture = read_capture_file(&dir.join(clink_engine::capture::epoch_file_name(at.epoch)))?;
     check_capture_names(&capture, job, at)?;
@@ -146,21 +138,11 @@ pub fn load_epoch(
             let name = participant_name(at.operator, at.subtask);
             let snapshot = FileStateBackend::new(layout)
                 .read(GENERATION, &name, c)
-                .map_err(|e| {
-                    ReplayError::Unavailable(format!("the starting state (checkpoint {c}): {e}"))
-                })?;
-            StartState::Snapshot {
-                checkpoint: c,
-                slots: snapshot.slots,
-            }
+                .map_err(|e| ReplayError::Unavailable(format!("the starting state (checkpoint {c}): {e}")))?;
+            StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
         }
     };
-    Ok(EpochEvidence {
-        at: at.clone(),
-        spec,
-        capture,
-        start,
-    })
+    Ok(EpochEvidence { at: at.clone(), spec, capture, start })
 }
 
 pub fn check_spec_names(spec: &OpSpecFile, job: u64, at: &EpochRef) -> Result<(), ReplayError> {
@@ -175,8 +157,7 @@ pub fn check_spec_names(spec: &OpSpecFile, job: u64, at: &EpochRef) -> Result<()
 
 pub fn check_capture_names(capture: &Capture, job: u64, at: &EpochRef) -> Result<(), ReplayError> {
     let h = &capture.header;
-    if h.job != job || h.operator != at.operator.0 || h.subtask != at.subtask || h.epoch != at.epoch
-    {
+    if h.job != job || h.operator != at.operator.0 || h.subtask != at.subtask || h.epoch != at.epoch {
         return Err(ReplayError::Refused(format!(
             "the capture names job {} operator {} subtask {} epoch {}, not job {job} {at}",
             h.job, h.operator, h.subtask, h.epoch
@@ -186,34 +167,22 @@ pub fn check_capture_names(capture: &Capture, job: u64, at: &EpochRef) -> Result
 }
 
 /// Reads a starting snapshot that sits at `snap` beside its sidecar.
-pub fn read_start_snapshot(
-    snap: &Path,
-    meta: &Path,
-    checkpoint: u64,
-) -> Result<StartState, ReplayError> {
+pub fn read_start_snapshot(snap: &Path, meta: &Path, checkpoint: u64) -> Result<StartState, ReplayError> {
     let verified = verify_snapshot(snap, meta).map_err(|e| ReplayError::Refused(e.to_string()))?;
-    Ok(StartState::Snapshot {
-        checkpoint,
-        slots: verified.slots,
-    })
+    Ok(StartState::Snapshot { checkpoint, slots: verified.slots })
 }
 
 /// Replays one epoch once.
 pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
     let planned = replayable(&evidence.spec)?;
-    let transform =
-        registry::build_transform(&planned).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    let transform = registry::build_transform(&planned).map_err(|e| ReplayError::Refused(e.to_string()))?;
     let mut driver = Driver::new(transform, Clock::Manual(0));
     if let StartState::Snapshot { slots, .. } = &evidence.start {
-        driver
-            .restore(slots)
-            .map_err(|e| ReplayError::Refused(format!("restoring the starting state: {e}")))?;
+        driver.restore(slots).map_err(|e| ReplayError::Refused(format!("restoring the starting state: {e}")))?;
     }
     let mut emissions = Vec::new();
     for event in &evidence.capture.events {
-        driver
-            .handle(event.clone(), &mut emissions)
-            .map_err(|e| ReplayError::Failed(e.to_string()))?;
+        driver.handle(event.clone(), &mut emissions).map_err(|e| ReplayError::Failed(e.to_string()))?;
     }
     let header = &evidence.capture.header;
     let mut notes = Vec::new();
@@ -238,11 +207,7 @@ pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
             header.version
         ));
     }
-    Ok(ReplayOutcome {
-        emissions,
-        partial,
-        notes,
-    })
+    Ok(ReplayOutcome { emissions, partial, notes })
 }
 
 /// Replays twice and compares the emissions byte for byte.
@@ -294,14 +259,7 @@ pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, Str
             let sub_dir = op_dir.join(&sub_name);
             for name in read(&sub_dir)? {
                 if let Some(epoch) = clink_engine::capture::parse_epoch_file_name(&name) {
-                    found.push((
-                        EpochRef {
-                            operator: op,
-                            subtask,
-                            epoch,
-                        },
-                        sub_dir.join(&name),
-                    ));
+                    found.push((EpochRef { operator: op, subtask, epoch }, sub_dir.join(&name)));
                 }
             }
         }

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::emissions::{decode_dump, encode_dump, first_difference};
 use super::{
-    check_capture_names, check_spec_names, read_start_snapshot, replay, EpochEvidence, EpochRef,
-    ReplayError, StartState,
+    check_capture_names, check_spec_names, read_start_snapshot, replay, EpochEvidence, EpochRef, ReplayError,
+    StartState,
 };
 
 pub const BUNDLE_FORMAT: &str = "clink-regression-bundle";
@@ -62,10 +62,7 @@ pub struct BundleManifest {
 /// Freezes one epoch into `dest`; runs it once before returning.
 pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManifest, ReplayError> {
     if dest.exists() {
-        return Err(ReplayError::Refused(format!(
-            "{} exists; a bundle is never written over",
-            dest.display()
-        )));
+        return Err(ReplayError::Refused(format!("{} exists; a bundle is never written over", dest.display())));
     }
     if !evidence.capture.is_whole() {
         return Err(ReplayError::Unavailable(format!(
@@ -74,20 +71,15 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
         )));
     }
     let outcome = replay(evidence)?;
-    let parent = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::create_dir_all(parent)
-        .map_err(|e| ReplayError::Refused(format!("{}: {e}", parent.display())))?;
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).map_err(|e| ReplayError::Refused(format!("{}: {e}", parent.display())))?;
     let staging = tempfile::Builder::new()
         .prefix(".regression-")
         .tempdir_in(parent)
         .map_err(|e| ReplayError::Refused(format!("{}: {e}", parent.display())))?;
     let mut files = Vec::new();
     let mut put = |name: &str, role: &str, bytes: &[u8]| -> Result<(), ReplayError> {
-        fs::write(staging.path().join(name), bytes)
-            .map_err(|e| ReplayError::Refused(format!("{name}: {e}")))?;
+        fs::write(staging.path().join(name), bytes).map_err(|e| ReplayError::Refused(format!("{name}: {e}")))?;
         files.push(BundleFile {
             path: name.to_string(),
             role: role.to_string(),
@@ -96,8 +88,7 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
         });
         Ok(())
     };
-    let spec_json = serde_json::to_vec_pretty(&evidence.spec)
-        .map_err(|e| ReplayError::Refused(e.to_string()))?;
+    let spec_json = serde_json::to_vec_pretty(&evidence.spec).map_err(|e| ReplayError::Refused(e.to_string()))?;
     put(OP_SPEC_NAME, "operator_spec", &spec_json)?;
     put(CAPTURE_FILE, "capture", &capture_bytes(evidence)?)?;
     let start_checkpoint = match &evidence.start {
@@ -110,28 +101,15 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
                 subtask: evidence.at.subtask,
             };
             let bytes = clink_engine::checkpoint::snapshot::encode_snapshot(&header, slots);
-            let participant = clink_engine::checkpoint::participant_name(
-                evidence.at.operator,
-                evidence.at.subtask,
-            );
-            let meta = clink_engine::checkpoint::SnapshotMeta::describe(
-                &header,
-                &participant,
-                slots,
-                &bytes,
-            );
-            let meta_json = serde_json::to_vec_pretty(&meta)
-                .map_err(|e| ReplayError::Refused(e.to_string()))?;
+            let participant = clink_engine::checkpoint::participant_name(evidence.at.operator, evidence.at.subtask);
+            let meta = clink_engine::checkpoint::SnapshotMeta::describe(&header, &participant, slots, &bytes);
+            let meta_json = serde_json::to_vec_pretty(&meta).map_err(|e| ReplayError::Refused(e.to_string()))?;
             put(STATE_FILE, "starting_state", &bytes)?;
             put(STATE_META_FILE, "starting_state_meta", &meta_json)?;
             *checkpoint
         }
     };
-    put(
-        GOLDEN_FILE,
-        "golden",
-        &encode_dump(&evidence.at, &outcome.emissions),
-    )?;
+    put(GOLDEN_FILE, "golden", &encode_dump(&evidence.at, &outcome.emissions))?;
     let manifest = BundleManifest {
         format: BUNDLE_FORMAT.into(),
         version: BUNDLE_VERSION,
@@ -146,12 +124,9 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
         golden_emissions: outcome.emissions.len() as u64,
         files,
     };
-    let manifest_json =
-        serde_json::to_vec_pretty(&manifest).map_err(|e| ReplayError::Refused(e.to_string()))?;
-    fs::write(staging.path().join(MANIFEST), manifest_json)
-        .map_err(|e| ReplayError::Refused(e.to_string()))?;
-    run_bundle(staging.path())
-        .map_err(|e| ReplayError::Failed(format!("the new bundle does not pass: {e}")))?;
+    let manifest_json = serde_json::to_vec_pretty(&manifest).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    fs::write(staging.path().join(MANIFEST), manifest_json).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    run_bundle(staging.path()).map_err(|e| ReplayError::Failed(format!("the new bundle does not pass: {e}")))?;
     let staged = staging.keep();
     fs::rename(&staged, dest).map_err(|e| {
         let _ = fs::remove_dir_all(&staged);
@@ -191,18 +166,16 @@ pub enum BundleError {
 
 pub fn read_manifest(dir: &Path) -> Result<BundleManifest, BundleError> {
     let path = dir.join(MANIFEST);
-    let meta = fs::symlink_metadata(&path)
-        .map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
+    let meta = fs::symlink_metadata(&path).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
     if !meta.is_file() || meta.len() > MAX_MANIFEST_BYTES {
         return Err(BundleError::Refused(format!(
             "{}: not a regular file of at most {MAX_MANIFEST_BYTES} bytes",
             path.display()
         )));
     }
-    let bytes =
-        fs::read(&path).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
-    let manifest: BundleManifest = serde_json::from_slice(&bytes)
-        .map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
+    let bytes = fs::read(&path).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
+    let manifest: BundleManifest =
+        serde_json::from_slice(&bytes).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
     if manifest.format != BUNDLE_FORMAT {
         return Err(BundleError::Refused(format!(
             "{}: format {:?} is not {BUNDLE_FORMAT:?}",
@@ -228,22 +201,14 @@ fn read_listed(dir: &Path, manifest: &BundleManifest, name: &str) -> Result<Vec<
         .find(|f| f.path == name)
         .ok_or_else(|| BundleError::Refused(format!("the manifest lists no {name}")))?;
     let path = dir.join(name);
-    let meta =
-        fs::symlink_metadata(&path).map_err(|e| BundleError::Refused(format!("{name}: {e}")))?;
+    let meta = fs::symlink_metadata(&path).map_err(|e| BundleError::Refused(format!("{name}: {e}")))?;
     if !meta.is_file() || meta.len() != entry.size || meta.len() > MAX_FILE_BYTES {
-        return Err(BundleError::Refused(format!(
-            "{name}: {} bytes, the manifest lists {}",
-            meta.len(),
-            entry.size
-        )));
+        return Err(BundleError::Refused(format!("{name}: {} bytes, the manifest lists {}", meta.len(), entry.size)));
     }
     let bytes = fs::read(&path).map_err(|e| BundleError::Refused(format!("{name}: {e}")))?;
     let digest = sha256_hex(&bytes);
     if digest != entry.sha256 {
-        return Err(BundleError::Refused(format!(
-            "{name}: SHA-256 {digest}, the manifest lists {}",
-            entry.sha256
-        )));
+        return Err(BundleError::Refused(format!("{name}: SHA-256 {digest}, the manifest lists {}", entry.sha256)));
     }
     Ok(bytes)
 }
@@ -252,37 +217,19 @@ fn read_listed(dir: &Path, manifest: &BundleManifest, name: &str) -> Result<Vec<
 pub fn run_bundle(dir: &Path) -> Result<usize, BundleError> {
     let manifest = read_manifest(dir)?;
     for f in &manifest.files {
-        let known = [
-            OP_SPEC_NAME,
-            CAPTURE_FILE,
-            GOLDEN_FILE,
-            STATE_FILE,
-            STATE_META_FILE,
-        ];
+        let known = [OP_SPEC_NAME, CAPTURE_FILE, GOLDEN_FILE, STATE_FILE, STATE_META_FILE];
         if !known.contains(&f.path.as_str()) {
-            return Err(BundleError::Refused(format!(
-                "the manifest lists {:?}, which a bundle does not hold",
-                f.path
-            )));
+            return Err(BundleError::Refused(format!("the manifest lists {:?}, which a bundle does not hold", f.path)));
         }
     }
-    let job = clink_engine::job::parse_decimal_u64(&manifest.job).ok_or_else(|| {
-        BundleError::Refused(format!("job {:?} is not decimal text", manifest.job))
-    })?;
-    let operator = OperatorId::parse(&manifest.operator).ok_or_else(|| {
-        BundleError::Refused(format!(
-            "operator {:?} is not decimal text",
-            manifest.operator
-        ))
-    })?;
-    let at = EpochRef {
-        operator,
-        subtask: manifest.subtask,
-        epoch: manifest.epoch,
-    };
+    let job = clink_engine::job::parse_decimal_u64(&manifest.job)
+        .ok_or_else(|| BundleError::Refused(format!("job {:?} is not decimal text", manifest.job)))?;
+    let operator = OperatorId::parse(&manifest.operator)
+        .ok_or_else(|| BundleError::Refused(format!("operator {:?} is not decimal text", manifest.operator)))?;
+    let at = EpochRef { operator, subtask: manifest.subtask, epoch: manifest.epoch };
     let spec_bytes = read_listed(dir, &manifest, OP_SPEC_NAME)?;
-    let spec: OpSpecFile = serde_json::from_slice(&spec_bytes)
-        .map_err(|e| BundleError::Refused(format!("{OP_SPEC_NAME}: {e}")))?;
+    let spec: OpSpecFile =
+        serde_json::from_slice(&spec_bytes).map_err(|e| BundleError::Refused(format!("{OP_SPEC_NAME}: {e}")))?;
     check_spec_names(&spec, job, &at)?;
     let capture = read_capture(&read_listed(dir, &manifest, CAPTURE_FILE)?)
         .map_err(|e| BundleError::Refused(format!("{CAPTURE_FILE}: {e}")))?;
@@ -292,20 +239,11 @@ pub fn run_bundle(dir: &Path) -> Result<usize, BundleError> {
     } else {
         read_listed(dir, &manifest, STATE_FILE)?;
         read_listed(dir, &manifest, STATE_META_FILE)?;
-        read_start_snapshot(
-            &dir.join(STATE_FILE),
-            &dir.join(STATE_META_FILE),
-            manifest.start_checkpoint,
-        )?
+        read_start_snapshot(&dir.join(STATE_FILE), &dir.join(STATE_META_FILE), manifest.start_checkpoint)?
     };
     let golden = decode_dump(&read_listed(dir, &manifest, GOLDEN_FILE)?)
         .map_err(|e| BundleError::Refused(format!("{GOLDEN_FILE}: {e}")))?;
-    let evidence = EpochEvidence {
-        at,
-        spec,
-        capture,
-        start,
-    };
+    let evidence = EpochEvidence { at, spec, capture, start };
     let outcome = replay(&evidence)?;
     match first_difference(&golden.rows, &outcome.emissions) {
         None => Ok(outcome.emissions.len()),

@@ -19,22 +19,14 @@ pub enum StartPoint {
 }
 
 /// `known_restores`: (restored_from, next) pairs beyond the RESTORED record.
-pub fn epoch_start(
-    layout: &CheckpointLayout,
-    epoch: u64,
-    known_restores: &[(u64, u64)],
-) -> Result<StartPoint, String> {
+pub fn epoch_start(layout: &CheckpointLayout, epoch: u64, known_restores: &[(u64, u64)]) -> Result<StartPoint, String> {
     let restored = read_restored(layout).map_err(|e| e.to_string())?;
     let mut restores: Vec<(u64, u64)> = known_restores.to_vec();
     if let Some(r) = &restored {
         restores.push((r.restored_from, r.next));
     }
     if let Some(&(from, _)) = restores.iter().find(|(_, next)| *next == epoch) {
-        return Ok(if from == 0 {
-            StartPoint::Empty
-        } else {
-            StartPoint::Checkpoint(from)
-        });
+        return Ok(if from == 0 { StartPoint::Empty } else { StartPoint::Checkpoint(from) });
     }
     if epoch == 1 {
         return Ok(StartPoint::Empty);
@@ -53,9 +45,7 @@ pub fn epoch_start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clink_engine::checkpoint::markers::{
-        write_completed, write_restored, CheckpointKind, CompletedMarker,
-    };
+    use clink_engine::checkpoint::markers::{write_completed, write_restored, CheckpointKind, CompletedMarker};
     use clink_engine::checkpoint::RestoredRecord;
 
     #[test]
@@ -63,18 +53,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = CheckpointLayout::new(dir.path(), 1);
         for c in [1, 2] {
-            write_completed(
-                &layout,
-                &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![]),
-            )
-            .unwrap();
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![])).unwrap();
         }
         assert_eq!(epoch_start(&layout, 1, &[]), Ok(StartPoint::Empty));
         assert_eq!(epoch_start(&layout, 3, &[]), Ok(StartPoint::Checkpoint(2)));
-        assert!(
-            epoch_start(&layout, 5, &[]).is_err(),
-            "checkpoint 4 never completed"
-        );
+        assert!(epoch_start(&layout, 5, &[]).is_err(), "checkpoint 4 never completed");
         write_restored(&layout, &RestoredRecord::new(1, 2, 5)).unwrap();
         assert_eq!(epoch_start(&layout, 5, &[]), Ok(StartPoint::Checkpoint(2)));
         assert_eq!(epoch_start(&layout, 9, &[(0, 9)]), Ok(StartPoint::Empty));
