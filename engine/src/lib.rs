@@ -17,6 +17,7 @@ pub mod defects;
 pub mod fault;
 pub mod gen;
 pub mod job;
+pub mod job_manifest;
 pub mod operators;
 pub mod registry;
 pub mod runtime;

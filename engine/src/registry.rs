@@ -101,6 +101,29 @@ pub fn build_transform(op: &PlannedOperator) -> Result<Box<dyn Transform>, Opera
     })
 }
 
+/// Decodes a participant's state through its operator's restore path, with
+/// no side effect: a transform is built and restored on a manual clock, a
+/// source's position and a sink's handles are decoded without touching input
+/// or output. What `state.decode` runs on a bundle's snapshots.
+pub fn decode_state(op: &PlannedOperator, slots: &crate::checkpoint::StateSlots) -> Result<(), OperatorError> {
+    match op.spec.kind {
+        OperatorKind::Source => match op.spec.type_name.as_str() {
+            segment_source::TYPE => segment_source::decode_position(slots).map(|_| ()),
+            other => Err(OperatorError::Protocol(format!("{other:?} is not a source"))),
+        },
+        OperatorKind::Transform => {
+            let mut driver =
+                crate::operators::driver::Driver::new(build_transform(op)?, crate::timers::Clock::Manual(0));
+            driver.restore(slots)
+        }
+        OperatorKind::Sink => match op.spec.type_name.as_str() {
+            staged_sink::TYPE => staged_sink::decode_handles(slots).map(|_| ()),
+            line_sink::TYPE => Ok(()),
+            other => Err(OperatorError::Protocol(format!("{other:?} is not a sink"))),
+        },
+    }
+}
+
 /// The columns of an operator's output rows that name the key each row
 /// belongs to. The engine orders each key's rows and nothing across keys, so
 /// comparisons of an operator's output group by these; an operator that
@@ -111,6 +134,14 @@ pub fn output_key_columns(op: &PlannedOperator) -> Vec<usize> {
             let keys = op.spec.params.get("key").and_then(|k| k.as_array()).map_or(0, Vec::len);
             (0..keys).collect()
         }
+        // key_by passes rows through: its key columns sit where the input has them.
+        key_by::TYPE => op
+            .spec
+            .params
+            .get("columns")
+            .and_then(|c| c.as_array())
+            .map(|cols| cols.iter().filter_map(|c| c.as_str().and_then(|n| op.output_schema.index_of(n))).collect())
+            .unwrap_or_default(),
         _ => Vec::new(),
     }
 }

@@ -4,6 +4,10 @@
 //! the independent reference for the example job and the multiset comparison
 //! every output check uses.
 
+pub mod bundle;
 pub mod compare;
+pub mod formal;
 pub mod reference;
+pub mod regress;
 pub mod replay;
+pub mod verify;

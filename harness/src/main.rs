@@ -24,6 +24,9 @@ enum Command {
     Reference(commands::reference::ReferenceArgs),
     Compare(commands::compare::CompareArgs),
     Replay(commands::replay::ReplayArgs),
+    IncidentCollect(commands::incident_collect::IncidentCollectArgs),
+    IncidentVerify(commands::incident_verify::IncidentVerifyArgs),
+    IncidentRegress(commands::incident_regress::IncidentRegressArgs),
     ReplayDiff(commands::replay::ReplayDiffArgs),
 }
 
@@ -36,6 +39,9 @@ fn main() -> ExitCode {
         Command::Reference(args) => commands::reference::main(args),
         Command::Compare(args) => commands::compare::main(args),
         Command::Replay(args) => commands::replay::main(args),
+        Command::IncidentCollect(args) => commands::incident_collect::main(args),
+        Command::IncidentVerify(args) => commands::incident_verify::main(args),
+        Command::IncidentRegress(args) => commands::incident_regress::main(args),
         Command::ReplayDiff(args) => commands::replay::diff_main(args),
     };
     ExitCode::from(code)

@@ -180,6 +180,30 @@ pub struct Position {
     pub ended: bool,
 }
 
+/// Decodes a source's position slot without touching the input: the restore
+/// path's decoding, usable to check a snapshot on its own.
+pub fn decode_position(slots: &StateSlots) -> Result<Position, OperatorError> {
+    let slot =
+        slots.get(POSITION_SLOT).ok_or_else(|| OperatorError::state(POSITION_SLOT, "missing from the snapshot"))?;
+    if slot.version != POSITION_VERSION {
+        return Err(OperatorError::state(POSITION_SLOT, format!("version {} is not {POSITION_VERSION}", slot.version)));
+    }
+    let mut r = Reader::new(&slot.bytes);
+    let decoded = (|| {
+        let segment = r.str()?.to_string();
+        let line = r.u64()?;
+        let watermark = r.i64()?;
+        let ended = r.u8()? != 0;
+        r.finish()?;
+        Ok::<_, crate::codec::DecodeError>(Position { segment, line, watermark, ended })
+    })();
+    let position = decoded.map_err(|e| OperatorError::state(POSITION_SLOT, e))?;
+    if !position.segment.is_empty() && !is_segment_name(&position.segment) {
+        return Err(OperatorError::state(POSITION_SLOT, format!("{:?} is not a segment file name", position.segment)));
+    }
+    Ok(position)
+}
+
 pub struct SegmentSource {
     dir: PathBuf,
     position: Position,
@@ -246,31 +270,8 @@ impl Source for SegmentSource {
         let Some(slots) = slots else {
             return Ok(());
         };
-        let slot =
-            slots.get(POSITION_SLOT).ok_or_else(|| OperatorError::state(POSITION_SLOT, "missing from the snapshot"))?;
-        if slot.version != POSITION_VERSION {
-            return Err(OperatorError::state(
-                POSITION_SLOT,
-                format!("version {} is not {POSITION_VERSION}", slot.version),
-            ));
-        }
-        let mut r = Reader::new(&slot.bytes);
-        let decoded = (|| {
-            let segment = r.str()?.to_string();
-            let line = r.u64()?;
-            let watermark = r.i64()?;
-            let ended = r.u8()? != 0;
-            r.finish()?;
-            Ok::<_, crate::codec::DecodeError>(Position { segment, line, watermark, ended })
-        })();
-        self.position = decoded.map_err(|e| OperatorError::state(POSITION_SLOT, e))?;
+        self.position = decode_position(slots)?;
         if !self.position.segment.is_empty() {
-            if !is_segment_name(&self.position.segment) {
-                return Err(OperatorError::state(
-                    POSITION_SLOT,
-                    format!("{:?} is not a segment file name", self.position.segment),
-                ));
-            }
             self.reopen_at_position()?;
         }
         self.restored_watermark = (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);

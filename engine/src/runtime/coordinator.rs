@@ -257,6 +257,7 @@ impl Coordinator {
                             _ => None,
                         },
                         stop_at_watermark: self.options.stop_with_savepoint_at,
+                        records_per_second: self.options.source_rate,
                     };
                     spawn(Box::new(move || task::run_source(cx, source, out, control, triggers)))?
                 }

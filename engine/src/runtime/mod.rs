@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub retain_checkpoints: u32,
     /// Print a progress line per completed checkpoint (at most once a second).
     pub progress: bool,
+    /// Pace the source to this many records per second.
+    pub source_rate: Option<u64>,
     /// The flight recorder, when on.
     pub capture: Option<crate::capture::CaptureOptions>,
 }

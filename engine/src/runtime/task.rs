@@ -38,6 +38,28 @@ pub struct SourceTriggers {
     pub every_records: Option<u64>,
     /// Take a savepoint and stop once the watermark reaches this.
     pub stop_at_watermark: Option<i64>,
+    /// Emit at most this many records per second (unpaced when `None`).
+    pub records_per_second: Option<u64>,
+}
+
+/// Holds a source to a rate: after each batch of records it sleeps until the
+/// wall clock catches up with the records emitted.
+struct Pacer {
+    rate: u64,
+    start: Instant,
+    records: u64,
+}
+
+impl Pacer {
+    /// The time to wait before the next record, if the source is ahead.
+    fn ahead_by(&mut self) -> Option<Duration> {
+        self.records += 1;
+        if self.records % 16 != 0 {
+            return None;
+        }
+        let due = self.start + Duration::from_secs_f64(self.records as f64 / self.rate as f64);
+        due.checked_duration_since(Instant::now())
+    }
 }
 
 /// What every subtask knows about itself.
@@ -145,7 +167,8 @@ pub fn run_source(
     triggers: SourceTriggers,
 ) {
     cx.place(true);
-    let result = SourceTask { cx: &cx, out, control, triggers, records_since_checkpoint: 0 }.run(&mut *source);
+    let pacer = triggers.records_per_second.map(|rate| Pacer { rate: rate.max(1), start: Instant::now(), records: 0 });
+    let result = SourceTask { cx: &cx, out, control, triggers, pacer, records_since_checkpoint: 0 }.run(&mut *source);
     cx.finish(result);
 }
 
@@ -154,6 +177,7 @@ struct SourceTask<'a> {
     out: OutputGate,
     control: Receiver<ToTask>,
     triggers: SourceTriggers,
+    pacer: Option<Pacer>,
     records_since_checkpoint: u64,
 }
 
@@ -181,6 +205,10 @@ impl SourceTask<'_> {
                 SourceItem::Record(row) => {
                     self.out.emit(row)?;
                     self.records_since_checkpoint += 1;
+                    if let Some(wait) = self.pacer.as_mut().and_then(Pacer::ahead_by) {
+                        self.out.flush()?;
+                        std::thread::sleep(wait);
+                    }
                 }
                 SourceItem::Watermark(time) => {
                     self.out.broadcast(Element::Watermark { time, idle: false })?;

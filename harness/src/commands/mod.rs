@@ -3,6 +3,9 @@
 
 pub mod compare;
 pub mod gen_input;
+pub mod incident_collect;
+pub mod incident_regress;
+pub mod incident_verify;
 pub mod reference;
 pub mod replay;
 pub mod run;

@@ -9,7 +9,8 @@ use clink_engine::defects::Defects;
 use clink_engine::job::load_job;
 use clink_engine::operators::Environment;
 use clink_engine::runtime::{run, RunError, RunOptions, TriggerMode};
-use clink_engine::{fault, trace};
+use clink_engine::timers::wall_clock_ms;
+use clink_engine::{fault, job_manifest, trace};
 
 use super::{refuse, EXIT_FAILED, EXIT_OK};
 
@@ -55,6 +56,14 @@ pub struct RunArgs {
     /// epoch is marked truncated.
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
+    /// Publish the job's manifest under DIR/jobs/<job>/ while it runs (the
+    /// graph and settings an incident collector reads); replaced by its
+    /// terminal status when the job ends.
+    #[arg(long, value_name = "DIR")]
+    ha_dir: Option<PathBuf>,
+    /// Pace the source to N records per second (default: as fast as it can).
+    #[arg(long, value_name = "N")]
+    source_rate: Option<u64>,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
@@ -68,6 +77,9 @@ pub fn main(args: RunArgs) -> u8 {
         Ok(job) => job,
         Err(e) => return refuse(format!("job refused: {e}")),
     };
+    if args.source_rate == Some(0) {
+        return refuse("--source-rate must be positive");
+    }
     if !args.input_dir.is_dir() {
         return refuse(format!("--input-dir {}: not a directory", args.input_dir.display()));
     }
@@ -93,6 +105,12 @@ pub fn main(args: RunArgs) -> u8 {
         (None, Some(ms)) => TriggerMode::IntervalMs(ms),
         (None, None) => TriggerMode::OnlyFinal,
     };
+    let job_id = job.job_id;
+    if let Some(ha_dir) = &args.ha_dir {
+        if let Err(e) = publish_manifest(ha_dir, &args.job, &job, trigger) {
+            return refuse(format!("--ha-dir {}: {e}", ha_dir.display()));
+        }
+    }
     let options = RunOptions {
         job,
         env: Environment { input_dir: args.input_dir, output_dir: args.output_dir.clone(), defects },
@@ -102,9 +120,21 @@ pub fn main(args: RunArgs) -> u8 {
         restart_budget: args.restart_budget,
         retain_checkpoints: args.retain_checkpoints,
         progress: !args.quiet,
+        source_rate: args.source_rate,
         capture: args.capture_dir.map(|dir| CaptureOptions { dir, records_bound: args.capture_records }),
     };
-    match run(options) {
+    let result = run(options);
+    if let Some(ha_dir) = &args.ha_dir {
+        let terminal = match &result {
+            Ok(s) if s.stopped_with_savepoint => "stopped_with_savepoint",
+            Ok(_) => "finished",
+            Err(_) => "failed",
+        };
+        if let Err(e) = job_manifest::retire(ha_dir, job_id, terminal, wall_clock_ms() as u64) {
+            eprintln!("clink: --ha-dir {}: cannot record the terminal status: {e}", ha_dir.display());
+        }
+    }
+    match result {
         Ok(summary) => {
             if args.json {
                 let json = serde_json::json!({
@@ -139,4 +169,29 @@ pub fn main(args: RunArgs) -> u8 {
             EXIT_FAILED
         }
     }
+}
+
+fn publish_manifest(
+    ha_dir: &std::path::Path,
+    job_file: &std::path::Path,
+    job: &clink_engine::job::JobGraph,
+    trigger: TriggerMode,
+) -> Result<(), String> {
+    let text = std::fs::read(job_file).map_err(|e| e.to_string())?;
+    let graph: serde_json::Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    let manifest = job_manifest::JobManifest {
+        format: job_manifest::FORMAT.into(),
+        version: job_manifest::VERSION,
+        job: job.job_id.to_string(),
+        name: job.name.clone(),
+        graph,
+        checkpoint_trigger: match trigger {
+            TriggerMode::EveryRecords(n) => format!("every_records:{n}"),
+            TriggerMode::IntervalMs(ms) => format!("interval_ms:{ms}"),
+            TriggerMode::OnlyFinal => "final_only".into(),
+        },
+        requires_commit_confirmation: false,
+        started_at_ms: wall_clock_ms() as u64,
+    };
+    job_manifest::publish(ha_dir, &manifest, job.job_id).map_err(|e| e.to_string())
 }

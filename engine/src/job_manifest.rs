@@ -1,0 +1,90 @@
+//! The coordinator's job manifest in its HA directory (`clink run --ha-dir`):
+//! what a running job is (its graph, its checkpoint settings, whether its
+//! sinks need commit confirmation), for tools that inspect a live job.
+//!
+//! `<ha-dir>/jobs/<job>/manifest.json` exists while the job runs. When the job
+//! ends the manifest is removed and only `status.json`, its terminal status,
+//! stays, so an incident collected after the end has no graph to read.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::checkpoint::durable::{create_dir_durably, write_durably};
+
+pub const FORMAT: &str = "clink-job-manifest";
+pub const VERSION: u64 = 1;
+pub const MANIFEST_NAME: &str = "manifest.json";
+pub const STATUS_NAME: &str = "status.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobManifest {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    pub name: String,
+    /// The job graph exactly as submitted (format clink-job).
+    pub graph: Json,
+    /// `every_records:N`, `interval_ms:N` or `final_only`.
+    pub checkpoint_trigger: String,
+    pub requires_commit_confirmation: bool,
+    pub started_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStatus {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    /// `finished`, `stopped_with_savepoint` or `failed`.
+    pub terminal: String,
+    pub ended_at_ms: u64,
+}
+
+pub fn job_dir(ha_dir: &Path, job: u64) -> PathBuf {
+    ha_dir.join("jobs").join(job.to_string())
+}
+
+/// Publishes the manifest of a job that starts running.
+pub fn publish(ha_dir: &Path, manifest: &JobManifest, job: u64) -> io::Result<()> {
+    let dir = job_dir(ha_dir, job);
+    create_dir_durably(&dir)?;
+    let _ = fs::remove_file(dir.join(STATUS_NAME));
+    write_durably(&dir, MANIFEST_NAME, &serde_json::to_vec_pretty(manifest).map_err(io::Error::other)?)
+}
+
+/// Replaces a job's manifest with its terminal status.
+pub fn retire(ha_dir: &Path, job: u64, terminal: &str, ended_at_ms: u64) -> io::Result<()> {
+    let dir = job_dir(ha_dir, job);
+    let status = JobStatus {
+        format: "clink-job-status".into(),
+        version: VERSION,
+        job: job.to_string(),
+        terminal: terminal.into(),
+        ended_at_ms,
+    };
+    write_durably(&dir, STATUS_NAME, &serde_json::to_vec_pretty(&status).map_err(io::Error::other)?)?;
+    match fs::remove_file(dir.join(MANIFEST_NAME)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a job manifest: bounded, a known format and version.
+pub fn read(path: &Path) -> Result<JobManifest, String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() > 16 << 20 {
+        return Err(format!("{}: not a regular file of at most 16 MiB", path.display()));
+    }
+    let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let manifest: JobManifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if manifest.format != FORMAT || manifest.version > VERSION {
+        return Err(format!("{}: format {:?} version {}", path.display(), manifest.format, manifest.version));
+    }
+    Ok(manifest)
+}
