@@ -21,22 +21,39 @@ pub enum Defect {
     /// A staged-file sink acks before its staged file exists; it seals the
     /// file only when the commit arrives.
     AckBeforeDurable,
+    /// The processing-time counter numbers its reports with a counter kept
+    /// outside its snapshot (process-global), so two replays of one epoch
+    /// emit different rows.
+    StateOutsideSnapshot,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 3] = [Defect::BroadcastBeforeMarker, Defect::NoRecommitAtOpen, Defect::AckBeforeDurable];
+    pub const ALL: [Defect; 4] = [
+        Defect::BroadcastBeforeMarker,
+        Defect::NoRecommitAtOpen,
+        Defect::AckBeforeDurable,
+        Defect::StateOutsideSnapshot,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Defect::BroadcastBeforeMarker => "broadcast_before_marker",
             Defect::NoRecommitAtOpen => "no_recommit_at_open",
             Defect::AckBeforeDurable => "ack_before_durable",
+            Defect::StateOutsideSnapshot => "state_outside_snapshot",
         }
     }
 
     pub fn parse(name: &str) -> Option<Defect> {
         Defect::ALL.into_iter().find(|d| d.name() == name)
     }
+}
+
+/// The defects `CLINK_TEST_DEFECT` switches on for this whole process (none
+/// when unset or unreadable; `clink run` refuses an unreadable value first).
+pub fn active() -> &'static Defects {
+    static ACTIVE: std::sync::OnceLock<Defects> = std::sync::OnceLock::new();
+    ACTIVE.get_or_init(|| Defects::from_env().unwrap_or_default())
 }
 
 /// The defects switched on for this process (normally none).

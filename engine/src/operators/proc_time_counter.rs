@@ -71,6 +71,12 @@ impl Transform for ProcTimeCounter {
             return Ok(());
         };
         let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(COUNTS_SLOT, e))?;
+        let count = if crate::defects::active().has(crate::defects::Defect::StateOutsideSnapshot) {
+            static REPORTS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+            count + REPORTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        } else {
+            count
+        };
         row.extend([Value::Int(count), Value::Timestamp(timer.time)]);
         cx.emit(row);
         Ok(())

@@ -331,7 +331,16 @@ pub fn collect(options: &CollectOptions) -> Result<Collected, Refusal> {
         bytes: 0,
         paused: false,
     };
-    let manifest = gather(&mut builder)?;
+    let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
+    let markers_before = if layout.jobs_dir().is_dir() { list_markers(&layout)? } else { BTreeMap::new() };
+    let manifest = match gather(&mut builder, &markers_before) {
+        // Evidence that vanished while the markers moved on was pruned by the
+        // running job: the collection raced it.
+        Err(r) if r.kind == RefusalKind::Missing && list_markers(&layout).is_ok_and(|now| now != markers_before) => {
+            return Err(refusal(RefusalKind::Changed, format!("{}, while the job's markers changed", r.reason)))
+        }
+        other => other?,
+    };
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
     fs::write(staging.path().join(MANIFEST_NAME), json).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
     publish(staging.path(), &options.out)?;
@@ -367,7 +376,7 @@ fn publish(staging: &Path, out: &Path) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn gather(b: &mut Builder<'_>) -> Result<IncidentManifest, Refusal> {
+fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Result<IncidentManifest, Refusal> {
     let options = b.options;
     let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
     if !layout.jobs_dir().is_dir() {
@@ -376,8 +385,6 @@ fn gather(b: &mut Builder<'_>) -> Result<IncidentManifest, Refusal> {
             format!("{} holds no job {}", options.checkpoint_dir.display(), options.job),
         ));
     }
-    let markers_before = list_markers(&layout)?;
-
     // The job manifest: the graph and the restore rule, while the job runs.
     let job_manifest = read_job_manifest(b)?;
     let confirmation = job_manifest.as_ref().map(|m| m.requires_commit_confirmation).or(options.commit_confirmation);
@@ -471,7 +478,7 @@ fn gather(b: &mut Builder<'_>) -> Result<IncidentManifest, Refusal> {
     }
 
     let markers_after = list_markers(&layout)?;
-    if markers_after != markers_before {
+    if markers_after != *markers_before {
         let added: Vec<&String> = markers_after.keys().filter(|k| !markers_before.contains_key(*k)).collect();
         let removed: Vec<&String> = markers_before.keys().filter(|k| !markers_after.contains_key(*k)).collect();
         return Err(refusal(

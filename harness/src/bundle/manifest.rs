@@ -491,6 +491,97 @@ fn check_paths_on_disk(root: &Path, manifest: &IncidentManifest) -> Result<(), M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const GOOD: &str = include_str!("../../../fixtures/bundles/good/manifest.json");
+
+    #[test]
+    fn the_fixture_manifest_reads() {
+        let m = parse_manifest(GOOD.as_bytes()).unwrap();
+        assert!(!m.artifacts.is_empty() && !m.epochs.is_empty());
+    }
+
+    #[test]
+    fn limits_are_enforced_by_field() {
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        assert!(parse_manifest(deep.as_bytes()).unwrap_err().message.contains("deeper than 64"));
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        let one = doc["artifacts"][0].clone();
+        doc["artifacts"] = Json::Array(vec![one; MAX_ARTIFACTS + 1]);
+        assert_eq!(parse_manifest(doc.to_string().as_bytes()).unwrap_err().field, "artifacts");
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        doc["epochs"][0]["operator"] = Json::from(3);
+        let err = parse_manifest(doc.to_string().as_bytes()).unwrap_err();
+        assert_eq!(err.field, "epochs[0].operator", "{err}");
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        doc["epochs"][0]["path"] = Json::from("capture/op-1/subtask-0/epoch-999.cap");
+        assert_eq!(parse_manifest(doc.to_string().as_bytes()).unwrap_err().field, "epochs[0].path");
+    }
+
+    /// Every path to a value in a JSON document.
+    fn paths(value: &Json, at: String, out: &mut Vec<String>) {
+        out.push(at.clone());
+        match value {
+            Json::Object(map) => map.iter().for_each(|(k, v)| paths(v, format!("{at}/{k}"), out)),
+            Json::Array(items) => items.iter().enumerate().for_each(|(i, v)| paths(v, format!("{at}/{i}"), out)),
+            _ => {}
+        }
+    }
+
+    fn hostile() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(Json::from),
+            any::<u64>().prop_map(Json::from),
+            ".{0,16}".prop_map(Json::String),
+            Just(Json::String("../../etc/passwd".into())),
+            Just(Json::String("/abs".into())),
+            Just(Json::String("capture/op-1/subtask-0/epoch-1.cap".into())),
+            Just(serde_json::json!([])),
+            Just(serde_json::json!({})),
+            Just(serde_json::json!([[[[]]]])),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_manifest(&bytes);
+        }
+
+        #[test]
+        fn a_mutated_manifest_is_read_or_refused_naming_a_field(pick in any::<prop::sample::Index>(), value in hostile()) {
+            let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+            let mut all = Vec::new();
+            paths(&doc, String::new(), &mut all);
+            let pointer = pick.get(&all).clone();
+            if let Some(slot) = doc.pointer_mut(&pointer) {
+                *slot = value;
+            }
+            match parse_manifest(doc.to_string().as_bytes()) {
+                Ok(m) => prop_assert_eq!(m.format, FORMAT),
+                Err(e) => {
+                    prop_assert!(!e.field.is_empty());
+                    prop_assert!(e.to_string().contains(&e.field));
+                }
+            }
+        }
+
+        #[test]
+        fn removing_any_field_never_panics(pick in any::<prop::sample::Index>()) {
+            let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+            let mut all = Vec::new();
+            paths(&doc, String::new(), &mut all);
+            let pointer = pick.get(&all).clone();
+            if let Some((parent, key)) = pointer.rsplit_once('/') {
+                if let Some(Json::Object(map)) = doc.pointer_mut(parent) {
+                    map.remove(key);
+                }
+            }
+            let _ = parse_manifest(doc.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn capture_paths_round_trip_and_only_canonical_ones_parse() {

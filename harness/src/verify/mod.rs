@@ -196,6 +196,23 @@ pub const REPORT_VERSION: u64 = 1;
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// Reports name paths inside the bundle relative to it, so a report reads
+/// the same wherever the bundle was copied.
+fn relativize(checks: &mut [CheckResult], root: &std::path::Path) {
+    let prefix = format!("{}/", root.display());
+    let fix = |s: &mut String| {
+        if s.contains(&prefix) {
+            *s = s.replace(&prefix, "");
+        }
+    };
+    for c in checks {
+        fix(&mut c.reason);
+        fix(&mut c.next_action);
+        c.evidence.iter_mut().for_each(fix);
+        c.details.iter_mut().for_each(fix);
+    }
+}
+
 /// bundle.artifacts alone: whether every file is what the manifest vouches for.
 pub fn artifacts_check(bundle: &Bundle) -> CheckResult {
     integrity::artifacts(bundle)
@@ -249,6 +266,7 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
             checks.push(behind("protocol.conformance"));
         }
     }
+    relativize(&mut checks, &bundle.root);
     let result = if checks.iter().any(|c| c.status == Status::Failed) {
         Conclusion::Failed
     } else if checks.iter().all(|c| c.status == Status::Passed) {

@@ -1,0 +1,226 @@
+//! incident-collect against live jobs, and incident-verify's conclusion rules
+//! on real bundles: a collection racing a checkpoint refuses and leaves
+//! nothing; an existing --out is never touched; a replay divergence in one
+//! epoch fails replay.determinism even when other epochs are unavailable;
+//! incident-regress freezes an epoch that then runs as a test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+
+use serde_json::Value as Json;
+
+fn clink() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_clink"))
+}
+
+fn job(name: &str) -> String {
+    format!("{}/../fixtures/jobs/{name}/job.json", env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Live {
+    dir: tempfile::TempDir,
+}
+
+impl Live {
+    fn new(events: &str) -> Live {
+        let dir = tempfile::tempdir().unwrap();
+        let out = clink()
+            .args(["gen-input", "--events", events, "--accounts", "20", "--out"])
+            .arg(dir.path().join("input"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        Live { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn run(&self, job_name: &str, extra: &[&str]) -> Command {
+        let mut cmd = clink();
+        cmd.args(["run", "--quiet", "--job", &job(job_name)])
+            .arg("--input-dir")
+            .arg(self.path("input"))
+            .arg("--output-dir")
+            .arg(self.path("out"))
+            .arg("--checkpoint-dir")
+            .arg(self.path("ck"))
+            .arg("--capture-dir")
+            .arg(self.path("capture"))
+            .arg("--ha-dir")
+            .arg(self.path("ha"))
+            .args(extra)
+            .env("CLINK_PROTOCOL_TRACE_DIR", self.path("traces"));
+        cmd
+    }
+
+    fn collect(&self, out: &Path, extra: &[&str]) -> Command {
+        let mut cmd = clink();
+        cmd.arg("incident-collect")
+            .arg("--checkpoint-dir")
+            .arg(self.path("ck"))
+            .arg("--ha-dir")
+            .arg(self.path("ha"))
+            .arg("--capture-dir")
+            .arg(self.path("capture"))
+            .arg("--trace-dir")
+            .arg(self.path("traces"))
+            .args(["--include-state", "--include-captures", "--json", "--out"])
+            .arg(out)
+            .args(extra);
+        cmd
+    }
+}
+
+fn wait_for_marker(live: &Live, child: &mut Child) {
+    for _ in 0..200 {
+        if std::fs::read_dir(live.path("ck/_jobs/1")).map(|d| d.count() > 1).unwrap_or(false) {
+            return;
+        }
+        if child.try_wait().unwrap().is_some() {
+            panic!("the job ended before its first checkpoint completed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("no checkpoint completed");
+}
+
+fn json(out: &Output) -> Json {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn a_collection_racing_a_completing_checkpoint_refuses_as_changed_and_leaves_nothing() {
+    let live = Live::new("20000");
+    let mut job = live.run("example", &["--checkpoint-every-records", "100", "--source-rate", "4000"]).spawn().unwrap();
+    wait_for_marker(&live, &mut job);
+    let out = live.path("bundles/incident");
+    // Pause after the first copied file: checkpoints complete meanwhile.
+    let result = live.collect(&out, &[]).env("CLINK_TEST_COLLECT_PAUSE_MS", "400").output().unwrap();
+    let _ = job.kill();
+    let _ = job.wait();
+    assert_eq!(result.status.code(), Some(1), "{}", String::from_utf8_lossy(&result.stderr));
+    let report = json(&result);
+    assert_eq!(report["result"], "refused");
+    assert_eq!(report["kind"], "changed", "{report}");
+    assert!(!out.exists(), "a refused collection left {}", out.display());
+    let leftovers: Vec<_> = std::fs::read_dir(live.path("bundles")).unwrap().collect();
+    assert!(leftovers.is_empty(), "the temporary directory was left behind: {leftovers:?}");
+    assert!(String::from_utf8_lossy(&result.stderr).contains("collect again, or stop the job first"));
+}
+
+#[test]
+fn an_existing_out_is_never_touched() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    let out = live.path("taken");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), b"mine").unwrap();
+    let result = live.collect(&out, &["--commit-confirmation", "no"]).output().unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    assert_eq!(std::fs::read(out.join("keep.txt")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+}
+
+#[test]
+fn without_a_job_manifest_or_a_named_rule_the_collector_refuses_rather_than_guess() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    let out = live.path("b");
+    let result = live.collect(&out, &[]).output().unwrap();
+    assert_eq!(result.status.code(), Some(1));
+    assert_eq!(json(&result)["kind"], "other");
+    assert!(!out.exists());
+    let ok = live.collect(&out, &["--commit-confirmation", "no"]).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["absent"].to_string().contains("the job ended (finished)"), "{}", manifest["absent"]);
+}
+
+#[test]
+fn a_divergence_in_one_epoch_fails_determinism_while_another_is_unavailable() {
+    let live = Live::new("6000");
+    let done =
+        live.run("proc-time", &["--checkpoint-every-records", "500", "--source-rate", "20000"]).output().unwrap();
+    assert!(done.status.success());
+    let last = std::fs::read_dir(live.path("ck/_jobs/1"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    // Epoch 3 starts from checkpoint 2, whose snapshots were pruned long ago;
+    // the epoch before the final one holds records and clock ticks.
+    let out = live.path("bundle");
+    let epochs = format!("3,{}", last - 1);
+    let collected =
+        live.collect(&out, &["--commit-confirmation", "no", "--epochs", &epochs, "--op", "3"]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stderr));
+
+    let verify = |defect: Option<&str>| {
+        let mut cmd = clink();
+        cmd.args(["incident-verify", "--json", "--profile", "replay"]).arg(&out);
+        if let Some(d) = defect {
+            cmd.env("CLINK_TEST_DEFECT", d);
+        }
+        let result = cmd.output().unwrap();
+        (result.status.code(), json(&result))
+    };
+    let check = |report: &Json, name: &str| {
+        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
+    };
+
+    // The correct build: the one replayable epoch passes, the other is unavailable.
+    let (code, report) = verify(None);
+    let determinism = check(&report, "replay.determinism");
+    assert_eq!(code, Some(3), "{report}");
+    assert_eq!(determinism["status"], "unavailable");
+    assert_eq!(determinism["counts"]["passed"], 1);
+    assert_eq!(determinism["counts"]["unavailable"], 1);
+
+    // An operator that keeps state outside its snapshot: its epoch's two replays differ.
+    let (code, report) = verify(Some("state_outside_snapshot"));
+    let determinism = check(&report, "replay.determinism");
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(determinism["status"], "failed", "{determinism}");
+    assert_eq!(determinism["counts"]["failed"], 1);
+    assert_eq!(determinism["counts"]["unavailable"], 1);
+}
+
+#[test]
+fn incident_regress_freezes_an_epoch_that_then_passes_as_a_test() {
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good");
+    let manifest: Json = serde_json::from_slice(&std::fs::read(bundle.join("manifest.json")).unwrap()).unwrap();
+    let epoch = manifest["epochs"].as_array().unwrap().iter().find(|e| e["operator"] == "3").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frozen");
+    let result = clink()
+        .arg("incident-regress")
+        .arg(&bundle)
+        .args(["--op", "3", "--subtask"])
+        .arg(epoch["subtask"].to_string())
+        .arg("--epoch")
+        .arg(epoch["epoch"].to_string())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let run = clink().arg("replay").arg("--run-test").arg(&out).output().unwrap();
+    assert!(run.status.success());
+    // A sink's recorded input is not an operator epoch to freeze.
+    let sink = manifest["epochs"].as_array().unwrap().iter().find(|e| e["role"] == "sink").unwrap();
+    let refused = clink()
+        .arg("incident-regress")
+        .arg(&bundle)
+        .arg("--op")
+        .arg(sink["operator"].as_str().unwrap())
+        .arg("--epoch")
+        .arg(sink["epoch"].to_string())
+        .arg("--out")
+        .arg(dir.path().join("sink"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(!dir.path().join("sink").exists());
+}
