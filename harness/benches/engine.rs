@@ -7,6 +7,10 @@
 //! - `recorder`: the flight recorder's cost: the example job over 200,000
 //!   events, unpaced, with capture off and on (runs interleaved).
 //!
+//! - `gate`: the incident gate's steps on the example job (24,000 events, a
+//!   checkpoint every 1,000 records, killed in checkpoint 2 and resumed):
+//!   collection time, bundle size and file count, verify time per profile.
+//!
 //! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3; the
 //! recorder uses at least 5).
 
@@ -146,13 +150,110 @@ fn recorder(scratch: &Path) {
     );
 }
 
+fn dir_size(dir: &Path) -> (u64, u64) {
+    let mut files = 0;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            let (f, b) = dir_size(&path);
+            files += f;
+            bytes += b;
+        } else {
+            files += 1;
+            bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    (files, bytes)
+}
+
+fn gate(scratch: &Path) {
+    let input = generate(scratch, 24_000);
+    let work = scratch.join("gate");
+    let _ = std::fs::remove_dir_all(&work);
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let (capture, traces, ha) = (work.join("capture"), work.join("traces"), work.join("ha"));
+    let extra = ["--capture-dir", &s(&capture), "--ha-dir", &s(&ha)];
+    let mut killed = Command::new(clink());
+    killed
+        .arg("run")
+        .arg("--quiet")
+        .arg("--job")
+        .arg(workspace().join("fixtures/jobs/example/job.json"))
+        .arg("--input-dir")
+        .arg(&input)
+        .arg("--output-dir")
+        .arg(work.join("out"))
+        .arg("--checkpoint-dir")
+        .arg(work.join("ck"))
+        .args(["--checkpoint-every-records", "1000", "--retain-checkpoints", "100"])
+        .args(extra)
+        .env("CLINK_PROTOCOL_TRACE_DIR", &traces)
+        .env("CLINK_FAULT", "sink.before_commit@2")
+        .stderr(std::process::Stdio::null());
+    assert!(!killed.status().expect("clink run").success());
+    killed.env_remove("CLINK_FAULT");
+    assert!(killed.status().expect("clink run").success());
+    let mut collect_times = Vec::new();
+    let mut bundle = PathBuf::new();
+    for i in 0..runs().max(5) {
+        bundle = work.join(format!("bundle-{i}"));
+        let cost = measure(
+            Command::new(clink())
+                .arg("incident-collect")
+                .arg("--checkpoint-dir")
+                .arg(work.join("ck"))
+                .arg("--capture-dir")
+                .arg(&capture)
+                .arg("--trace-dir")
+                .arg(&traces)
+                // A checkpoint mid-run, as the gate collects: its epochs are full.
+                .args([
+                    "--include-state",
+                    "--include-captures",
+                    "--commit-confirmation",
+                    "no",
+                    "--checkpoint",
+                    "12",
+                    "--out",
+                ])
+                .arg(&bundle)
+                .stdout(std::process::Stdio::null()),
+        );
+        collect_times.push(cost.wall.as_secs_f64());
+    }
+    let (files, bytes) = dir_size(&bundle);
+    println!(
+        "gate: collection {:.3}s (median of {}), bundle {:.2} MiB in {files} files",
+        median(collect_times.clone()),
+        collect_times.len(),
+        bytes as f64 / (1024.0 * 1024.0)
+    );
+    for profile in ["integrity", "consistency", "replay", "full"] {
+        let mut times = Vec::new();
+        for _ in 0..runs().max(5) {
+            let start = Instant::now();
+            let status = Command::new(clink())
+                .args(["incident-verify", "--profile", profile])
+                .arg(&bundle)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .expect("incident-verify");
+            assert!(matches!(status.code(), Some(0) | Some(3)), "verify {profile}: {status}");
+            times.push(start.elapsed().as_secs_f64());
+        }
+        println!("gate: verify --profile {profile}: {:.3}s (median of {})", median(times), runs().max(5));
+    }
+}
+
 type Bench = fn(&Path);
 
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: &[(&str, Bench)] = &[("throughput", throughput), ("recorder", recorder)];
+    let benches: &[(&str, Bench)] = &[("throughput", throughput), ("recorder", recorder), ("gate", gate)];
     for &(name, bench) in benches {
         if filter.as_deref().is_none_or(|f| name.contains(f)) {
             eprintln!("bench {name}");
