@@ -12,7 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -78,7 +78,7 @@ events! {
     Broadcast => Coordinator ["job", "ckpt", "withheld", "epoch"],
     DeliverCommit => Worker ["job", "sub", "ckpt", "accepted"],
     SinkCommit => Worker ["job", "sub", "ckpt"],
-    SinkOpens => Worker ["job", "sub", "family", "restore"],
+    SinkOpens => Worker ["job", "sub", "family", "restore", "recommitted"],
     CoordRecovers => Coordinator ["job", "epoch", "completed", "confirmed"],
     Redeploy => Coordinator ["job", "restore", "next"],
     RestartOnError => Coordinator ["job", "ckpt", "cause"],
@@ -190,6 +190,23 @@ fn now_micros() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
+static LAST_TS: AtomicU64 = AtomicU64::new(0);
+
+/// A timestamp strictly above every other this process has stamped: events of
+/// one process never share a `ts`, and a step caused by another (a frame sent
+/// after its line was written) always carries the larger one, so merging a
+/// process's files by `ts` puts every cause before its effect.
+fn next_ts() -> u64 {
+    let mut last = LAST_TS.load(Ordering::Relaxed);
+    loop {
+        let ts = now_micros().max(last + 1);
+        match LAST_TS.compare_exchange_weak(last, ts, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return ts,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
 /// Writes one event line. Call through [`trace_event!`](crate::trace_event),
 /// which skips building the fields when tracing is off.
 pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
@@ -209,7 +226,7 @@ pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
     out.seq += 1;
     let mut line = Map::new();
     line.insert("seq".into(), Json::from(out.seq));
-    line.insert("ts".into(), Json::from(now_micros()));
+    line.insert("ts".into(), Json::from(next_ts()));
     line.insert("proc".into(), Json::String(format!("{}:{}", role.name(), tracer.pid)));
     line.insert("event".into(), Json::String(event.name().into()));
     for (k, v) in fields {

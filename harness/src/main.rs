@@ -27,6 +27,7 @@ enum Command {
     IncidentCollect(commands::incident_collect::IncidentCollectArgs),
     IncidentVerify(commands::incident_verify::IncidentVerifyArgs),
     IncidentRegress(commands::incident_regress::IncidentRegressArgs),
+    TraceValidate(commands::trace_validate::TraceValidateArgs),
     ReplayDiff(commands::replay::ReplayDiffArgs),
 }
 
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::IncidentCollect(args) => commands::incident_collect::main(args),
         Command::IncidentVerify(args) => commands::incident_verify::main(args),
         Command::IncidentRegress(args) => commands::incident_regress::main(args),
+        Command::TraceValidate(args) => commands::trace_validate::main(args),
         Command::ReplayDiff(args) => commands::replay::diff_main(args),
     };
     ExitCode::from(code)

@@ -37,12 +37,12 @@ impl Sink for LineFileSink {
         SinkFamily::AtLeastOnce
     }
 
-    fn open(&mut self, _restored: Option<&StateSlots>) -> Result<(), OperatorError> {
+    fn open(&mut self, _restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
         create_dir_durably(&self.dir).map_err(OperatorError::io(&self.dir))?;
         let path = self.path();
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(OperatorError::io(&path))?;
         self.file = Some(file);
-        Ok(())
+        Ok(0)
     }
 
     fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
@@ -61,7 +61,7 @@ impl Sink for LineFileSink {
         if let Some(file) = &self.file {
             file.sync_data().map_err(OperatorError::io(&path))?;
         }
-        Ok(Prepared { staged })
+        Ok(Prepared { staged, durable: true })
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {
@@ -72,8 +72,8 @@ impl Sink for LineFileSink {
         Ok(())
     }
 
-    fn commit(&mut self, _checkpoint: u64) -> Result<(), OperatorError> {
-        Ok(())
+    fn commit(&mut self, _checkpoint: u64) -> Result<Vec<u64>, OperatorError> {
+        Ok(Vec::new())
     }
 }
 

@@ -135,13 +135,23 @@ impl SinkFamily {
 pub struct Prepared {
     /// A staged file was sealed; false for an empty interval.
     pub staged: bool,
+    /// The staged file is durable now. Only a defective sink seals later (on
+    /// the commit, which then reports it), and the trace records the seal
+    /// where it really happens.
+    pub durable: bool,
+}
+
+impl Prepared {
+    pub const EMPTY: Prepared = Prepared { staged: false, durable: true };
+    pub const SEALED: Prepared = Prepared { staged: true, durable: true };
 }
 
 pub trait Sink: Send {
     fn family(&self) -> SinkFamily;
     /// Before any row: re-commit what the restored snapshot holds and clear
     /// what it does not (`None`: a fresh start).
-    fn open(&mut self, restored: Option<&StateSlots>) -> Result<(), OperatorError>;
+    /// Returns how many of the restored handles it re-committed.
+    fn open(&mut self, restored: Option<&StateSlots>) -> Result<u64, OperatorError>;
     fn write(&mut self, row: &Row) -> Result<(), OperatorError>;
     /// At the aligned barrier: seal the interval's rows durably.
     fn prepare(&mut self, checkpoint: u64) -> Result<Prepared, OperatorError>;
@@ -149,7 +159,9 @@ pub trait Sink: Send {
     /// The checkpoint's snapshot failed: forget what prepare sealed for it.
     fn abort(&mut self, checkpoint: u64) -> Result<(), OperatorError>;
     /// The coordinator's word: publish everything sealed up to `checkpoint`.
-    fn commit(&mut self, checkpoint: u64) -> Result<(), OperatorError>;
+    /// Returns the checkpoints whose staged files this commit had to seal
+    /// first (always none for a correct sink).
+    fn commit(&mut self, checkpoint: u64) -> Result<Vec<u64>, OperatorError>;
     /// The sink's own account of what it did with checkpoint's interval, for
     /// the flight recorder's interval evidence.
     fn evidence(&self, _checkpoint: u64) -> serde_json::Value {

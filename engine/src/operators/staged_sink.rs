@@ -80,14 +80,20 @@ impl StagedFileSink {
     }
 
     /// Publishes one handle; a handle already published is left as it is.
-    fn publish(&mut self, handle: &Handle) -> Result<(), OperatorError> {
-        if let Some(contents) = self.unsealed.remove(&handle.checkpoint) {
-            write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
-        }
+    /// Returns whether it had to seal the staged file first (the defect).
+    fn publish(&mut self, handle: &Handle) -> Result<bool, OperatorError> {
+        let sealed_now = match self.unsealed.remove(&handle.checkpoint) {
+            Some(contents) => {
+                write_durably(&self.staged_dir, &handle.file, &contents)
+                    .map_err(OperatorError::io(&self.staged_dir))?;
+                true
+            }
+            None => false,
+        };
         let staged = self.staged_dir.join(&handle.file);
         let published = self.dir.join(&handle.file);
         if is_regular_file(&published) {
-            return Ok(());
+            return Ok(sealed_now);
         }
         let size = fs::symlink_metadata(&staged).map(|m| m.len()).map_err(|_| {
             OperatorError::Protocol(format!(
@@ -102,7 +108,8 @@ impl StagedFileSink {
                 handle.bytes
             )));
         }
-        rename_durably(&staged, &published).map_err(OperatorError::io(&published))
+        rename_durably(&staged, &published).map_err(OperatorError::io(&published))?;
+        Ok(sealed_now)
     }
 
     /// Removes this subtask's staged files that no held handle names.
@@ -137,21 +144,23 @@ impl Sink for StagedFileSink {
         SinkFamily::Recoverable
     }
 
-    fn open(&mut self, restored: Option<&StateSlots>) -> Result<(), OperatorError> {
+    fn open(&mut self, restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
         create_dir_durably(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
         remove_stale_temps(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
         let held = match restored {
             Some(slots) => decode_handles(slots)?,
             None => BTreeMap::new(),
         };
+        let mut recommitted = 0;
         if !self.defects.has(Defect::NoRecommitAtOpen) {
             for handle in held.values() {
                 self.publish(handle)?;
+                recommitted += 1;
             }
         }
         self.remove_unheld_staged(&held)?;
         self.pending.clear();
-        Ok(())
+        Ok(recommitted)
     }
 
     fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
@@ -163,7 +172,7 @@ impl Sink for StagedFileSink {
 
     fn prepare(&mut self, checkpoint: u64) -> Result<Prepared, OperatorError> {
         if self.interval_rows == 0 {
-            return Ok(Prepared { staged: false });
+            return Ok(Prepared::EMPTY);
         }
         let contents = std::mem::take(&mut self.interval);
         let handle = Handle {
@@ -173,13 +182,14 @@ impl Sink for StagedFileSink {
             bytes: contents.len() as u64,
             sha256: sha256_hex(&contents),
         };
-        if self.defects.has(Defect::AckBeforeDurable) {
-            self.unsealed.insert(checkpoint, contents);
-        } else {
+        let durable = !self.defects.has(Defect::AckBeforeDurable);
+        if durable {
             write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
+        } else {
+            self.unsealed.insert(checkpoint, contents);
         }
         self.pending.insert(checkpoint, handle);
-        Ok(Prepared { staged: true })
+        Ok(Prepared { staged: true, durable })
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {
@@ -217,15 +227,18 @@ impl Sink for StagedFileSink {
         })
     }
 
-    fn commit(&mut self, checkpoint: u64) -> Result<(), OperatorError> {
+    fn commit(&mut self, checkpoint: u64) -> Result<Vec<u64>, OperatorError> {
         let due: Vec<u64> = self.pending.range(..=checkpoint).map(|(&c, _)| c).collect();
+        let mut sealed_now = Vec::new();
         for c in due {
             if let Some(handle) = self.pending.get(&c).cloned() {
-                self.publish(&handle)?;
+                if self.publish(&handle)? {
+                    sealed_now.push(c);
+                }
                 self.pending.remove(&c);
             }
         }
-        Ok(())
+        Ok(sealed_now)
     }
 }
 
@@ -288,7 +301,7 @@ mod tests {
     fn empty_intervals_seal_nothing_and_commits_publish_up_to_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = sink(dir.path(), Defects::none());
-        assert_eq!(s.prepare(1).unwrap(), Prepared { staged: false });
+        assert_eq!(s.prepare(1).unwrap(), Prepared::EMPTY);
         s.write(&vec![Value::Int(1)]).unwrap();
         assert!(s.prepare(2).unwrap().staged);
         s.write(&vec![Value::Int(2)]).unwrap();

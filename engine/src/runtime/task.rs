@@ -399,13 +399,14 @@ struct SinkTask<'a> {
 impl SinkTask<'_> {
     fn run(&mut self, sink: &mut dyn Sink) -> Result<(), TaskExit> {
         let job = self.cx.job;
-        sink.open(self.cx.restored.as_ref())?;
+        let recommitted = sink.open(self.cx.restored.as_ref())?;
         trace_event!(
             SinkOpens,
             job = job,
             sub = &self.cx.participant,
             family = sink.family().as_str(),
-            restore = self.cx.restore_point
+            restore = self.cx.restore_point,
+            recommitted = recommitted
         );
         loop {
             if self.input_done && self.last_committed >= self.last_acked {
@@ -432,14 +433,9 @@ impl SinkTask<'_> {
     fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
         kill_point(FaultPoint::SinkBeforePrepare, checkpoint);
         let prepared = sink.prepare(checkpoint)?;
-        trace_event!(
-            SinkPrepare,
-            job = self.cx.job,
-            sub = &self.cx.participant,
-            ckpt = checkpoint,
-            family = sink.family().as_str(),
-            staged = prepared.staged
-        );
+        if prepared.durable {
+            self.trace_prepare(&*sink, checkpoint, prepared.staged);
+        }
         kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
         self.record_interval(sink, checkpoint);
         self.last_acked = checkpoint;
@@ -483,11 +479,26 @@ impl SinkTask<'_> {
         }
     }
 
+    /// The seal of a checkpoint's staged file (or of nothing), where it
+    /// became durable.
+    fn trace_prepare(&self, sink: &dyn Sink, checkpoint: u64, staged: bool) {
+        trace_event!(
+            SinkPrepare,
+            job = self.cx.job,
+            sub = &self.cx.participant,
+            ckpt = checkpoint,
+            family = sink.family().as_str(),
+            staged = staged
+        );
+    }
+
     fn commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
         let sub = &self.cx.participant;
         trace_event!(DeliverCommit, job = self.cx.job, sub = sub, ckpt = checkpoint, accepted = true);
         kill_point(FaultPoint::SinkBeforeCommit, checkpoint);
-        sink.commit(checkpoint)?;
+        for sealed in sink.commit(checkpoint)? {
+            self.trace_prepare(&*sink, sealed, true);
+        }
         trace_event!(SinkCommit, job = self.cx.job, sub = sub, ckpt = checkpoint);
         kill_point(FaultPoint::SinkAfterCommit, checkpoint);
         self.last_committed = self.last_committed.max(checkpoint);

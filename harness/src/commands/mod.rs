@@ -9,6 +9,7 @@ pub mod incident_verify;
 pub mod reference;
 pub mod replay;
 pub mod run;
+pub mod trace_validate;
 
 /// Exit codes shared by every command.
 pub const EXIT_OK: u8 = 0;

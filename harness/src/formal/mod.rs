@@ -4,7 +4,9 @@
 //! Nothing here downloads: `gates/fetch-tools` is the only downloader. A check
 //! or trial whose tools are missing is unavailable or ignored with the reason.
 
+pub mod tlc;
 pub mod tools;
+pub mod trace;
 
 pub use tools::{locate, FormalTools};
 
