@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 
 use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
-use crate::checkpoint::durable::remove_stale_temps;
+use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps};
 use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
     next_checkpoint_id, participant_name, restore_point_on_disk, CheckpointLayout, FileStateBackend, RestoredRecord,
@@ -130,6 +130,10 @@ impl Coordinator {
         if self.has_history() {
             self.recover()?;
         } else {
+            // The job's directory exists from the start, so a run killed
+            // before its first checkpoint is resumed as a recovery.
+            let dir = self.layout.jobs_dir();
+            create_dir_durably(&dir).map_err(|e| RunError::Failed(format!("{}: {e}", dir.display())))?;
             self.deploy(0)?;
         }
         let result = self.coordinate();

@@ -274,14 +274,6 @@ impl SourceTask<'_> {
 
     /// The source's step of checkpoint `c`: position snapshot, ack, barrier.
     fn checkpoint(&mut self, source: &mut dyn Source, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
-        trace_event!(
-            DeliverBarrier,
-            job = self.cx.job,
-            ckpt = checkpoint,
-            epoch = 0u64,
-            worker = WORKER_ID,
-            fenced = false
-        );
         let slots = source.snapshot()?;
         let header = SnapshotHeader {
             job: self.cx.job,
@@ -290,6 +282,16 @@ impl SourceTask<'_> {
             subtask: self.cx.subtask,
         };
         let written = self.cx.backend.write(&self.cx.participant, &header, &slots);
+        // The line follows the write, so it never claims a position snapshot
+        // that a kill kept off the disk.
+        trace_event!(
+            DeliverBarrier,
+            job = self.cx.job,
+            ckpt = checkpoint,
+            epoch = 0u64,
+            worker = WORKER_ID,
+            fenced = false
+        );
         kill_point(FaultPoint::SourceAfterPositionSnapshot, checkpoint);
         self.cx.ack(checkpoint, written.err().map(|e| e.to_string()))?;
         self.out.broadcast(Element::Barrier { checkpoint, kind })?;
@@ -439,12 +441,26 @@ impl SinkTask<'_> {
         kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
         self.record_interval(sink, checkpoint);
         self.last_acked = checkpoint;
-        if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
-            sink.abort(checkpoint)?;
-            return self.cx.ack(checkpoint, Some(format!("injected snapshot failure at checkpoint {checkpoint}")));
+        let written = if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
+            Err(format!("injected snapshot failure at checkpoint {checkpoint}"))
+        } else {
+            let slots = sink.snapshot()?;
+            let header = SnapshotHeader {
+                job: self.cx.job,
+                checkpoint,
+                operator: self.cx.operator.spec.id.0,
+                subtask: self.cx.subtask,
+            };
+            self.cx.backend.write(&self.cx.participant, &header, &slots).map(|_| ()).map_err(|e| e.to_string())
+        };
+        match written {
+            Ok(()) => self.cx.ack(checkpoint, None),
+            Err(error) => {
+                // A failed snapshot holds no handle: the interval's staged file goes too.
+                sink.abort(checkpoint)?;
+                self.cx.ack(checkpoint, Some(error))
+            }
         }
-        let slots = sink.snapshot()?;
-        self.cx.snapshot_and_ack(checkpoint, &slots)
     }
 
     /// Writes the interval's capture and the sink's evidence, after the

@@ -1,0 +1,37 @@
+---- MODULE TraceEvents ----
+\* GENERATED (example doctored-dropped): 32 events.
+Trace == <<
+    [event |-> "Placement", job |-> 1, sub |-> "op-1-0", worker |-> 1, source |-> TRUE],
+    [event |-> "Placement", job |-> 1, sub |-> "op-3-0", worker |-> 1, source |-> FALSE],
+    [event |-> "Placement", job |-> 1, sub |-> "op-3-1", worker |-> 1, source |-> FALSE],
+    [event |-> "SinkOpens", job |-> 1, sub |-> "op-3-0", family |-> "recoverable", restore |-> 0, recommitted |-> 0],
+    [event |-> "SinkOpens", job |-> 1, sub |-> "op-3-1", family |-> "recoverable", restore |-> 0, recommitted |-> 0],
+    [event |-> "Trigger", job |-> 1, ckpt |-> 1, epoch |-> 0, kind |-> "periodic"],
+    [event |-> "DeliverBarrier", job |-> 1, ckpt |-> 1, epoch |-> 0, worker |-> 1, fenced |-> FALSE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-1-0", ckpt |-> 1, ok |-> TRUE],
+    [event |-> "Trigger", job |-> 1, ckpt |-> 2, epoch |-> 0, kind |-> "final"],
+    [event |-> "SinkPrepare", job |-> 1, sub |-> "op-3-0", ckpt |-> 1, family |-> "recoverable", staged |-> TRUE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-3-0", ckpt |-> 1, ok |-> TRUE],
+    [event |-> "SinkPrepare", job |-> 1, sub |-> "op-3-1", ckpt |-> 1, family |-> "recoverable", staged |-> FALSE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-3-1", ckpt |-> 1, ok |-> TRUE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-1-0", ckpt |-> 2, ok |-> TRUE],
+    [event |-> "CoordComplete", job |-> 1, ckpt |-> 1, outcome |-> "completed", epoch |-> 0],
+    [event |-> "WriteCompleted", job |-> 1, ckpt |-> 1, epoch |-> 0],
+    [event |-> "Broadcast", job |-> 1, ckpt |-> 1, withheld |-> FALSE, epoch |-> 0],
+    [event |-> "DeliverCommit", job |-> 1, sub |-> "op-3-0", ckpt |-> 1, accepted |-> TRUE],
+    [event |-> "SinkPrepare", job |-> 1, sub |-> "op-3-1", ckpt |-> 2, family |-> "recoverable", staged |-> TRUE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-3-1", ckpt |-> 2, ok |-> TRUE],
+    [event |-> "SinkCommit", job |-> 1, sub |-> "op-3-0", ckpt |-> 1],
+    [event |-> "DeliverCommit", job |-> 1, sub |-> "op-3-1", ckpt |-> 1, accepted |-> TRUE],
+    [event |-> "SinkCommit", job |-> 1, sub |-> "op-3-1", ckpt |-> 1],
+    [event |-> "SinkPrepare", job |-> 1, sub |-> "op-3-0", ckpt |-> 2, family |-> "recoverable", staged |-> TRUE],
+    [event |-> "SubtaskAck", job |-> 1, sub |-> "op-3-0", ckpt |-> 2, ok |-> TRUE],
+    [event |-> "CoordComplete", job |-> 1, ckpt |-> 2, outcome |-> "completed", epoch |-> 0],
+    [event |-> "WriteCompleted", job |-> 1, ckpt |-> 2, epoch |-> 0],
+    [event |-> "Broadcast", job |-> 1, ckpt |-> 2, withheld |-> FALSE, epoch |-> 0],
+    [event |-> "DeliverCommit", job |-> 1, sub |-> "op-3-1", ckpt |-> 2, accepted |-> TRUE],
+    [event |-> "DeliverCommit", job |-> 1, sub |-> "op-3-0", ckpt |-> 2, accepted |-> TRUE],
+    [event |-> "SinkCommit", job |-> 1, sub |-> "op-3-0", ckpt |-> 2],
+    [event |-> "SinkCommit", job |-> 1, sub |-> "op-3-1", ckpt |-> 2]
+  >>
+====
