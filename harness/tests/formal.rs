@@ -97,6 +97,8 @@ fn main() {
         trials
             .push(tlc_trial(format!("trace::recorded::{name}"), &tools, move |t| check_recorded(t, &dir).map(|_| ())));
     }
+    trials.push(tlc_trial("conformance::good-bundle".into(), &tools, |t| conformance(t, false)));
+    trials.push(tlc_trial("conformance::doctored-trace".into(), &tools, |t| conformance(t, true)));
     // The traces the fault matrix of this test run left: defects rejected, the rest accepted.
     let testrun = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-matrix-traces");
     for dir in subdirs(&testrun) {
@@ -118,4 +120,95 @@ fn check_testrun(tools: &FormalTools, dir: &Path, name: &str) -> Result<(), Stri
             validation.modules_dir.map(|d| format!(" (kept in {})", d.display())).unwrap_or_default()
         )),
     }
+}
+
+/// protocol.conformance on the fixture bundle (passed) and on a copy whose
+/// trace has two events swapped and is re-vouched for (failed, naming it).
+fn conformance(tools: &FormalTools, doctor: bool) -> Result<(), String> {
+    use clink_harness::bundle::read_bundle;
+    use clink_harness::verify::{verify, Profile, Selection, Status, VerifyOptions};
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let bundle_dir = scratch.path().join("bundle");
+    copy_dir(&repo().join("fixtures/bundles/good"), &bundle_dir);
+    if doctor {
+        swap_write_and_broadcast(&bundle_dir)?;
+    }
+    let bundle = read_bundle(&bundle_dir).map_err(|e| e.to_string())?;
+    let options = VerifyOptions {
+        profile: Profile::Full,
+        selection: Selection { max_replays: 64, ..Selection::default() },
+        expected: None,
+        formal: Some(tools.clone()),
+    };
+    let report = verify(&bundle, &options).map_err(|e| e.to_string())?;
+    let check = report.checks.iter().find(|c| c.name == "protocol.conformance").ok_or("no protocol.conformance")?;
+    match (doctor, check.status) {
+        (false, Status::Passed) if report.exit_code == 0 => Ok(()),
+        (true, Status::Failed) if report.exit_code == 1 && check.reason.contains("\"event\":\"Broadcast\"") => Ok(()),
+        _ => Err(format!("doctored {doctor}: {:?}: {} (exit {})", check.status, check.reason, report.exit_code)),
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Swaps the first WriteCompleted and the Broadcast of the same checkpoint in
+/// the coordinator's trace (keeping seq, ts and proc in place), and updates
+/// the manifest's size and SHA-256 for the file.
+fn swap_write_and_broadcast(bundle: &Path) -> Result<(), String> {
+    use serde_json::Value as Json;
+    let manifest_path = bundle.join("manifest.json");
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(&manifest_path).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let rel = manifest["artifacts"]
+        .as_array()
+        .and_then(|a| {
+            a.iter().find(|a| a["role"] == "trace" && a["path"].as_str().is_some_and(|p| p.contains("coordinator")))
+        })
+        .and_then(|a| a["path"].as_str())
+        .ok_or("no coordinator trace in the bundle")?
+        .to_string();
+    let path = bundle.join(&rel);
+    let mut lines: Vec<Json> = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())?
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let w = lines.iter().position(|l| l["event"] == "WriteCompleted").ok_or("no WriteCompleted")?;
+    let c = lines[w]["ckpt"].clone();
+    let b = lines.iter().position(|l| l["event"] == "Broadcast" && l["ckpt"] == c).ok_or("no Broadcast")?;
+    let keep = ["seq", "ts", "proc"];
+    let payload = |l: &Json| -> serde_json::Map<String, Json> {
+        l.as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| !keep.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (pw, pb) = (payload(&lines[w]), payload(&lines[b]));
+    for (i, p) in [(w, pb), (b, pw)] {
+        let mut obj: serde_json::Map<String, Json> =
+            keep.iter().map(|k| (k.to_string(), lines[i][*k].clone())).collect();
+        obj.extend(p);
+        lines[i] = Json::Object(obj);
+    }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&path, &text).map_err(|e| e.to_string())?;
+    for a in manifest["artifacts"].as_array_mut().unwrap() {
+        if a["path"] == rel.as_str() {
+            a["size"] = text.len().into();
+            a["sha256"] = clink_engine::checkpoint::snapshot::sha256_hex(text.as_bytes()).into();
+        }
+    }
+    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).map_err(|e| e.to_string())
 }
