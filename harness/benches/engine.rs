@@ -11,6 +11,9 @@
 //!   checkpoint every 1,000 records, killed in checkpoint 2 and resumed):
 //!   collection time, bundle size and file count, verify time per profile.
 //!
+//! - `formal`: trace validation time for real traces of about 100, 1,000 and
+//!   5,000 events, and each model's TLC time (2 workers).
+//!
 //! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3; the
 //! recorder uses at least 5).
 
@@ -247,13 +250,65 @@ fn gate(scratch: &Path) {
     }
 }
 
+fn formal(scratch: &Path) {
+    let tools = match clink_harness::formal::locate(None, None) {
+        Ok(t) => t,
+        Err(why) => {
+            println!("formal: unavailable: {why}");
+            return;
+        }
+    };
+    let input = generate(scratch, 36_000);
+    for checkpoints in [3u64, 35, 180] {
+        let work = scratch.join(format!("formal-{checkpoints}"));
+        let _ = std::fs::remove_dir_all(&work);
+        let traces = work.join("traces");
+        let status = Command::new(clink())
+            .arg("run")
+            .arg("--quiet")
+            .arg("--job")
+            .arg(workspace().join("fixtures/jobs/example/job.json"))
+            .arg("--input-dir")
+            .arg(&input)
+            .arg("--output-dir")
+            .arg(work.join("out"))
+            .arg("--checkpoint-dir")
+            .arg(work.join("ck"))
+            .arg("--checkpoint-every-records")
+            .arg((36_000 / checkpoints).to_string())
+            .env("CLINK_PROTOCOL_TRACE_DIR", &traces)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("clink run");
+        assert!(status.success());
+        let mut times = Vec::new();
+        let mut events = 0;
+        for _ in 0..runs() {
+            let v = clink_harness::formal::trace::validate_run(&tools, &traces, None).expect("validation runs");
+            assert!(matches!(v.verdict, clink_harness::formal::trace::Verdict::Accepted { .. }), "{}", v.verdict);
+            events = v.events;
+            times.push(v.seconds);
+        }
+        println!("formal: trace of {events} events validated in {:.2}s (median of {})", median(times), runs());
+    }
+    for name in clink_harness::formal::suite::configs(&tools.formal_dir.join("models")) {
+        std::env::set_var("CLINK_TLC_WORKERS", "2");
+        let start = Instant::now();
+        match clink_harness::formal::suite::check_model(&tools, &name) {
+            Ok(outcome) => println!("formal: model {name}: {outcome} in {:.1}s", start.elapsed().as_secs_f64()),
+            Err(e) => println!("formal: model {name}: FAILED: {e}"),
+        }
+    }
+}
+
 type Bench = fn(&Path);
 
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: &[(&str, Bench)] = &[("throughput", throughput), ("recorder", recorder), ("gate", gate)];
+    let benches: &[(&str, Bench)] =
+        &[("throughput", throughput), ("recorder", recorder), ("gate", gate), ("formal", formal)];
     for &(name, bench) in benches {
         if filter.as_deref().is_none_or(|f| name.contains(f)) {
             eprintln!("bench {name}");

@@ -93,8 +93,10 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// The number before `suffix` on the last line that has it (TLC prints
+/// progress lines before its final count).
 fn number_before(text: &str, suffix: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
+    text.lines().rev().find_map(|l| {
         let l = l.trim();
         let head = l.strip_suffix(suffix).or_else(|| l.find(suffix).map(|i| &l[..i]))?;
         head.split_whitespace().last()?.replace(',', "").parse().ok()
@@ -204,7 +206,7 @@ mod tests {
 
     #[test]
     fn status_and_message_must_agree() {
-        let ok = run(0, "1234 distinct states found, 0 states left on queue.\nThe depth of the complete state graph search is 17.\nModel checking completed. No error has been found.\n");
+        let ok = run(0, "Progress(3): 10 states generated, 7 distinct states found, 2 states left on queue.\n40 states generated, 1234 distinct states found, 0 states left on queue.\nThe depth of the complete state graph search is 17.\nModel checking completed. No error has been found.\n");
         assert_eq!(judge(&ok), Outcome::NoError { distinct_states: Some(1234), depth: Some(17) });
         assert_eq!(
             judge(&run(12, "Error: Invariant NoLoss is violated.\n")),
