@@ -224,3 +224,26 @@ fn incident_regress_freezes_an_epoch_that_then_passes_as_a_test() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(!dir.path().join("sink").exists());
 }
+
+#[test]
+fn bounds_and_the_timeout_refuse_with_their_kind_and_leave_nothing() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    for (extra, kind) in
+        [(["--max-files", "3"], "bound"), (["--max-bytes", "100"], "bound"), (["--timeout-s", "0"], "timeout")]
+    {
+        let out = live.path(&format!("b-{kind}-{}", extra[1]));
+        let mut args = vec!["--commit-confirmation", "no"];
+        args.extend(extra);
+        let result = live.collect(&out, &args).output().unwrap();
+        assert_eq!(result.status.code(), Some(1), "{extra:?}");
+        assert_eq!(json(&result)["kind"], kind, "{extra:?}");
+        assert!(!out.exists());
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(live.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".incident-collect-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary directories left: {leftovers:?}");
+}

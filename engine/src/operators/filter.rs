@@ -95,3 +95,42 @@ impl Transform for Filter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::driver::{Driver, Event};
+    use crate::operators::segment_source::output_schema;
+    use crate::timers::Clock;
+
+    fn keeps(params: serde_json::Value, amount: &str) -> bool {
+        let filter = plan(&params, &output_schema()).unwrap();
+        let mut d = Driver::new(Box::new(filter), Clock::Manual(0));
+        let mut out = Vec::new();
+        let row = vec![Value::Timestamp(1), Value::Str("a".into()), Value::Decimal(Decimal::parse(amount, 2).unwrap())];
+        d.handle(Event::Record(row), &mut out).unwrap();
+        !out.is_empty()
+    }
+
+    #[test]
+    fn decimals_compare_exactly() {
+        let gt = serde_json::json!({"column": "amount", "op": "gt", "value": "10.00"});
+        assert!(keeps(gt.clone(), "10.01"));
+        assert!(!keeps(gt, "10"));
+        assert!(keeps(serde_json::json!({"column": "amount", "op": "le", "value": "10"}), "10.00"));
+    }
+
+    #[test]
+    fn params_are_refused_by_field() {
+        let schema = output_schema();
+        for (params, field) in [
+            (serde_json::json!({"column": "nope", "op": "eq", "value": 1}), "column"),
+            (serde_json::json!({"column": "amount", "op": "like", "value": "1"}), "op"),
+            (serde_json::json!({"column": "amount", "op": "eq", "value": 1.5}), "value"),
+            (serde_json::json!({"column": "amount", "op": "eq", "value": "1", "extra": 1}), "extra"),
+        ] {
+            let err = plan(&params, &schema).err().unwrap();
+            assert_eq!(err.path, field, "{err}");
+        }
+    }
+}

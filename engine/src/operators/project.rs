@@ -53,3 +53,23 @@ impl Transform for Project {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::driver::{Driver, Event};
+    use crate::operators::segment_source::output_schema;
+    use crate::timers::Clock;
+
+    #[test]
+    fn keeps_the_named_columns_in_order() {
+        let p = plan(&serde_json::json!({"columns": ["amount", "account"]}), &output_schema()).unwrap();
+        assert_eq!(p.output.names(), vec!["amount", "account"]);
+        let mut d = Driver::new(Box::new(Project::new(p)), Clock::Manual(0));
+        let mut out = Vec::new();
+        d.handle(Event::Record(vec![Value::Timestamp(1), Value::Str("a".into()), Value::Int(5)]), &mut out).unwrap();
+        assert_eq!(out, vec![vec![Value::Int(5), Value::Str("a".into())]]);
+        assert!(plan(&serde_json::json!({"columns": ["account", "account"]}), &output_schema()).is_err());
+        assert!(plan(&serde_json::json!({"columns": []}), &output_schema()).is_err());
+    }
+}

@@ -1,5 +1,7 @@
-//! Bad input to `clink run` is refused with exit 2, a message naming what is
-//! wrong, and nothing written to the output.
+//! `clink run` from the command line: bad jobs and inputs are refused with
+//! exit 2, a message naming what is wrong, and nothing written; savepoints
+//! stop with state kept and the next run finishes the job; interval
+//! checkpoints commit exactly the reference's output.
 
 use std::path::Path;
 use std::process::Command;
@@ -140,4 +142,91 @@ fn a_malformed_document_is_refused_with_its_field() {
         INPUT,
     )
     .assert_refused(&["operators[3].params.key", "acct"]);
+}
+
+/// A run over `input` with extra arguments; returns (exit code, stdout, stderr).
+fn run_with(dir: &Path, input: &str, extra: &[&str]) -> (i32, String, String) {
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/segment-0000.txt"), input).unwrap();
+    let job = format!("{}/../fixtures/jobs/example/job.json", env!("CARGO_MANIFEST_DIR"));
+    let out = clink()
+        .args(["run", "--quiet", "--job", &job])
+        .arg("--input-dir")
+        .arg(dir.join("in"))
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .arg("--checkpoint-dir")
+        .arg(dir.join("ck"))
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn lines_of(dir: &Path) -> Vec<String> {
+    let mut lines = clink_harness::compare::read_output_lines(dir).unwrap_or_default();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_savepoint_stops_with_state_kept_and_the_next_run_finishes_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = "E,1000,a,1.50\nW,1000\nE,12000,b,2\nW,12000\nE,15000,a,1\nW,25000\nE,26000,b,3\nW,40000\nEND\n";
+    let (code, stdout, stderr) =
+        run_with(dir.path(), input, &["--checkpoint-every-records", "1", "--stop-with-savepoint-at", "20000"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("stopped at a savepoint"), "{stdout}");
+    // Windows ending by 20000 fired; the window of 26000 and END's are still state.
+    assert_eq!(
+        lines_of(&dir.path().join("out/windows-out")),
+        vec!["a,0,10000,1,1.50", "a,10000,20000,1,1.00", "b,10000,20000,1,2.00"]
+    );
+    let (code, stdout, stderr) = run_with(dir.path(), input, &["--checkpoint-every-records", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("finished"), "{stdout}");
+    let reference = clink_harness::reference::compute(&dir.path().join("in"), Default::default()).unwrap();
+    let mut expected = reference.windows.clone();
+    expected.sort();
+    assert_eq!(lines_of(&dir.path().join("out/windows-out")), expected);
+    let mut idle = reference.idle.clone();
+    idle.sort();
+    assert_eq!(lines_of(&dir.path().join("out/idle-out")), idle);
+}
+
+#[test]
+fn interval_checkpoints_complete_and_the_output_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = clink().args(["gen-input", "--events", "3000", "--out"]).arg(dir.path().join("gen")).output().unwrap();
+    assert!(gen.status.success());
+    let input: String = std::fs::read_dir(dir.path().join("gen"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    let (code, stdout, stderr) =
+        run_with(dir.path(), &input, &["--checkpoint-interval-ms", "5", "--source-rate", "20000", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(summary["completed"].as_u64().unwrap() > 3, "{summary}");
+    let reference = clink_harness::reference::compute(&dir.path().join("in"), Default::default()).unwrap();
+    let mut expected = reference.windows;
+    expected.sort();
+    assert_eq!(lines_of(&dir.path().join("out/windows-out")), expected);
+}
+
+#[test]
+fn checkpoint_triggers_conflict_and_must_be_positive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) =
+        run_with(dir.path(), INPUT, &["--checkpoint-every-records", "2", "--checkpoint-interval-ms", "5"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run_with(dir.path(), INPUT, &["--checkpoint-every-records", "0"]);
+    assert_eq!(code, 2, "{stderr}");
 }
