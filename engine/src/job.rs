@@ -130,17 +130,9 @@ impl JobGraph {
 /// Reads and validates a job file.
 pub fn load_job(path: &Path) -> Result<JobGraph, JobError> {
     let shown = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
-    if !meta.is_file() {
-        return Err(JobError::new(&shown, "not a regular file"));
-    }
-    if meta.len() > MAX_JOB_BYTES {
-        return Err(JobError::new(
-            &shown,
-            format!("{} bytes exceed the {MAX_JOB_BYTES}-byte limit for a job", meta.len()),
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
+    let bytes = crate::files::read_bounded(path, MAX_JOB_BYTES)
+        .map_err(|e| JobError::new(&shown, format!("cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| JobError::new(&shown, "not UTF-8"))?;
     parse_job(&text).map_err(|e| JobError::new(format!("{shown}: {}", e.path), e.message))
 }
 

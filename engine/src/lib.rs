@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod codec;
 pub mod defects;
 pub mod fault;
+pub mod files;
 pub mod gen;
 pub mod job;
 pub mod job_manifest;

@@ -293,6 +293,23 @@ pub fn compare_values(a: &Value, b: &Value) -> Ordering {
     }
 }
 
+/// A JSON cell as a value of a column's type: decimals are given as text (to
+/// keep them exact), timestamps as epoch milliseconds, NULL as null. `None`
+/// when the cell does not fit the type.
+pub fn value_from_json(cell: &serde_json::Value, ty: ColumnType) -> Option<Value> {
+    use serde_json::Value as Json;
+    Some(match (ty, cell) {
+        (_, Json::Null) => Value::Null,
+        (ColumnType::Bool, Json::Bool(b)) => Value::Bool(*b),
+        (ColumnType::Int, Json::Number(n)) => Value::Int(n.as_i64()?),
+        (ColumnType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64()?),
+        (ColumnType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
+        (ColumnType::String, Json::String(s)) => Value::Str(s.clone()),
+        (ColumnType::Decimal { scale }, Json::String(s)) => Value::Decimal(Decimal::parse(s, scale).ok()?),
+        _ => return None,
+    })
+}
+
 /// Whether `value` may sit in a column of type `ty` (NULL fits every column).
 pub fn fits(value: &Value, ty: ColumnType) -> bool {
     matches!(

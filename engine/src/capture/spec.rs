@@ -170,10 +170,6 @@ impl SinkEvidence {
 }
 
 fn read_doc<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() || meta.len() > MAX_DOC_BYTES {
-        return Err(format!("{}: not a regular file of at most {MAX_DOC_BYTES} bytes", path.display()));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = crate::files::read_bounded(path, MAX_DOC_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -166,23 +166,11 @@ pub fn read_dir_names(dir: &Path) -> Result<Vec<String>, StateError> {
 
 /// Reads a sidecar: bounded, strictly typed, a known format and version.
 pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> {
-    let meta_len = match fs::symlink_metadata(meta_path) {
-        Ok(m) if m.is_file() => m.len(),
-        Ok(_) => {
-            return Err(StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: "not a regular file".into() })
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(StateError::MetaMissing { path: meta_path.to_path_buf() })
-        }
-        Err(e) => return Err(io_error(meta_path)(e)),
-    };
-    if meta_len > MAX_META_BYTES {
-        return Err(StateError::MetaInvalid {
-            path: meta_path.to_path_buf(),
-            reason: format!("{meta_len} bytes exceed {MAX_META_BYTES}"),
-        });
-    }
-    let text = fs::read(meta_path).map_err(io_error(meta_path))?;
+    let text = crate::files::read_bounded(meta_path, MAX_META_BYTES).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => StateError::MetaMissing { path: meta_path.to_path_buf() },
+        io::ErrorKind::InvalidData => StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() },
+        _ => io_error(meta_path)(e),
+    })?;
     let meta: SnapshotMeta = serde_json::from_slice(&text)
         .map_err(|e| StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() })?;
     if meta.format != META_FORMAT || meta.version > META_VERSION {

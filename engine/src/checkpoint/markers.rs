@@ -8,7 +8,6 @@
 //! Scans read markers by name only (the prefix and a canonical id), so a
 //! writer's temporary file is never taken for a marker.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -204,14 +203,7 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
 }
 
 fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, MarkerError> {
-    let io_err = |source| MarkerError::Io { path: path.to_path_buf(), source };
-    let meta = fs::symlink_metadata(path).map_err(io_err)?;
-    if !meta.is_file() || meta.len() > MAX_MARKER_BYTES {
-        return Err(MarkerError::Invalid {
-            path: path.to_path_buf(),
-            reason: format!("not a regular file of at most {MAX_MARKER_BYTES} bytes"),
-        });
-    }
-    let bytes = fs::read(path).map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })?;
+    let bytes = crate::files::read_bounded(path, MAX_MARKER_BYTES)
+        .map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })?;
     serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
 }

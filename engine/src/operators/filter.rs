@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use serde_json::Value as Json;
 
 use crate::job::{kind_name, Fields, JobError};
-use crate::value::{compare_values, ColumnType, Decimal, Row, Schema, Value};
+use crate::value::{compare_values, ColumnType, Row, Schema, Value};
 
 use super::{Context, OperatorError, Transform};
 
@@ -70,17 +70,13 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Filter, JobError> {
     Ok(Filter { column, comparison, literal })
 }
 
-/// A JSON literal as a value of the column's type; decimals are given as text.
+/// A JSON literal as a value of the column's type; a null literal is refused
+/// (a NULL compares false to everything, so the filter would drop every row).
 fn literal_for(raw: &Json, ty: ColumnType) -> Option<Value> {
-    Some(match (ty, raw) {
-        (ColumnType::Bool, Json::Bool(b)) => Value::Bool(*b),
-        (ColumnType::Int, Json::Number(n)) => Value::Int(n.as_i64()?),
-        (ColumnType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64()?),
-        (ColumnType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
-        (ColumnType::String, Json::String(s)) => Value::Str(s.clone()),
-        (ColumnType::Decimal { scale }, Json::String(s)) => Value::Decimal(Decimal::parse(s, scale).ok()?),
-        _ => return None,
-    })
+    match crate::value::value_from_json(raw, ty)? {
+        Value::Null => None,
+        v => Some(v),
+    }
 }
 
 impl Transform for Filter {
@@ -102,6 +98,7 @@ mod tests {
     use crate::operators::driver::{Driver, Event};
     use crate::operators::segment_source::output_schema;
     use crate::timers::Clock;
+    use crate::value::Decimal;
 
     fn keeps(params: serde_json::Value, amount: &str) -> bool {
         let filter = plan(&params, &output_schema()).unwrap();

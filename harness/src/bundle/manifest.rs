@@ -222,14 +222,8 @@ pub fn read_bundle(root: &Path) -> Result<Bundle, ManifestError> {
         return Err(refuse("$", format!("{} is not a directory", root.display())));
     }
     let path = root.join(MANIFEST_NAME);
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| refuse("$", format!("cannot read: {e}")))?;
-    if !meta.is_file() {
-        return Err(refuse("$", "not a regular file"));
-    }
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(refuse("$", format!("{} bytes exceed the {MAX_MANIFEST_BYTES}-byte limit", meta.len())));
-    }
-    let bytes = std::fs::read(&path).map_err(|e| refuse("$", format!("cannot read: {e}")))?;
+    let bytes = clink_engine::files::read_bounded(&path, MAX_MANIFEST_BYTES)
+        .map_err(|e| refuse("$", format!("cannot read: {e}")))?;
     let manifest = parse_manifest(&bytes)?;
     check_paths_on_disk(root, &manifest)?;
     Ok(Bundle { root: root.to_path_buf(), manifest })

@@ -25,12 +25,11 @@ pub fn configs(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Runs one model; passes only when TLC finds no error.
-pub fn check_model(tools: &FormalTools, name: &str) -> Result<Outcome, String> {
-    let dir = tools.formal_dir.join("models");
+/// Runs TLC on `<dir>/<name>.tla` with `<name>.cfg`, checking for deadlock.
+fn run_config(tools: &FormalTools, dir: &Path, name: &str) -> Result<(Outcome, f64), String> {
     let (module, config) = (format!("{name}.tla"), format!("{name}.cfg"));
     let job = TlcJob {
-        dir: &dir,
+        dir,
         module: &module,
         config: &config,
         library: vec![tools.formal_dir.clone()],
@@ -38,9 +37,14 @@ pub fn check_model(tools: &FormalTools, name: &str) -> Result<Outcome, String> {
         check_deadlock: true,
     };
     let run = tlc::run(tools, &job)?;
-    match tlc::judge(&run) {
-        ok @ Outcome::NoError { .. } => Ok(ok),
-        other => Err(format!("model {name}: {other} (after {:.1}s)", run.elapsed.as_secs_f64())),
+    Ok((tlc::judge(&run), run.elapsed.as_secs_f64()))
+}
+
+/// Runs one model; passes only when TLC finds no error.
+pub fn check_model(tools: &FormalTools, name: &str) -> Result<Outcome, String> {
+    match run_config(tools, &tools.formal_dir.join("models"), name)? {
+        (ok @ Outcome::NoError { .. }, _) => Ok(ok),
+        (other, seconds) => Err(format!("model {name}: {other} (after {seconds:.1}s)")),
     }
 }
 
@@ -51,17 +55,7 @@ pub fn check_mutant(
     name: &str,
     expected: &Expectation,
 ) -> Result<Outcome, String> {
-    let (module, config) = (format!("{name}.tla"), format!("{name}.cfg"));
-    let job = TlcJob {
-        dir: mutants_dir,
-        module: &module,
-        config: &config,
-        library: vec![tools.formal_dir.clone()],
-        workers: workers(),
-        check_deadlock: true,
-    };
-    let run = tlc::run(tools, &job)?;
-    let outcome = tlc::judge(&run);
+    let (outcome, _) = run_config(tools, mutants_dir, name)?;
     tlc::matches(expected, &outcome).map(|()| outcome).map_err(|e| format!("mutant {name}: {e}"))
 }
 

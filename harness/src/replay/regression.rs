@@ -166,14 +166,8 @@ pub enum BundleError {
 
 pub fn read_manifest(dir: &Path) -> Result<BundleManifest, BundleError> {
     let path = dir.join(MANIFEST);
-    let meta = fs::symlink_metadata(&path).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
-    if !meta.is_file() || meta.len() > MAX_MANIFEST_BYTES {
-        return Err(BundleError::Refused(format!(
-            "{}: not a regular file of at most {MAX_MANIFEST_BYTES} bytes",
-            path.display()
-        )));
-    }
-    let bytes = fs::read(&path).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
+    let bytes = clink_engine::files::read_bounded(&path, MAX_MANIFEST_BYTES)
+        .map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
     let manifest: BundleManifest =
         serde_json::from_slice(&bytes).map_err(|e| BundleError::Refused(format!("{}: {e}", path.display())))?;
     if manifest.format != BUNDLE_FORMAT {

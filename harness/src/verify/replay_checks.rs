@@ -20,7 +20,7 @@ use clink_engine::operators::driver::Event;
 use clink_engine::operators::keyed::key_bytes;
 use clink_engine::registry::output_key_columns;
 use clink_engine::runtime::partition::subtask_for_key;
-use clink_engine::value::{row_bytes, ColumnType, Decimal, Row, Value};
+use clink_engine::value::{row_bytes, value_from_json, Row};
 use serde_json::Value as Json;
 
 use super::{CheckResult, Counts, Selection, Status, UsageError};
@@ -406,26 +406,13 @@ pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Resul
             .iter()
             .zip(&schema.0)
             .map(|(cell, col)| {
-                cell_value(cell, col.ty)
+                value_from_json(cell, col.ty)
                     .ok_or_else(|| format!("line {at}: column {}: {cell} is not a {:?}", col.name, col.ty))
             })
             .collect::<Result<Row, String>>()?;
         rows.push(row);
     }
     Ok(rows)
-}
-
-fn cell_value(cell: &Json, ty: ColumnType) -> Option<Value> {
-    Some(match (ty, cell) {
-        (_, Json::Null) => Value::Null,
-        (ColumnType::Bool, Json::Bool(b)) => Value::Bool(*b),
-        (ColumnType::Int, Json::Number(n)) => Value::Int(n.as_i64()?),
-        (ColumnType::Timestamp, Json::Number(n)) => Value::Timestamp(n.as_i64()?),
-        (ColumnType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
-        (ColumnType::String, Json::String(s)) => Value::Str(s.clone()),
-        (ColumnType::Decimal { scale }, Json::String(s)) => Value::Decimal(Decimal::parse(s, scale).ok()?),
-        _ => return None,
-    })
 }
 
 fn expected_output(
