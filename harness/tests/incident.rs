@@ -247,3 +247,120 @@ fn bounds_and_the_timeout_refuse_with_their_kind_and_leave_nothing() {
         .collect();
     assert!(leftovers.is_empty(), "temporary directories left: {leftovers:?}");
 }
+
+fn fixture_bundle() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good")
+}
+
+fn verify_report(args: &[&str]) -> (Option<i32>, Json) {
+    let result = clink()
+        .arg("incident-verify")
+        .arg(fixture_bundle())
+        .args(["--json", "--profile", "replay"])
+        .args(args)
+        .output()
+        .unwrap();
+    (result.status.code(), json(&result))
+}
+
+fn find_check(report: &Json, name: &str) -> Json {
+    report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap_or(Json::Null)
+}
+
+#[test]
+fn epochs_past_max_replays_are_omitted_never_dropped_and_a_narrow_selection_can_pass() {
+    let (code, report) = verify_report(&["--max-replays", "2"]);
+    assert_eq!(code, Some(3), "{report}");
+    let determinism = find_check(&report, "replay.determinism");
+    assert_eq!(determinism["status"], "unavailable");
+    assert_eq!(determinism["counts"]["checked"], 2);
+    assert!(determinism["counts"]["omitted"].as_u64().unwrap() > 0);
+    assert_eq!(
+        determinism["counts"]["selected"].as_u64().unwrap(),
+        2 + determinism["counts"]["omitted"].as_u64().unwrap()
+    );
+    let (code, report) = verify_report(&["--max-replays", "2", "--op", "3", "--subtask", "0"]);
+    assert_eq!(code, Some(0), "{report}");
+    let (code, report) = verify_report(&["--op", "999"]);
+    assert_eq!(code, Some(3), "an empty selection never passes: {report}");
+    assert_eq!(find_check(&report, "replay.determinism")["counts"]["selected"], 0);
+}
+
+/// The window operator's rows for the bundle's epochs, as an expectation file
+/// (taken from its sinks' recorded input), optionally doctored.
+fn write_expectation(path: &Path, doctor: impl Fn(&mut Vec<Json>)) {
+    use clink_engine::operators::driver::Event;
+    use clink_engine::value::Value;
+    let manifest: Json =
+        serde_json::from_slice(&std::fs::read(fixture_bundle().join("manifest.json")).unwrap()).unwrap();
+    let mut rows = Vec::new();
+    for e in manifest["epochs"].as_array().unwrap().iter().filter(|e| e["operator"] == "5") {
+        let bytes = std::fs::read(fixture_bundle().join(e["path"].as_str().unwrap())).unwrap();
+        for event in clink_engine::capture::read_capture(&bytes).unwrap().events {
+            if let Event::Record(row) = event {
+                rows.push(Json::Array(
+                    row.iter()
+                        .map(|v| match v {
+                            Value::Str(s) => Json::from(s.clone()),
+                            Value::Timestamp(t) | Value::Int(t) => Json::from(*t),
+                            Value::Decimal(d) => Json::from(d.to_string()),
+                            other => panic!("{other:?}"),
+                        })
+                        .collect(),
+                ));
+            }
+        }
+    }
+    assert!(!rows.is_empty());
+    doctor(&mut rows);
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn expected_output_compares_one_operators_epochs_as_multisets() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = dir.path().join("expected.ndjson");
+    let path = expected.to_str().unwrap();
+
+    write_expectation(&expected, |rows| rows.reverse());
+    let (code, report) = verify_report(&["--op", "3", "--expected", path]);
+    assert_eq!(find_check(&report, "replay.expected_output")["status"], "passed", "{report}");
+    assert_eq!(code, Some(0));
+
+    // A row the replay emits that the expectation lacks fails at once.
+    write_expectation(&expected, |rows| {
+        rows.pop();
+    });
+    let (code, report) = verify_report(&["--op", "3", "--expected", path]);
+    let check = find_check(&report, "replay.expected_output");
+    assert_eq!(check["status"], "failed", "{check}");
+    assert!(check["details"].to_string().contains("emitted but not expected"), "{check}");
+    assert_eq!(code, Some(1));
+
+    // An expected row not emitted fails only when every epoch was replayed whole.
+    write_expectation(&expected, |rows| rows.push(rows[0].clone()));
+    let (_, report) = verify_report(&["--op", "3", "--expected", path]);
+    assert_eq!(find_check(&report, "replay.expected_output")["status"], "failed");
+    let (code, report) = verify_report(&["--op", "3", "--expected", path, "--max-replays", "1"]);
+    assert_eq!(find_check(&report, "replay.expected_output")["status"], "unavailable", "{report}");
+    assert_eq!(code, Some(3));
+
+    // One operator at a time; a malformed expectation is bad usage.
+    let refused = clink()
+        .arg("incident-verify")
+        .arg(fixture_bundle())
+        .args(["--profile", "replay", "--expected", path])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    std::fs::write(&expected, "[\"acct\", 1]\n").unwrap();
+    let refused = clink()
+        .arg("incident-verify")
+        .arg(fixture_bundle())
+        .args(["--profile", "replay", "--op", "3", "--expected", path])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("line 1"));
+}
