@@ -58,12 +58,12 @@ pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOut
             let at = || format!("{}:{}", path.display(), i + 1);
             match fields[..] {
                 ["E", t, account, amount] => {
-                    let t: i64 = t.parse().map_err(|_| format!("{}: bad time", at()))?;
+                    let t = parse_time(t).ok_or_else(|| format!("{}: bad time", at()))?;
                     let cents = parse_cents(amount).ok_or_else(|| format!("{}: bad amount {amount:?}", at()))?;
                     state.event(t, account, cents, params);
                 }
                 ["W", t] => {
-                    let t: i64 = t.parse().map_err(|_| format!("{}: bad watermark", at()))?;
+                    let t = parse_time(t).ok_or_else(|| format!("{}: bad watermark", at()))?;
                     state.advance(t, params);
                 }
                 ["END"] => state.advance(i64::MAX, params),
@@ -81,7 +81,7 @@ impl State {
         if !late {
             let w = self.windows.entry((account.to_string(), start)).or_insert((0, 0));
             w.0 += 1;
-            w.1 += cents;
+            w.1 = w.1.saturating_add(cents);
         }
         let seen = self.last_seen.get(account).copied();
         if seen.is_none_or(|s| t > s) {
@@ -122,6 +122,13 @@ impl State {
     }
 }
 
+/// Times are non-negative and at most 2^60, so window and timer arithmetic
+/// cannot overflow.
+fn parse_time(text: &str) -> Option<i64> {
+    let t: i64 = text.parse().ok()?;
+    (0..=1 << 60).contains(&t).then_some(t)
+}
+
 fn parse_cents(text: &str) -> Option<i128> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -134,7 +141,8 @@ fn parse_cents(text: &str) -> Option<i128> {
     if digits.contains('.') && frac.is_empty() {
         return None;
     }
-    let cents = whole.parse::<i128>().ok()? * 100 + format!("{frac:0<2}").parse::<i128>().ok()?;
+    let cents =
+        whole.parse::<i128>().ok()?.checked_mul(100)?.checked_add(format!("{frac:0<2}").parse::<i128>().ok()?)?;
     Some(if negative { -cents } else { cents })
 }
 

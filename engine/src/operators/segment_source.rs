@@ -64,12 +64,18 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
     }
 }
 
+/// The largest time a line may carry: far beyond any real clock, and far
+/// enough below `i64::MAX` that window ends and timer times cannot overflow.
+pub const MAX_TIME_MS: i64 = 1 << 60;
+
 fn parse_time(text: &str) -> Result<i64, String> {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("time {:?} is not an integer number of milliseconds", truncate(text, 40)));
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("time {:?} is not a non-negative integer number of milliseconds", truncate(text, 40)));
     }
-    text.parse::<i64>().map_err(|_| format!("time {text:?} is out of range"))
+    match text.parse::<i64>() {
+        Ok(t) if t <= MAX_TIME_MS => Ok(t),
+        _ => Err(format!("time {} is out of range (0 to {MAX_TIME_MS})", truncate(text, 40))),
+    }
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -344,7 +350,21 @@ mod tests {
         );
         assert_eq!(parse_line("W,5").unwrap(), Line::Watermark(5));
         assert_eq!(parse_line("END\r").unwrap(), Line::End);
-        for bad in ["", "E,1,a", "E,x,a,1", "E,1,,1", "E,1,a,1.234", "W", "W,1,2", "end", "E,1,a,1,2", "X,1"] {
+        for bad in [
+            "",
+            "E,1,a",
+            "E,x,a,1",
+            "E,1,,1",
+            "E,1,a,1.234",
+            "W",
+            "W,1,2",
+            "end",
+            "E,1,a,1,2",
+            "X,1",
+            "E,-5,a,1",
+            "E,9223372036854775807,a,1",
+            "W,-9223372036854775808",
+        ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");
         }
     }

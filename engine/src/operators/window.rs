@@ -141,8 +141,9 @@ impl Transform for TumblingWindow {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let size = self.plan.size_ms;
-        let start = time.div_euclid(size) * size;
-        let end = start + size;
+        let overflow = || OperatorError::Input(format!("time {time} is out of the window range"));
+        let start = time.div_euclid(size).checked_mul(size).ok_or_else(overflow)?;
+        let end = start.checked_add(size).ok_or_else(overflow)?;
         if end <= cx.timers.watermark() {
             self.late_dropped += 1;
             return Ok(());
