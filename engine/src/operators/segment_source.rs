@@ -342,6 +342,22 @@ impl Source for SegmentSource {
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_line_parses_or_is_refused_without_panicking(line in "\\PC{0,80}") {
+            let _ = parse_line(&line);
+        }
+
+        #[test]
+        fn well_formed_event_lines_round_trip(time in 0i64..=MAX_TIME_MS, account in "[a-z0-9-]{1,12}", cents in any::<i64>()) {
+            let amount = Decimal::new(i128::from(cents), AMOUNT_SCALE);
+            let line = format!("E,{time},{account},{amount}");
+            prop_assert_eq!(parse_line(&line).unwrap(), Line::Event { time, account, amount });
+        }
+    }
+
     #[test]
     fn lines_parse_or_are_refused_with_a_reason() {
         assert_eq!(

@@ -75,3 +75,25 @@ pub fn conformance(bundle: &Bundle, tools: Option<&FormalTools>) -> CheckResult 
         Some(tools) => crate::formal::validate_bundle_traces(bundle, tools),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_gap_or_a_second_process_is_refused() {
+        let line =
+            |seq: u64, proc_: &str| format!("{{\"seq\":{seq},\"ts\":1,\"proc\":\"{proc_}\",\"event\":\"Trigger\"}}\n");
+        assert_eq!(check_file(&(line(1, "c:1") + &line(2, "c:1"))), Ok(2));
+        assert!(check_file(&(line(1, "c:1") + &line(3, "c:1"))).unwrap_err().contains("seq 3"));
+        assert!(check_file(&(line(1, "c:1") + &line(2, "w:1"))).unwrap_err().contains("2 processes"));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
+            let _ = check_file(&text);
+        }
+    }
+}
