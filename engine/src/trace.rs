@@ -287,6 +287,23 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_strictly_increase_across_threads() {
+        let stamps: Vec<u64> = std::thread::scope(|scope| {
+            let handles: Vec<_> =
+                (0..4).map(|_| scope.spawn(|| (0..500).map(|_| next_ts()).collect::<Vec<_>>())).collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let distinct: std::collections::BTreeSet<u64> = stamps.iter().copied().collect();
+        assert_eq!(distinct.len(), stamps.len(), "two events of one process shared a timestamp");
+        let mut last = 0;
+        for _ in 0..1000 {
+            let ts = next_ts();
+            assert!(ts > last);
+            last = ts;
+        }
+    }
+
+    #[test]
     fn every_event_carries_the_job() {
         for e in TraceEvent::ALL {
             assert_eq!(e.fields().first(), Some(&"job"), "{}", e.name());

@@ -438,6 +438,20 @@ mod tests {
     }
 
     #[test]
+    fn a_restored_position_naming_another_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\n"]);
+        for name in ["../../etc/passwd", "segment-0000.txt/../x", "notes.txt"] {
+            let mut w = Writer::new();
+            w.str(name).u64(0).i64(NO_WATERMARK).u8(0);
+            let mut slots = StateSlots::new();
+            slots.put(POSITION_SLOT, SlotKind::Operator, POSITION_VERSION, w.into_bytes());
+            let mut source = SegmentSource::new(dir.path().to_path_buf());
+            assert!(source.restore(Some(&slots)).is_err(), "{name}");
+        }
+    }
+
+    #[test]
     fn an_input_without_end_is_exhausted_not_ended() {
         let dir = tempfile::tempdir().unwrap();
         write_input(dir.path(), &["E,1,a,1\n"]);
