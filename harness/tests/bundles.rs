@@ -4,6 +4,9 @@
 //! by `clink incident-verify`; its exit code must be the one the recipe
 //! expects, and its report is compared with an insta snapshot.
 
+mod common;
+
+use common::copy_dir;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,19 +17,6 @@ use serde_json::Value as Json;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            fs::copy(entry.path(), dest).unwrap();
-        }
-    }
 }
 
 fn manifest(dir: &Path) -> Json {

@@ -5,6 +5,9 @@
 //! TLA+ jar every TLC trial is ignored, with the reason as its kind; never
 //! passed.
 
+mod common;
+
+use common::copy_dir;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -146,18 +149,6 @@ fn conformance(tools: &FormalTools, doctor: bool) -> Result<(), String> {
         (false, Status::Passed) if report.exit_code == 0 => Ok(()),
         (true, Status::Failed) if report.exit_code == 1 && check.reason.contains("\"event\":\"Broadcast\"") => Ok(()),
         _ => Err(format!("doctored {doctor}: {:?}: {} (exit {})", check.status, check.reason, report.exit_code)),
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let dest = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), dest).unwrap();
-        }
     }
 }
 
