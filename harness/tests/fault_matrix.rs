@@ -205,6 +205,8 @@ fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
 
 #[derive(Clone, Copy)]
 enum Checkpoint {
+    /// Before anything completed: the resume is a recovery from nothing.
+    First,
     Second,
     Last,
 }
@@ -212,6 +214,7 @@ enum Checkpoint {
 impl Checkpoint {
     fn label(self) -> &'static str {
         match self {
+            Checkpoint::First => "1",
             Checkpoint::Second => "2",
             Checkpoint::Last => "last",
         }
@@ -219,6 +222,7 @@ impl Checkpoint {
 
     fn id(self) -> u64 {
         match self {
+            Checkpoint::First => 1,
             Checkpoint::Second => 2,
             Checkpoint::Last => last_checkpoint_id(),
         }
@@ -276,6 +280,15 @@ fn main() {
         "checkpoint.snapshot_fails",
     ];
     let mut trials: Vec<Trial> = points.iter().map(|p| fault_trial(p, Checkpoint::Second)).collect();
+    // Killed inside the first checkpoint: nothing has completed yet.
+    for p in [
+        "source.after_position_snapshot",
+        "sink.after_prepare",
+        "coordinator.before_completed_marker",
+        "sink.before_commit",
+    ] {
+        trials.push(fault_trial(p, Checkpoint::First));
+    }
     for p in [
         "coordinator.before_completed_marker",
         "coordinator.after_completed_marker",
