@@ -230,3 +230,35 @@ fn checkpoint_triggers_conflict_and_must_be_positive() {
     let (code, _, stderr) = run_with(dir.path(), INPUT, &["--checkpoint-every-records", "0"]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn a_damaged_snapshot_of_the_restore_point_is_refused_not_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let input: String =
+        (0..40).map(|i| format!("E,{},a{},1\nW,{}\n", 1000 * i, i % 3, 1000 * i)).collect::<String>() + "END\n";
+    let killed = {
+        std::fs::create_dir_all(dir.path().join("in")).unwrap();
+        std::fs::write(dir.path().join("in/segment-0000.txt"), &input).unwrap();
+        let job = format!("{}/../fixtures/jobs/example/job.json", env!("CARGO_MANIFEST_DIR"));
+        clink()
+            .args(["run", "--quiet", "--checkpoint-every-records", "10", "--job", &job])
+            .arg("--input-dir")
+            .arg(dir.path().join("in"))
+            .arg("--output-dir")
+            .arg(dir.path().join("out"))
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("ck"))
+            .env("CLINK_FAULT", "coordinator.after_completed_marker@2")
+            .output()
+            .unwrap()
+    };
+    assert!(!killed.status.success());
+    let snap = dir.path().join("ck/_state/1/v1/op-3-0/checkpoint-2.snap");
+    let mut bytes = std::fs::read(&snap).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&snap, bytes).unwrap();
+    let (code, _, stderr) = run_with(dir.path(), &input, &["--checkpoint-every-records", "10"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("restoring checkpoint 2") && stderr.contains("SHA-256"), "{stderr}");
+}

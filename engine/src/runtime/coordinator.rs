@@ -49,6 +49,52 @@ struct Pending {
     failed: Option<String>,
 }
 
+/// The channels of one deployment: a data receiver per non-source subtask
+/// (bounded: back-pressure), a control channel per subtask (unbounded: the
+/// coordinator never blocks on a subtask).
+struct Wiring {
+    data_tx: Vec<Option<Sender<DataFrame>>>,
+    data_rx: Vec<Option<Receiver<DataFrame>>>,
+    control_tx: Vec<Sender<ToTask>>,
+    control_rx: Vec<Option<Receiver<ToTask>>>,
+}
+
+impl Wiring {
+    fn new(participants: &[Participant]) -> Wiring {
+        let mut w = Wiring { data_tx: Vec::new(), data_rx: Vec::new(), control_tx: Vec::new(), control_rx: Vec::new() };
+        for p in participants {
+            if p.kind == OperatorKind::Source {
+                w.data_tx.push(None);
+                w.data_rx.push(None);
+            } else {
+                let (tx, rx) = bounded(CHANNEL_FRAMES);
+                w.data_tx.push(Some(tx));
+                w.data_rx.push(Some(rx));
+            }
+            let (tx, rx) = unbounded();
+            w.control_tx.push(tx);
+            w.control_rx.push(Some(rx));
+        }
+        w
+    }
+}
+
+/// A subtask built and ready to start.
+struct Launch {
+    name: String,
+    run: Box<dyn FnOnce() + Send>,
+}
+
+impl Launch {
+    fn spawn(self) -> Result<JoinHandle<()>, RunError> {
+        let name = self.name;
+        std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(self.run)
+            .map_err(|e| RunError::Failed(format!("starting {name}: {e}")))
+    }
+}
+
 /// The threads and channels of one deployment.
 struct Deployment {
     control: Vec<Sender<ToTask>>,
@@ -188,100 +234,20 @@ impl Coordinator {
         self.deploy(point.checkpoint)
     }
 
+    /// Deploys every subtask from the restore point. Everything that can fail
+    /// (reading snapshots, building operators, opening the recorder) happens
+    /// before the first thread starts, so a failed deploy leaves none running.
     fn deploy(&mut self, restore_point: u64) -> Result<(), RunError> {
-        let job = &self.options.job;
-        let env = &self.options.env;
         let (to_coordinator, from_tasks) = unbounded();
         let cancel = Arc::new(AtomicBool::new(false));
-
-        // Channels: one data receiver per non-source subtask, one control per subtask.
-        let mut data_tx: Vec<Option<Sender<DataFrame>>> = Vec::new();
-        let mut data_rx: Vec<Option<Receiver<DataFrame>>> = Vec::new();
-        let mut control_tx = Vec::new();
-        let mut control_rx = Vec::new();
-        for p in &self.participants {
-            if p.kind == OperatorKind::Source {
-                data_tx.push(None);
-                data_rx.push(None);
-            } else {
-                let (tx, rx) = bounded(CHANNEL_FRAMES);
-                data_tx.push(Some(tx));
-                data_rx.push(Some(rx));
-            }
-            let (tx, rx) = unbounded();
-            control_tx.push(tx);
-            control_rx.push(Some(rx));
-        }
-        let first_task_of = |op: usize| self.participants.iter().position(|p| p.operator == op).unwrap_or(0);
-
-        let mut threads = Vec::new();
+        let mut wiring = Wiring::new(&self.participants);
+        let mut launches = Vec::new();
         for (task, p) in self.participants.iter().enumerate() {
-            let op = &job.operators[p.operator];
-            let restored = if restore_point == 0 {
-                None
-            } else {
-                Some(
-                    self.backend
-                        .read(GENERATION, &p.name, restore_point)
-                        .map_err(|e| RunError::Failed(format!("restoring checkpoint {restore_point}: {e}")))?
-                        .slots,
-                )
-            };
-            let recorder = self.recorder_for(op, p)?;
-            let cx = TaskContext {
-                task,
-                job: job.job_id,
-                participant: p.name.clone(),
-                operator: op.clone(),
-                subtask: p.subtask,
-                to_coordinator: to_coordinator.clone(),
-                cancel: cancel.clone(),
-                backend: self.backend.clone(),
-                restored,
-                restore_point,
-                env: env.clone(),
-                recorder,
-            };
-            let out = self.output_gate(p, &data_tx, &first_task_of, &cancel);
-            let control =
-                control_rx[task].take().ok_or_else(|| RunError::Failed("control channel taken twice".into()))?;
-            let name = p.name.clone();
-            let spawn = |f: Box<dyn FnOnce() + Send>| {
-                std::thread::Builder::new()
-                    .name(name.clone())
-                    .spawn(f)
-                    .map_err(|e| RunError::Failed(format!("starting {name}: {e}")))
-            };
-            let handle = match p.kind {
-                OperatorKind::Source => {
-                    let source = registry::build_source(op, env).map_err(|e| RunError::Refused(e.to_string()))?;
-                    let triggers = SourceTriggers {
-                        every_records: match self.options.trigger {
-                            TriggerMode::EveryRecords(n) => Some(n.max(1)),
-                            _ => None,
-                        },
-                        stop_at_watermark: self.options.stop_with_savepoint_at,
-                        records_per_second: self.options.source_rate,
-                    };
-                    spawn(Box::new(move || task::run_source(cx, source, out, control, triggers)))?
-                }
-                OperatorKind::Transform => {
-                    let transform = registry::build_transform(op).map_err(|e| RunError::Refused(e.to_string()))?;
-                    let driver = Driver::new(transform, task::production_clock());
-                    let gate = self.input_gate(op, data_rx[task].take(), control)?;
-                    spawn(Box::new(move || task::run_transform(cx, driver, gate, out)))?
-                }
-                OperatorKind::Sink => {
-                    let sink =
-                        registry::build_sink(op, p.subtask, env).map_err(|e| RunError::Refused(e.to_string()))?;
-                    let gate = self.input_gate(op, data_rx[task].take(), control)?;
-                    spawn(Box::new(move || task::run_sink(cx, sink, gate)))?
-                }
-            };
-            threads.push(handle);
+            launches.push(self.prepare_task(task, p, restore_point, &mut wiring, &to_coordinator, &cancel)?);
         }
+        let threads = launches.into_iter().map(Launch::spawn).collect::<Result<Vec<_>, _>>()?;
         self.deployment = Some(Deployment {
-            control: control_tx,
+            control: wiring.control_tx,
             from_tasks,
             threads,
             cancel,
@@ -289,6 +255,74 @@ impl Coordinator {
             source_closing: false,
         });
         Ok(())
+    }
+
+    /// Builds one subtask, ready to run on its own thread.
+    fn prepare_task(
+        &self,
+        task: usize,
+        p: &Participant,
+        restore_point: u64,
+        wiring: &mut Wiring,
+        to_coordinator: &Sender<ToCoordinator>,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<Launch, RunError> {
+        let job = &self.options.job;
+        let env = &self.options.env;
+        let op = &job.operators[p.operator];
+        let restored = if restore_point == 0 {
+            None
+        } else {
+            let snapshot = self
+                .backend
+                .read(GENERATION, &p.name, restore_point)
+                .map_err(|e| RunError::Failed(format!("restoring checkpoint {restore_point}: {e}")))?;
+            Some(snapshot.slots)
+        };
+        let cx = TaskContext {
+            task,
+            job: job.job_id,
+            participant: p.name.clone(),
+            operator: op.clone(),
+            subtask: p.subtask,
+            to_coordinator: to_coordinator.clone(),
+            cancel: cancel.clone(),
+            backend: self.backend.clone(),
+            restored,
+            restore_point,
+            env: env.clone(),
+            recorder: self.recorder_for(op, p)?,
+        };
+        let first_task_of = |op: usize| self.participants.iter().position(|q| q.operator == op).unwrap_or(0);
+        let out = self.output_gate(p, &wiring.data_tx, &first_task_of, cancel);
+        let control =
+            wiring.control_rx[task].take().ok_or_else(|| RunError::Failed("control channel taken twice".into()))?;
+        let refused = |e: crate::operators::OperatorError| RunError::Refused(e.to_string());
+        let run: Box<dyn FnOnce() + Send> = match p.kind {
+            OperatorKind::Source => {
+                let source = registry::build_source(op, env).map_err(refused)?;
+                let triggers = SourceTriggers {
+                    every_records: match self.options.trigger {
+                        TriggerMode::EveryRecords(n) => Some(n.max(1)),
+                        _ => None,
+                    },
+                    stop_at_watermark: self.options.stop_with_savepoint_at,
+                    records_per_second: self.options.source_rate,
+                };
+                Box::new(move || task::run_source(cx, source, out, control, triggers))
+            }
+            OperatorKind::Transform => {
+                let driver = Driver::new(registry::build_transform(op).map_err(refused)?, task::production_clock());
+                let gate = self.input_gate(op, wiring.data_rx[task].take(), control)?;
+                Box::new(move || task::run_transform(cx, driver, gate, out))
+            }
+            OperatorKind::Sink => {
+                let sink = registry::build_sink(op, p.subtask, env).map_err(refused)?;
+                let gate = self.input_gate(op, wiring.data_rx[task].take(), control)?;
+                Box::new(move || task::run_sink(cx, sink, gate))
+            }
+        };
+        Ok(Launch { name: p.name.clone(), run })
     }
 
     /// The flight recorder of a transform or sink subtask, when capture is on.
