@@ -8,9 +8,10 @@ use clink_harness::compare::{describe, multiset_diff, read_lines, read_output_li
 
 use super::{refuse, EXIT_FAILED, EXIT_OK};
 
-/// Compare the lines of an expected file with every line committed in a sink's
-/// folder (regular files, hidden ones excluded), as multisets. Exit 0 when
-/// equal, 1 when they differ.
+/// Compare a sink's committed lines with an expected file, as multisets.
+///
+/// Reads every line of the regular, non-hidden files in the sink's folder.
+/// Exit 0 when equal, 1 when they differ, 2 when either side is unreadable.
 #[derive(Args, Debug)]
 pub struct CompareArgs {
     #[arg(long, value_name = "FILE")]

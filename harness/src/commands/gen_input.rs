@@ -10,10 +10,13 @@ use super::{refuse, EXIT_OK};
 /// Generate a seeded input: segment-NNNN.txt files of events, watermarks and END.
 #[derive(Args, Debug)]
 pub struct GenInputArgs {
+    /// The same seed, events and accounts always give the same bytes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// How many E lines to write (the input ends with END).
     #[arg(long, default_value_t = 24_000)]
     events: u64,
+    /// How many distinct accounts (a few frequent, most rare).
     #[arg(long, default_value_t = 50)]
     accounts: u32,
     /// Events per segment file.

@@ -16,8 +16,10 @@ use super::{refuse, EXIT_FAILED, EXIT_OK};
 /// bundle (exit 1, nothing left at --out); collect again or stop the job first.
 #[derive(Args, Debug)]
 pub struct IncidentCollectArgs {
+    /// The job's checkpoint directory (clink run --checkpoint-dir).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: PathBuf,
+    /// The job id (decimal).
     #[arg(long, value_name = "ID", default_value = "1")]
     job: String,
     /// The coordinator's HA directory (clink run --ha-dir): the job manifest.
@@ -51,10 +53,14 @@ pub struct IncidentCollectArgs {
     /// The bundle directory to create; it must not exist.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// At most this many bytes: past it, required evidence refuses the
+    /// collection and optional captures are excluded.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     max_bytes: u64,
+    /// At most this many files (the same rule as --max-bytes).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_files: u64,
+    /// Give up (refuse) after this many seconds.
     #[arg(long, value_name = "S", default_value_t = 600)]
     timeout_s: u64,
     /// Print the result (or the refusal and its kind) as JSON.

@@ -9,9 +9,11 @@ use clink_harness::regress::{regress, RegressError};
 
 use super::{refuse, EXIT_FAILED, EXIT_OK};
 
-/// Freeze one captured epoch of a verified bundle as a regression bundle (the
-/// format `clink replay --emit-test` writes) and run it once before returning.
-/// Exit 0 when the bundle is written and passes on this build, 1 when refused.
+/// Freeze one epoch of an incident bundle as a regression test.
+///
+/// Writes the regression bundle `clink replay --emit-test` writes, from a
+/// bundle whose artifacts verify, and runs it once before returning. Exit 0
+/// when the bundle is written and passes on this build, 1 when refused.
 #[derive(Args, Debug)]
 pub struct IncidentRegressArgs {
     bundle: PathBuf,

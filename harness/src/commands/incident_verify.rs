@@ -22,13 +22,16 @@ use super::refuse;
 pub struct IncidentVerifyArgs {
     /// The bundle directory.
     bundle: PathBuf,
+    /// Which checks are required.
     #[arg(long, default_value = "consistency", value_parser = ["integrity", "consistency", "replay", "full"])]
     profile: String,
     /// Select these operators' captured epochs (comma-separated decimal ids).
     #[arg(long, value_name = "IDS")]
     op: Option<String>,
+    /// Select these subtasks' captured epochs (comma-separated).
     #[arg(long, value_name = "S,...")]
     subtask: Option<String>,
+    /// Select these epochs (comma-separated).
     #[arg(long, value_name = "N,...")]
     epoch: Option<String>,
     /// At most this many epochs are replayed; the rest are counted as omitted.

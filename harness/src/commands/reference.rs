@@ -8,8 +8,10 @@ use clink_harness::reference::{compute, ReferenceParams};
 
 use super::{refuse, EXIT_OK};
 
-/// Compute the example job's expected windows and idle rows from its input
-/// alone, into <OUT>/windows.txt and <OUT>/idle.txt.
+/// The example job's expected output, computed independently of the engine.
+///
+/// Computes the windows and idle rows from the input alone, into
+/// <OUT>/windows.txt and <OUT>/idle.txt.
 #[derive(Args, Debug)]
 pub struct ReferenceArgs {
     #[arg(long, value_name = "DIR")]

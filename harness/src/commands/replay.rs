@@ -10,26 +10,33 @@ use clink_harness::replay::{list_captured, load_epoch, replay, verify, EpochRef,
 
 use super::{refuse, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL};
 
-/// Replay captured epochs of a job: rebuild the operator from its op.json,
-/// restore its state from the checkpoint before the epoch, and feed it the
-/// captured events on a manual clock.
+/// Replay captured epochs, or run a regression bundle.
+///
+/// Rebuilds the operator from its op.json, restores its state from the
+/// checkpoint before the epoch, and feeds it the captured events on a manual
+/// clock.
 ///
 /// With --op, --subtask and --epoch: one epoch. Without --op and with --verify:
 /// every captured single-input operator's epochs. --run-test runs a regression
 /// bundle instead.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
+    /// The flight recorder's directory (clink run --capture-dir).
     #[arg(long, value_name = "DIR", required_unless_present = "run_test")]
     capture_dir: Option<PathBuf>,
+    /// The checkpoint directory the starting states come from.
     #[arg(long, value_name = "DIR", required_unless_present = "run_test")]
     checkpoint_dir: Option<PathBuf>,
+    /// The job id (decimal).
     #[arg(long, value_name = "ID", default_value = "1")]
     job: String,
     /// Operator id (decimal).
     #[arg(long, value_name = "ID", requires_all = ["subtask", "epoch"])]
     op: Option<String>,
+    /// The operator's subtask.
     #[arg(long, value_name = "S")]
     subtask: Option<u32>,
+    /// The epoch: the events between checkpoints N-1 and N.
     #[arg(long, value_name = "N")]
     epoch: Option<u64>,
     /// Replay twice and compare the emissions byte for byte (exit 1 when they differ).
@@ -201,7 +208,10 @@ fn sweep(capture_dir: &std::path::Path, checkpoint_dir: &std::path::Path, job: u
     }
 }
 
-/// Compare two emission dumps.
+/// Compare two emission dumps (clink replay --out).
+///
+/// Exit 0 when identical; 1 naming the first differing emission (its index and
+/// both rows); 2 when a dump is unreadable.
 #[derive(Args, Debug)]
 pub struct ReplayDiffArgs {
     a: PathBuf,

@@ -9,11 +9,13 @@ use clink_harness::formal::trace::{validate_run, Verdict};
 
 use super::{refuse, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL};
 
-/// Validate a run's trace files (CLINK_PROTOCOL_TRACE_DIR) against
-/// formal/ExactlyOnce.tla: merge the per-process files, keep one job, generate
-/// the trace modules and run TLC. Exit 0 accepted; 1 rejected (naming the
-/// first event no step could produce); 3 when Java or the pinned jar is
-/// missing; 2 on bad usage or a trace that cannot be read.
+/// Validate a run's protocol trace against the TLA+ specification.
+///
+/// Merges the run's per-process files (CLINK_PROTOCOL_TRACE_DIR), keeps one
+/// job, generates the trace modules and runs TLC on formal/ExactlyOnce.tla.
+/// Exit 0 accepted; 1 rejected (naming the first event no step could produce);
+/// 3 when Java or the pinned jar is missing; 2 on bad usage or a trace that
+/// cannot be read.
 #[derive(Args, Debug)]
 pub struct TraceValidateArgs {
     /// The directory holding the run's *.ndjson trace files.
