@@ -262,3 +262,33 @@ fn a_damaged_snapshot_of_the_restore_point_is_refused_not_restored() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("restoring checkpoint 2") && stderr.contains("SHA-256"), "{stderr}");
 }
+
+#[test]
+fn the_recorder_keeps_only_the_newest_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input: String =
+        (0..60).map(|i| format!("E,{},a{},1\nW,{}\n", 1000 * i, i % 4, 1000 * i)).collect::<String>() + "END\n";
+    let capture = dir.path().join("capture");
+    let capture_arg = capture.to_str().unwrap();
+    let (code, _, stderr) = run_with(
+        dir.path(),
+        &input,
+        &["--checkpoint-every-records", "5", "--capture-dir", capture_arg, "--capture-retain-epochs", "3"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    for sub in ["op-3/subtask-0", "op-5/subtask-1"] {
+        let mut epochs: Vec<String> = std::fs::read_dir(capture.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".cap"))
+            .collect();
+        epochs.sort();
+        assert_eq!(epochs.len(), 3, "{sub}: {epochs:?}");
+        assert!(epochs.contains(&"epoch-13.cap".to_string()), "{sub}: the newest stays: {epochs:?}");
+    }
+    let evidence = std::fs::read_dir(capture.join("op-5/subtask-1"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".sink.json"))
+        .count();
+    assert_eq!(evidence, 3);
+}

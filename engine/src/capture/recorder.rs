@@ -23,6 +23,8 @@ pub struct CaptureOptions {
     pub dir: PathBuf,
     /// Records stored per epoch at most.
     pub records_bound: u64,
+    /// Epochs kept per subtask: older epoch files are removed as new ones land.
+    pub retain_epochs: u64,
 }
 
 /// Watermarks and clock ticks may use this many times the records bound.
@@ -44,6 +46,7 @@ pub struct EpochRecorder {
     operator: u64,
     subtask: u32,
     bound: u64,
+    retain_epochs: u64,
     buf: Writer,
     stored_events: u64,
     stored_records: u64,
@@ -55,7 +58,7 @@ pub struct EpochRecorder {
 
 impl EpochRecorder {
     /// Prepares `dir` (the subtask's capture folder) and writes its op.json.
-    pub fn create(dir: PathBuf, bound: u64, spec: &OpSpecFile) -> io::Result<Self> {
+    pub fn create(dir: PathBuf, bound: u64, retain_epochs: u64, spec: &OpSpecFile) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let json = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
         write_replacing(&dir, OP_SPEC_NAME, &json)?;
@@ -65,6 +68,7 @@ impl EpochRecorder {
             operator: spec.operator_id(),
             subtask: spec.subtask,
             bound,
+            retain_epochs: retain_epochs.max(1),
             buf: Writer::new(),
             stored_events: 0,
             stored_records: 0,
@@ -123,6 +127,7 @@ impl EpochRecorder {
         bytes.extend_from_slice(&body);
         let file = epoch_file_name(epoch);
         write_replacing(&self.dir, &file, &bytes)?;
+        self.prune_before(epoch.saturating_sub(self.retain_epochs - 1))?;
         let written = EpochWritten {
             file,
             stored_events: self.stored_events,
@@ -137,6 +142,20 @@ impl EpochRecorder {
         self.true_records = 0;
         self.truncated = false;
         Ok(written)
+    }
+
+    /// Removes the epoch files (captures and sink evidence) below `keep_from`.
+    fn prune_before(&self, keep_from: u64) -> io::Result<()> {
+        for entry in fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let epoch = super::parse_epoch_file_name(name)
+                .or_else(|| crate::job::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?));
+            if epoch.is_some_and(|e| e < keep_from) {
+                fs::remove_file(self.dir.join(name))?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes a sink's interval evidence for `epoch`.

@@ -335,7 +335,7 @@ impl Coordinator {
         }
         let dir = subtask_dir(&capture.dir, op.spec.id, p.subtask);
         let spec = OpSpecFile::describe(&self.options.job, op, p.subtask);
-        EpochRecorder::create(dir, capture.records_bound, &spec)
+        EpochRecorder::create(dir, capture.records_bound, capture.retain_epochs, &spec)
             .map(Some)
             .map_err(|e| RunError::Refused(format!("--capture-dir {}: {e}", capture.dir.display())))
     }

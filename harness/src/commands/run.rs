@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// epoch is marked truncated.
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
+    /// Captured epochs kept per operator subtask; older ones are removed.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "capture_dir")]
+    capture_retain_epochs: u64,
     /// Publish the job's manifest under DIR/jobs/<job>/ while it runs (the
     /// graph and settings an incident collector reads); replaced by its
     /// terminal status when the job ends.
@@ -121,7 +124,11 @@ pub fn main(args: RunArgs) -> u8 {
         retain_checkpoints: args.retain_checkpoints,
         progress: !args.quiet,
         source_rate: args.source_rate,
-        capture: args.capture_dir.map(|dir| CaptureOptions { dir, records_bound: args.capture_records }),
+        capture: args.capture_dir.map(|dir| CaptureOptions {
+            dir,
+            records_bound: args.capture_records,
+            retain_epochs: args.capture_retain_epochs,
+        }),
     };
     let result = run(options);
     if let Some(ha_dir) = &args.ha_dir {
