@@ -21,6 +21,12 @@ pub enum Defect {
     /// A staged-file sink acks before its staged file exists; it seals the
     /// file only when the commit arrives.
     AckBeforeDurable,
+    /// A failed checkpoint does not rewind the job: it runs on, and the
+    /// interval the failed snapshot aborted is never re-emitted.
+    NoRewindOnFailedCheckpoint,
+    /// A staged-file sink publishes its staged file at the barrier, before
+    /// the checkpoint is completed.
+    CommitAtBarrier,
     /// The processing-time counter numbers its reports with a counter kept
     /// outside its snapshot (process-global), so two replays of one epoch
     /// emit different rows.
@@ -28,10 +34,12 @@ pub enum Defect {
 }
 
 impl Defect {
-    pub const ALL: [Defect; 4] = [
+    pub const ALL: [Defect; 6] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
+        Defect::NoRewindOnFailedCheckpoint,
+        Defect::CommitAtBarrier,
         Defect::StateOutsideSnapshot,
     ];
 
@@ -40,6 +48,8 @@ impl Defect {
             Defect::BroadcastBeforeMarker => "broadcast_before_marker",
             Defect::NoRecommitAtOpen => "no_recommit_at_open",
             Defect::AckBeforeDurable => "ack_before_durable",
+            Defect::NoRewindOnFailedCheckpoint => "no_rewind_on_failed_checkpoint",
+            Defect::CommitAtBarrier => "commit_at_barrier",
             Defect::StateOutsideSnapshot => "state_outside_snapshot",
         }
     }

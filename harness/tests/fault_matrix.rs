@@ -96,7 +96,7 @@ impl Scenario {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.output().expect("clink run starts")
+        run_bounded(&mut cmd, self.dir.path())
     }
 
     /// The committed output compared with the reference; `Err` names the difference.
@@ -141,6 +141,35 @@ impl Scenario {
                     .unwrap_or(0)
             })
             .unwrap_or(0)
+    }
+}
+
+/// A run may not hang the suite: past the bound it is killed and reported.
+const RUN_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn run_bounded(cmd: &mut Command, scratch: &Path) -> Output {
+    let (out_path, err_path) = (scratch.join("stdout.log"), scratch.join("stderr.log"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&out_path).expect("stdout log"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr log"))
+        .spawn()
+        .expect("clink run starts");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for clink run") {
+            break status;
+        }
+        if started.elapsed() > RUN_BOUND {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("clink run did not finish within {RUN_BOUND:?}: {cmd:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: std::fs::read(&out_path).unwrap_or_default(),
+        stderr: std::fs::read(&err_path).unwrap_or_default(),
     }
 }
 
@@ -246,7 +275,12 @@ fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> 
     let name = format!("defect::{defect}");
     Trial::test(name.clone(), move || {
         let s = Scenario::new(&name);
-        let resumed = kill_then_resume(&s, &[fault], Some(defect))?;
+        let resumed = if fault.starts_with("checkpoint.snapshot_fails") {
+            // Not a kill: the one run is the whole story.
+            s.run(&[("CLINK_TEST_DEFECT", defect), ("CLINK_FAULT", fault)])
+        } else {
+            kill_then_resume(&s, &[fault], Some(defect))?
+        };
         let (missing, unexpected) = s.missing_and_unexpected()?;
         let caught = match symptom {
             Symptom::Duplicates => resumed.status.success() && unexpected > 0 && missing == 0,
@@ -303,5 +337,7 @@ fn main() {
         "coordinator.after_completed_marker@2",
         Symptom::LossOrFailedResume,
     ));
+    trials.push(defect_trial("commit_at_barrier", "coordinator.before_completed_marker@2", Symptom::Duplicates));
+    trials.push(defect_trial("no_rewind_on_failed_checkpoint", "checkpoint.snapshot_fails@2", Symptom::Loss));
     libtest_mimic::run(&args, trials).exit();
 }

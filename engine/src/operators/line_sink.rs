@@ -61,7 +61,7 @@ impl Sink for LineFileSink {
         if let Some(file) = &self.file {
             file.sync_data().map_err(OperatorError::io(&path))?;
         }
-        Ok(Prepared { staged, durable: true })
+        Ok(Prepared { staged, ..Prepared::SEALED })
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {

@@ -139,11 +139,14 @@ pub struct Prepared {
     /// the commit, which then reports it), and the trace records the seal
     /// where it really happens.
     pub durable: bool,
+    /// The staged file was published already (only a defective sink does:
+    /// a commit at the barrier), and the trace records that commit.
+    pub published: bool,
 }
 
 impl Prepared {
-    pub const EMPTY: Prepared = Prepared { staged: false, durable: true };
-    pub const SEALED: Prepared = Prepared { staged: true, durable: true };
+    pub const EMPTY: Prepared = Prepared { staged: false, durable: true, published: false };
+    pub const SEALED: Prepared = Prepared { staged: true, durable: true, published: false };
 }
 
 pub trait Sink: Send {

@@ -188,8 +188,12 @@ impl Sink for StagedFileSink {
         } else {
             self.unsealed.insert(checkpoint, contents);
         }
+        if durable && self.defects.has(Defect::CommitAtBarrier) {
+            self.publish(&handle)?;
+            return Ok(Prepared { staged: true, durable, published: true });
+        }
         self.pending.insert(checkpoint, handle);
-        Ok(Prepared { staged: true, durable })
+        Ok(Prepared { staged: true, durable, published: false })
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {

@@ -579,6 +579,10 @@ impl Coordinator {
         let job = self.layout.job();
         self.pending.remove(&checkpoint);
         trace_event!(CoordComplete, job = job, ckpt = checkpoint, outcome = "failed", epoch = 0u64);
+        if self.options.env.defects.has(Defect::NoRewindOnFailedCheckpoint) {
+            eprintln!("clink: job {job}: checkpoint {checkpoint} failed ({reason}); running on without a rewind");
+            return Ok(());
+        }
         let above: Vec<u64> = self.pending.range(checkpoint + 1..).map(|(&c, _)| c).collect();
         for c in above {
             self.pending.remove(&c);

@@ -438,6 +438,10 @@ impl SinkTask<'_> {
         if prepared.durable {
             self.trace_prepare(&*sink, checkpoint, prepared.staged);
         }
+        if prepared.published {
+            // The defect's commit at the barrier, recorded where it happened.
+            trace_event!(SinkCommit, job = self.cx.job, sub = &self.cx.participant, ckpt = checkpoint);
+        }
         kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
         self.record_interval(sink, checkpoint);
         self.last_acked = checkpoint;
