@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-use crate::defects::Defects;
 use crate::job::{Fields, JobError, OperatorSpec, PlannedOperator};
 use crate::operators::{
     filter, idle, key_by, line_sink, proc_time_counter, project, segment_source, staged_sink, window, Environment,
@@ -166,9 +165,4 @@ pub fn preflight(op: &PlannedOperator, env: &Environment) -> Result<(), Operator
         segment_source::validate_input(&env.input_dir)?;
     }
     Ok(())
-}
-
-/// The defects a build of this registry was asked to carry.
-pub fn defects(env: &Environment) -> &Defects {
-    &env.defects
 }

@@ -109,10 +109,6 @@ impl TimerService {
         self.processing_time.first().map(|t| t.time)
     }
 
-    pub fn pending_event_timers(&self) -> usize {
-        self.event_time.len()
-    }
-
     /// The timers and the watermark as one state slot.
     pub fn encode(&self, w: &mut Writer) {
         w.i64(self.watermark);

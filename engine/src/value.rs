@@ -310,19 +310,6 @@ pub fn value_from_json(cell: &serde_json::Value, ty: ColumnType) -> Option<Value
     })
 }
 
-/// Whether `value` may sit in a column of type `ty` (NULL fits every column).
-pub fn fits(value: &Value, ty: ColumnType) -> bool {
-    matches!(
-        (value, ty),
-        (Value::Null, _)
-            | (Value::Bool(_), ColumnType::Bool)
-            | (Value::Int(_), ColumnType::Int)
-            | (Value::Float(_), ColumnType::Float)
-            | (Value::Str(_), ColumnType::String)
-            | (Value::Timestamp(_), ColumnType::Timestamp)
-    ) || matches!((value, ty), (Value::Decimal(d), ColumnType::Decimal { scale }) if d.scale == scale)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,6 +276,16 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     assert!(text.contains(&format!("emission {}", dump.rows.len() - 1)) && text.contains("(no emission)"), "{text}");
 }
 
+/// Replays operator 3 subtask 0 of `epoch` from a doctored copy of the capture.
+fn replay_copy(run: &Run, capture: &Path, epoch: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["replay", "--capture-dir", p(capture), "--checkpoint-dir"];
+    let checkpoints = run.checkpoints();
+    args.push(p(&checkpoints));
+    args.extend(["--op", "3", "--subtask", "0", "--epoch", epoch]);
+    args.extend(extra);
+    clink(&args)
+}
+
 /// A copy of the example's capture of one epoch, for doctoring.
 fn copy_epoch(run: &Run, op: u64, epoch: &str, into: &Path) -> PathBuf {
     let from = subtask_dir(&run.capture(), OperatorId(op), 0);
@@ -295,20 +305,7 @@ fn a_byte_truncated_capture_replays_its_prefix_deterministically_and_says_so() {
     let file = copy_epoch(run, 3, &epoch, scratch.path());
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() * 2 / 3]).unwrap();
-    let out = clink(&[
-        "replay",
-        "--capture-dir",
-        p(scratch.path()),
-        "--checkpoint-dir",
-        p(&run.checkpoints()),
-        "--op",
-        "3",
-        "--subtask",
-        "0",
-        "--epoch",
-        &epoch,
-        "--verify",
-    ]);
+    let out = replay_copy(run, scratch.path(), &epoch, &["--verify"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("partial") && text.contains("deterministic"), "{text}");
@@ -361,20 +358,7 @@ fn a_multi_input_operator_is_rejected_by_name() {
     let mut spec = OpSpecFile::read(&spec_path).unwrap();
     spec.inputs.push(spec.inputs[0].clone());
     std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
-    let out = clink(&[
-        "replay",
-        "--capture-dir",
-        p(scratch.path()),
-        "--checkpoint-dir",
-        p(&run.checkpoints()),
-        "--op",
-        "3",
-        "--subtask",
-        "0",
-        "--epoch",
-        &epoch,
-        "--verify",
-    ]);
+    let out = replay_copy(run, scratch.path(), &epoch, &["--verify"]);
     assert_eq!(out.status.code(), Some(3));
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("operator 3 (tumbling_window) has 2 inputs") && text.contains("single-input"), "{text}");
@@ -399,19 +383,7 @@ fn a_version_1_capture_replays_its_records_only_with_a_note() {
     }
     bytes.extend(w.into_bytes());
     std::fs::write(&file, bytes).unwrap();
-    let out = clink(&[
-        "replay",
-        "--capture-dir",
-        p(scratch.path()),
-        "--checkpoint-dir",
-        p(&run.checkpoints()),
-        "--op",
-        "3",
-        "--subtask",
-        "0",
-        "--epoch",
-        &epoch,
-    ]);
+    let out = replay_copy(run, scratch.path(), &epoch, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("records only"), "{text}");

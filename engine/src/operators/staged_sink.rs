@@ -75,10 +75,6 @@ impl StagedFileSink {
         }
     }
 
-    pub fn pending_handles(&self) -> impl Iterator<Item = &Handle> {
-        self.pending.values()
-    }
-
     /// Publishes one handle; a handle already published is left as it is.
     /// Returns whether it had to seal the staged file first (the defect).
     fn publish(&mut self, handle: &Handle) -> Result<bool, OperatorError> {

@@ -105,16 +105,11 @@ struct Accumulator {
 pub struct TumblingWindow {
     plan: Plan,
     windows: BTreeMap<Vec<u8>, BTreeMap<i64, Accumulator>>,
-    late_dropped: u64,
 }
 
 impl TumblingWindow {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, windows: BTreeMap::new(), late_dropped: 0 }
-    }
-
-    pub fn late_dropped(&self) -> u64 {
-        self.late_dropped
+        Self { plan, windows: BTreeMap::new() }
     }
 
     fn zero(&self) -> Value {
@@ -145,7 +140,7 @@ impl Transform for TumblingWindow {
         let start = time.div_euclid(size).checked_mul(size).ok_or_else(overflow)?;
         let end = start.checked_add(size).ok_or_else(overflow)?;
         if end <= cx.timers.watermark() {
-            self.late_dropped += 1;
+            // Late: the window has fired already.
             return Ok(());
         }
         let key = key_bytes(&row, &self.plan.key);
