@@ -110,6 +110,14 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
 pub fn participants(bundle: &Bundle) -> CheckResult {
     let name = "checkpoint.participants";
     let sel = &bundle.manifest.selection;
+    if sel.participants.is_empty() {
+        // An empty list would vouch for nothing: never a pass.
+        return CheckResult::new(
+            name,
+            Status::Failed,
+            "the manifest records no participant of the selected checkpoint",
+        );
+    }
     let layout = layout(bundle);
     let mut problems = Vec::new();
     let mut verified = 0;
