@@ -86,8 +86,8 @@ pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, String> {
             let known: Vec<_> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
             format!("{ENV_VAR}: unknown fault point {name:?}; known: {}", known.join(", "))
         })?;
-        let checkpoint =
-            crate::job::parse_decimal_u64(id).ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
+        let checkpoint = clink_basics::ids::parse_decimal_u64(id)
+            .ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
         armed.push(ArmedFault { point, checkpoint, fired: false });
     }
     Ok(armed)

@@ -77,7 +77,7 @@ pub fn retire(ha_dir: &Path, job: u64, terminal: &str, ended_at_ms: u64) -> io::
 
 /// Reads a job manifest: bounded, a known format and version.
 pub fn read(path: &Path) -> Result<JobManifest, String> {
-    let bytes = crate::files::read_bounded(path, 16 << 20).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = clink_basics::files::read_bounded(path, 16 << 20).map_err(|e| format!("{}: {e}", path.display()))?;
     let manifest: JobManifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     if manifest.format != FORMAT || manifest.version > VERSION {
         return Err(format!("{}: format {:?} version {}", path.display(), manifest.format, manifest.version));

@@ -251,7 +251,7 @@ fn gate(scratch: &Path) {
 }
 
 fn formal(scratch: &Path) {
-    let tools = match clink_harness::formal::locate(None, None) {
+    let tools = match clink_formal::locate(None, None) {
         Ok(t) => t,
         Err(why) => {
             println!("formal: unavailable: {why}");
@@ -284,17 +284,17 @@ fn formal(scratch: &Path) {
         let mut times = Vec::new();
         let mut events = 0;
         for _ in 0..runs() {
-            let v = clink_harness::formal::trace::validate_run(&tools, &traces, None).expect("validation runs");
-            assert!(matches!(v.verdict, clink_harness::formal::trace::Verdict::Accepted { .. }), "{}", v.verdict);
+            let v = clink_formal::trace::validate_run(&tools, &traces, None).expect("validation runs");
+            assert!(matches!(v.verdict, clink_formal::trace::Verdict::Accepted { .. }), "{}", v.verdict);
             events = v.events;
             times.push(v.seconds);
         }
         println!("formal: trace of {events} events validated in {:.2}s (median of {})", median(times), runs());
     }
-    for name in clink_harness::formal::suite::configs(&tools.formal_dir.join("models")) {
+    for name in clink_formal::suite::configs(&tools.formal_dir.join("models")) {
         std::env::set_var("CLINK_TLC_WORKERS", "2");
         let start = Instant::now();
-        match clink_harness::formal::suite::check_model(&tools, &name) {
+        match clink_formal::suite::check_model(&tools, &name) {
             Ok(outcome) => println!("formal: model {name}: {outcome} in {:.1}s", start.elapsed().as_secs_f64()),
             Err(e) => println!("formal: model {name}: FAILED: {e}"),
         }

@@ -11,7 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clink_engine::checkpoint::snapshot::sha256_hex;
+use clink_basics::digest::sha256_hex;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value as Json;
 
@@ -165,11 +165,8 @@ fn run_case(case: &Case) -> Result<(), Failed> {
         .output()
         .map_err(|e| e.to_string())?;
     let code = out.status.code().unwrap_or(-1);
-    let snapshot = if code == 2 {
-        String::from_utf8_lossy(&out.stderr).replace(&bundle.display().to_string(), "<bundle>")
-    } else {
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    // With --json every outcome, a refusal too, is one JSON document on stdout.
+    let snapshot = String::from_utf8_lossy(&out.stdout).replace(&bundle.display().to_string(), "<bundle>");
     if code != expected_exit {
         return Err(format!(
             "exit {code}, expected {expected_exit}\n{snapshot}{}",

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use clink_harness::compare::{describe, multiset_diff, read_output_lines};
-use clink_harness::reference::{compute, ReferenceOutput, ReferenceParams};
+use clink_basics::multiset::{describe, multiset_diff};
+use clink_reference::example::{compute, ReferenceOutput, ReferenceParams};
+use clink_reference::output::read_output_lines;
 use libtest_mimic::{Arguments, Failed, Trial};
 
 const EVENTS: &str = "6000";

@@ -11,11 +11,9 @@ use common::copy_dir;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use clink_harness::formal::suite::{
-    check_example, check_model, check_mutant, check_recorded, configs, module_events, subdirs,
-};
-use clink_harness::formal::tlc::parse_expected;
-use clink_harness::formal::{locate, FormalTools};
+use clink_formal::suite::{check_example, check_model, check_mutant, check_recorded, configs, module_events, subdirs};
+use clink_formal::tlc::parse_expected;
+use clink_formal::{locate, FormalTools};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 fn repo() -> PathBuf {
@@ -112,7 +110,7 @@ fn main() {
 }
 
 fn check_testrun(tools: &FormalTools, dir: &Path, name: &str) -> Result<(), String> {
-    use clink_harness::formal::trace::{validate_run, Verdict};
+    use clink_formal::trace::{validate_run, Verdict};
     let validation = validate_run(tools, dir, None)?;
     let defect = name.starts_with("defect-");
     match (&validation.verdict, defect) {
@@ -128,8 +126,8 @@ fn check_testrun(tools: &FormalTools, dir: &Path, name: &str) -> Result<(), Stri
 /// protocol.conformance on the fixture bundle (passed) and on a copy whose
 /// trace has two events swapped and is re-vouched for (failed, naming it).
 fn conformance(tools: &FormalTools, doctor: bool) -> Result<(), String> {
-    use clink_harness::bundle::read_bundle;
-    use clink_harness::verify::{verify, Profile, Selection, Status, VerifyOptions};
+    use clink_bundle::read_bundle;
+    use clink_verify::{verify, Profile, Selection, Status, VerifyOptions};
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let bundle_dir = scratch.path().join("bundle");
     copy_dir(&repo().join("fixtures/bundles/good"), &bundle_dir);
@@ -139,7 +137,7 @@ fn conformance(tools: &FormalTools, doctor: bool) -> Result<(), String> {
     let bundle = read_bundle(&bundle_dir).map_err(|e| e.to_string())?;
     let options = VerifyOptions {
         profile: Profile::Full,
-        selection: Selection { max_replays: 64, ..Selection::default() },
+        selection: Selection::default(),
         expected: None,
         formal: Some(tools.clone()),
     };
@@ -198,7 +196,7 @@ fn swap_write_and_broadcast(bundle: &Path) -> Result<(), String> {
     for a in manifest["artifacts"].as_array_mut().unwrap() {
         if a["path"] == rel.as_str() {
             a["size"] = text.len().into();
-            a["sha256"] = clink_engine::checkpoint::snapshot::sha256_hex(text.as_bytes()).into();
+            a["sha256"] = clink_basics::digest::sha256_hex(text.as_bytes()).into();
         }
     }
     std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).map_err(|e| e.to_string())

@@ -107,7 +107,7 @@ fn a_collection_racing_a_completing_checkpoint_refuses_as_changed_and_leaves_not
     assert!(!out.exists(), "a refused collection left {}", out.display());
     let leftovers: Vec<_> = std::fs::read_dir(live.path("bundles")).unwrap().collect();
     assert!(leftovers.is_empty(), "the temporary directory was left behind: {leftovers:?}");
-    assert!(String::from_utf8_lossy(&result.stderr).contains("collect again, or stop the job first"));
+    assert_eq!(report["next_action"], "collect again, or stop the job first");
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn incident_regress_freezes_an_epoch_that_then_passes_as_a_test() {
         .output()
         .unwrap();
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    let run = clink().arg("replay").arg("--run-test").arg(&out).output().unwrap();
+    let run = clink().args(["replay", "run-test"]).arg(&out).output().unwrap();
     assert!(run.status.success());
     // A sink's recorded input is not an operator epoch to freeze.
     let sink = manifest["epochs"].as_array().unwrap().iter().find(|e| e["role"] == "sink").unwrap();
@@ -230,12 +230,13 @@ fn bounds_and_the_timeout_refuse_with_their_kind_and_leave_nothing() {
     let live = Live::new("2000");
     assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
     for (extra, kind) in
-        [(["--max-files", "3"], "bound"), (["--max-bytes", "100"], "bound"), (["--timeout-s", "0"], "timeout")]
+        [(["--max-files", "3"], "bound"), (["--max-bytes", "100"], "bound"), (["--timeout-s", "1"], "timeout")]
     {
         let out = live.path(&format!("b-{kind}-{}", extra[1]));
         let mut args = vec!["--commit-confirmation", "no"];
         args.extend(extra);
-        let result = live.collect(&out, &args).output().unwrap();
+        // A pause after the first file outlasts a one-second timeout.
+        let result = live.collect(&out, &args).env("CLINK_TEST_COLLECT_PAUSE_MS", "1500").output().unwrap();
         assert_eq!(result.status.code(), Some(1), "{extra:?}");
         assert_eq!(json(&result)["kind"], kind, "{extra:?}");
         assert!(!out.exists());
@@ -289,7 +290,7 @@ fn epochs_past_max_replays_are_omitted_never_dropped_and_a_narrow_selection_can_
 /// The window operator's rows for the bundle's epochs, as an expectation file
 /// (taken from its sinks' recorded input), optionally doctored.
 fn write_expectation(path: &Path, doctor: impl Fn(&mut Vec<Json>)) {
-    use clink_engine::operators::driver::Event;
+    use clink_engine::event::Event;
     use clink_engine::value::Value;
     let manifest: Json =
         serde_json::from_slice(&std::fs::read(fixture_bundle().join("manifest.json")).unwrap()).unwrap();

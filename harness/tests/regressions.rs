@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clink_harness::replay::regression::{find_bundles, run_bundle};
+use clink_replay::regression::{find_bundles, run_bundle};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 fn main() {

@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use clink_basics::ids::OperatorId;
 use clink_engine::capture::{read_capture, subtask_dir, OpSpecFile};
-use clink_engine::job::OperatorId;
-use clink_engine::operators::driver::Event;
-use clink_engine::registry::output_key_columns;
-use clink_harness::compare::keyed_order_diff;
-use clink_harness::replay::{list_captured, load_epoch, replay, verify, EpochRef, StartState};
+use clink_engine::event::Event;
+use clink_replay::compare::keyed_order_diff;
+use clink_replay::{list_captured, load_epoch, replay, verify, EpochRef, StartState};
 
 fn clink(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_clink")).args(args).output().expect("clink starts")
@@ -133,7 +132,7 @@ fn replayed_window_and_idle_epochs_equal_what_production_emitted() {
             }
             None => panic!("{at}: the sink's capture of the epoch is missing"),
         };
-        let keys = output_key_columns(&evidence.spec.plan().unwrap());
+        let keys = evidence.spec.plan().unwrap().output_key_columns();
         assert_eq!(keys, vec![0]);
         if let Some(d) = keyed_order_diff(&replayed.emissions, &production, &keys) {
             panic!("{at}: the replay differs from production: {d}");
@@ -180,7 +179,7 @@ fn two_replays_are_byte_identical_including_processing_time_timers() {
     assert!(ticks > 0, "no processing-time timer fired in any captured epoch");
     assert!(emitted > 0);
     let sweep =
-        clink(&["replay", "--capture-dir", p(&run.capture()), "--checkpoint-dir", p(&run.checkpoints()), "--verify"]);
+        clink(&["replay", "sweep", "--capture-dir", p(&run.capture()), "--checkpoint-dir", p(&run.checkpoints())]);
     assert_eq!(sweep.status.code(), Some(0), "{}", String::from_utf8_lossy(&sweep.stdout));
 }
 
@@ -189,9 +188,10 @@ fn live_epoch(run: &Run, k: u64) -> String {
     (restored_first_epoch(run) + k).to_string()
 }
 
-fn replay_args<'a>(run: &'a Run, op: &'a str, epoch: &'a str) -> Vec<String> {
+fn replay_args<'a>(run: &'a Run, command: &'a str, op: &'a str, epoch: &'a str) -> Vec<String> {
     [
         "replay",
+        command,
         "--capture-dir",
         p(&run.capture()),
         "--checkpoint-dir",
@@ -220,17 +220,17 @@ fn replay_diff_finds_identical_dumps_and_locates_a_doctored_emission() {
     let (a, b) = (dir.path().join("a.emit"), dir.path().join("b.emit"));
     for out in [&a, &b] {
         let epoch = live_epoch(run, 1);
-        let mut args = replay_args(run, "3", &epoch);
+        let mut args = replay_args(run, "epoch", "3", &epoch);
         args.extend(["--out".into(), p(out).into()]);
         assert!(clink_owned(&args).status.success());
     }
     let same = clink(&["replay-diff", p(&a), p(&b)]);
     assert_eq!(same.status.code(), Some(0));
-    let mut dump = clink_harness::replay::emissions::read_dump(&b).unwrap();
+    let mut dump = clink_replay::emissions::read_dump(&b).unwrap();
     assert!(dump.rows.len() > 3);
     dump.rows[2][1] = clink_engine::value::Value::Timestamp(-1);
     let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
-    std::fs::write(&b, clink_harness::replay::emissions::encode_dump(&at, &dump.rows)).unwrap();
+    std::fs::write(&b, clink_replay::emissions::encode_dump(&at, &dump.rows)).unwrap();
     let differ = clink(&["replay-diff", p(&a), p(&b)]);
     assert_eq!(differ.status.code(), Some(1));
     let text = String::from_utf8_lossy(&differ.stdout);
@@ -243,21 +243,21 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("bundle");
     let epoch = live_epoch(run, 2);
-    let mut args = replay_args(run, "4", &epoch);
-    args.extend(["--emit-test".into(), p(&bundle).into()]);
+    let mut args = replay_args(run, "emit-test", "4", &epoch);
+    args.extend(["--out".into(), p(&bundle).into()]);
     let emitted = clink_owned(&args);
     assert!(emitted.status.success(), "{}", String::from_utf8_lossy(&emitted.stderr));
-    assert_eq!(clink(&["replay", "--run-test", p(&bundle)]).status.code(), Some(0));
+    assert_eq!(clink(&["replay", "run-test", p(&bundle)]).status.code(), Some(0));
     assert_eq!(clink_owned(&args).status.code(), Some(2), "an existing bundle is never written over");
 
     // A doctored golden whose manifest still vouches for the old bytes: refused.
     let golden = bundle.join("golden.emit");
-    let mut dump = clink_harness::replay::emissions::read_dump(&golden).unwrap();
+    let mut dump = clink_replay::emissions::read_dump(&golden).unwrap();
     dump.rows.push(vec![clink_engine::value::Value::Str("ghost".into())]);
     let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
-    let doctored = clink_harness::replay::emissions::encode_dump(&at, &dump.rows);
+    let doctored = clink_replay::emissions::encode_dump(&at, &dump.rows);
     std::fs::write(&golden, &doctored).unwrap();
-    let refused = clink(&["replay", "--run-test", p(&bundle)]);
+    let refused = clink(&["replay", "run-test", p(&bundle)]);
     assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
 
     // The same golden re-vouched for in the manifest: the replay diverges, located.
@@ -265,12 +265,12 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     for f in manifest["files"].as_array_mut().unwrap() {
         if f["path"] == "golden.emit" {
-            f["sha256"] = clink_engine::checkpoint::snapshot::sha256_hex(&doctored).into();
+            f["sha256"] = clink_basics::digest::sha256_hex(&doctored).into();
             f["size"] = doctored.len().into();
         }
     }
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
-    let failed = clink(&["replay", "--run-test", p(&bundle)]);
+    let failed = clink(&["replay", "run-test", p(&bundle)]);
     assert_eq!(failed.status.code(), Some(1));
     let text = String::from_utf8_lossy(&failed.stdout);
     assert!(text.contains(&format!("emission {}", dump.rows.len() - 1)) && text.contains("(no emission)"), "{text}");
@@ -278,7 +278,7 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
 
 /// Replays operator 3 subtask 0 of `epoch` from a doctored copy of the capture.
 fn replay_copy(run: &Run, capture: &Path, epoch: &str, extra: &[&str]) -> Output {
-    let mut args = vec!["replay", "--capture-dir", p(capture), "--checkpoint-dir"];
+    let mut args = vec!["replay", "epoch", "--capture-dir", p(capture), "--checkpoint-dir"];
     let checkpoints = run.checkpoints();
     args.push(p(&checkpoints));
     args.extend(["--op", "3", "--subtask", "0", "--epoch", epoch]);

@@ -168,7 +168,7 @@ fn run_with(dir: &Path, input: &str, extra: &[&str]) -> (i32, String, String) {
 }
 
 fn lines_of(dir: &Path) -> Vec<String> {
-    let mut lines = clink_harness::compare::read_output_lines(dir).unwrap_or_default();
+    let mut lines = clink_reference::output::read_output_lines(dir).unwrap_or_default();
     lines.sort();
     lines
 }
@@ -189,7 +189,7 @@ fn a_savepoint_stops_with_state_kept_and_the_next_run_finishes_the_job() {
     let (code, stdout, stderr) = run_with(dir.path(), input, &["--checkpoint-every-records", "1"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("finished"), "{stdout}");
-    let reference = clink_harness::reference::compute(&dir.path().join("in"), Default::default()).unwrap();
+    let reference = clink_reference::example::compute(&dir.path().join("in"), Default::default()).unwrap();
     let mut expected = reference.windows.clone();
     expected.sort();
     assert_eq!(lines_of(&dir.path().join("out/windows-out")), expected);
@@ -215,7 +215,7 @@ fn interval_checkpoints_complete_and_the_output_is_exact() {
     assert_eq!(code, 0, "{stderr}");
     let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert!(summary["completed"].as_u64().unwrap() > 3, "{summary}");
-    let reference = clink_harness::reference::compute(&dir.path().join("in"), Default::default()).unwrap();
+    let reference = clink_reference::example::compute(&dir.path().join("in"), Default::default()).unwrap();
     let mut expected = reference.windows;
     expected.sort();
     assert_eq!(lines_of(&dir.path().join("out/windows-out")), expected);

@@ -11,7 +11,7 @@
 use thiserror::Error;
 
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::operators::driver::Event;
+use crate::event::Event;
 use crate::value::{decode_row, encode_row};
 
 pub const CAPTURE_MAGIC: &[u8; 8] = b"CLNKCAP\0";

@@ -21,7 +21,7 @@ pub use spec::{OpSpecFile, SinkEvidence};
 
 use std::path::{Path, PathBuf};
 
-use crate::job::OperatorId;
+use clink_basics::ids::OperatorId;
 
 /// `<capture-dir>/op-<id>/subtask-<s>`.
 pub fn subtask_dir(capture_dir: &Path, operator: OperatorId, subtask: u32) -> PathBuf {
@@ -40,5 +40,5 @@ pub const OP_SPEC_NAME: &str = "op.json";
 
 /// The epoch of an `epoch-<n>.cap` name.
 pub fn parse_epoch_file_name(name: &str) -> Option<u64> {
-    crate::job::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".cap")?)
+    clink_basics::ids::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".cap")?)
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::durable::temp_name;
 use crate::codec::Writer;
-use crate::operators::driver::Event;
+use crate::event::Event;
 
 use super::format::{encode_event, encode_header, CaptureHeader, CAPTURE_VERSION};
 use super::{epoch_file_name, sink_evidence_name, OpSpecFile, SinkEvidence, OP_SPEC_NAME};
@@ -149,8 +149,9 @@ impl EpochRecorder {
         for entry in fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let Some(name) = name.to_str() else { continue };
-            let epoch = super::parse_epoch_file_name(name)
-                .or_else(|| crate::job::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?));
+            let epoch = super::parse_epoch_file_name(name).or_else(|| {
+                clink_basics::ids::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?)
+            });
             if epoch.is_some_and(|e| e < keep_from) {
                 fs::remove_file(self.dir.join(name))?;
             }

@@ -2,14 +2,42 @@
 //! operator through the registry, and `epoch-<n>.sink.json`, a sink's account
 //! of one interval.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use clink_basics::fields::FieldError;
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
+use thiserror::Error;
 
-use crate::job::{JobGraph, OperatorId, OperatorSpec, Partition, PlannedOperator};
-use crate::registry;
+use crate::job::{JobGraph, OperatorSpec, Partition, PlannedOperator};
+use crate::registry::{self, UnknownType};
 use crate::value::Schema;
+
+/// Why a document beside the captures was refused.
+#[derive(Debug, Error)]
+pub enum SpecError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error("{0}")]
+    UnknownType(#[from] UnknownType),
+    #[error("params of operator {operator}: {source}")]
+    Params {
+        operator: String,
+        #[source]
+        source: FieldError,
+    },
+}
+
+fn invalid(path: &Path, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid { path: path.to_path_buf(), reason: reason.into() }
+}
 
 pub const OP_SPEC_FORMAT: &str = "clink-op-spec";
 pub const SINK_EVIDENCE_FORMAT: &str = "clink-sink-evidence";
@@ -48,13 +76,6 @@ pub struct OpSpecFile {
     pub outputs: Vec<Neighbour>,
 }
 
-fn partition_json(p: &Partition) -> Json {
-    match p {
-        Partition::Forward => Json::String("forward".into()),
-        Partition::Hash { columns, .. } => serde_json::json!({ "hash": columns }),
-    }
-}
-
 impl OpSpecFile {
     pub fn describe(graph: &JobGraph, op: &PlannedOperator, subtask: u32) -> Self {
         let neighbour = |id: OperatorId, partition: &Partition| {
@@ -64,7 +85,7 @@ impl OpSpecFile {
                 uid: other.map(|o| o.spec.uid.clone()).unwrap_or_default(),
                 type_name: other.map(|o| o.spec.type_name.clone()).unwrap_or_default(),
                 parallelism: other.map_or(0, |o| o.spec.parallelism),
-                partition: partition_json(partition),
+                partition: partition.to_json(),
             }
         };
         OpSpecFile {
@@ -84,28 +105,31 @@ impl OpSpecFile {
         }
     }
 
+    /// The job id; [`OpSpecFile::read`] refused any that is not decimal text.
     pub fn job_id(&self) -> u64 {
-        crate::job::parse_decimal_u64(&self.job).unwrap_or(0)
+        parse_decimal_u64(&self.job).unwrap_or(0)
     }
 
+    /// The operator id; [`OpSpecFile::read`] refused any that is not decimal text.
     pub fn operator_id(&self) -> u64 {
-        crate::job::parse_decimal_u64(&self.id).unwrap_or(0)
+        parse_decimal_u64(&self.id).unwrap_or(0)
     }
 
     /// Reads and checks an op.json: size, format, version, ids as decimal text.
-    pub fn read(path: &Path) -> Result<Self, String> {
+    pub fn read(path: &Path) -> Result<Self, SpecError> {
         let spec: OpSpecFile = read_doc(path)?;
         if spec.format != OP_SPEC_FORMAT || spec.version > DOC_VERSION {
-            return Err(format!(
-                "{}: format {:?} version {}; this build reads {OP_SPEC_FORMAT:?} up to version {DOC_VERSION}",
-                path.display(),
-                spec.format,
-                spec.version
+            return Err(invalid(
+                path,
+                format!(
+                    "format {:?} version {}; this build reads {OP_SPEC_FORMAT:?} up to version {DOC_VERSION}",
+                    spec.format, spec.version
+                ),
             ));
         }
         for (field, value) in [("job", &spec.job), ("id", &spec.id)] {
-            if crate::job::parse_decimal_u64(value).is_none() {
-                return Err(format!("{}: {field}: expected decimal text, found {value:?}", path.display()));
+            if parse_decimal_u64(value).is_none() {
+                return Err(invalid(path, format!("{field}: expected decimal text, found {value:?}")));
             }
         }
         Ok(spec)
@@ -113,20 +137,27 @@ impl OpSpecFile {
 
     /// The planned operator this spec describes, its params checked again by
     /// the registry against its input schema.
-    pub fn plan(&self) -> Result<PlannedOperator, String> {
-        let kind = registry::kind_of(&self.type_name)
-            .ok_or_else(|| format!("operator type {:?} is not in this build's registry", self.type_name))?;
+    pub fn plan(&self) -> Result<PlannedOperator, SpecError> {
         let spec = OperatorSpec {
             id: OperatorId(self.operator_id()),
             uid: self.uid.clone(),
             type_name: self.type_name.clone(),
             params: self.params.clone(),
             parallelism: self.parallelism,
-            kind,
+            descriptor: registry::descriptor(&self.type_name)?,
         };
-        let output_schema = registry::output_schema(&spec, self.input_schema.as_ref())
-            .map_err(|e| format!("params of operator {}: {e}", self.id))?;
-        Ok(PlannedOperator { spec, input_schema: self.input_schema.clone(), output_schema })
+        PlannedOperator::plan(spec, self.input_schema.clone())
+            .map_err(|source| SpecError::Params { operator: self.id.clone(), source })
+    }
+
+    /// The partition of an output edge, resolved against this operator's columns.
+    pub fn output_partition(&self, consumer: &Neighbour) -> Result<Partition, FieldError> {
+        Partition::from_json(
+            Some(&consumer.partition),
+            "outputs.partition",
+            OperatorId(self.operator_id()),
+            &self.output_schema,
+        )
     }
 }
 
@@ -160,16 +191,17 @@ pub struct CaptureAccount {
 }
 
 impl SinkEvidence {
-    pub fn read(path: &Path) -> Result<Self, String> {
+    pub fn read(path: &Path) -> Result<Self, SpecError> {
         let doc: SinkEvidence = read_doc(path)?;
         if doc.format != SINK_EVIDENCE_FORMAT || doc.version > DOC_VERSION {
-            return Err(format!("{}: format {:?} version {}", path.display(), doc.format, doc.version));
+            return Err(invalid(path, format!("format {:?} version {}", doc.format, doc.version)));
         }
         Ok(doc)
     }
 }
 
-fn read_doc<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
-    let bytes = crate::files::read_bounded(path, MAX_DOC_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+fn read_doc<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, SpecError> {
+    let bytes = clink_basics::files::read_bounded(path, MAX_DOC_BYTES)
+        .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&bytes).map_err(|e| invalid(path, e.to_string()))
 }

@@ -16,9 +16,11 @@ use thiserror::Error;
 use super::durable::{create_dir_durably, write_durably};
 use super::layout::{parse_snapshot_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION};
 use super::snapshot::{
-    decode_snapshot, encode_snapshot, sha256_hex, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
-    META_FORMAT, META_VERSION,
+    decode_snapshot, encode_snapshot, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES, META_FORMAT,
+    META_VERSION,
 };
+use clink_basics::digest::sha256_hex;
+
 use crate::codec::DecodeError;
 
 /// A sidecar larger than this is refused unread.
@@ -166,7 +168,7 @@ pub fn read_dir_names(dir: &Path) -> Result<Vec<String>, StateError> {
 
 /// Reads a sidecar: bounded, strictly typed, a known format and version.
 pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> {
-    let text = crate::files::read_bounded(meta_path, MAX_META_BYTES).map_err(|e| match e.kind() {
+    let text = clink_basics::files::read_bounded(meta_path, MAX_META_BYTES).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => StateError::MetaMissing { path: meta_path.to_path_buf() },
         io::ErrorKind::InvalidData => StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() },
         _ => io_error(meta_path)(e),

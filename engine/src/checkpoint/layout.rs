@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::job::OperatorId;
+use clink_basics::ids::OperatorId;
 
 /// The state layout generation. It changes only when a rescale re-divides
 /// state, which this engine does not do.
@@ -26,7 +26,7 @@ pub fn parse_participant_name(name: &str) -> Option<(OperatorId, u32)> {
     let rest = name.strip_prefix("op-")?;
     let (op, sub) = rest.rsplit_once('-')?;
     let op = OperatorId::parse(op)?;
-    let sub = crate::job::parse_decimal_u64(sub).and_then(|s| u32::try_from(s).ok())?;
+    let sub = clink_basics::ids::parse_decimal_u64(sub).and_then(|s| u32::try_from(s).ok())?;
     Some((op, sub))
 }
 
@@ -100,7 +100,7 @@ pub fn snapshot_meta_name(checkpoint: u64) -> String {
 /// The checkpoint id of a `COMPLETED-<id>` name: the prefix and a canonical
 /// positive decimal, nothing else.
 pub fn parse_completed_marker_name(name: &str) -> Option<u64> {
-    let id = crate::job::parse_decimal_u64(name.strip_prefix(COMPLETED_PREFIX)?)?;
+    let id = clink_basics::ids::parse_decimal_u64(name.strip_prefix(COMPLETED_PREFIX)?)?;
     (id > 0).then_some(id)
 }
 
@@ -108,13 +108,13 @@ pub const CONFIRMED_PREFIX: &str = "CONFIRMED-";
 
 /// The checkpoint id of a `CONFIRMED-<id>` name.
 pub fn parse_confirmed_marker_name(name: &str) -> Option<u64> {
-    let id = crate::job::parse_decimal_u64(name.strip_prefix(CONFIRMED_PREFIX)?)?;
+    let id = clink_basics::ids::parse_decimal_u64(name.strip_prefix(CONFIRMED_PREFIX)?)?;
     (id > 0).then_some(id)
 }
 
 /// The checkpoint id of a `checkpoint-<id>.snap` name.
 pub fn parse_snapshot_name(name: &str) -> Option<u64> {
-    let id = crate::job::parse_decimal_u64(name.strip_prefix("checkpoint-")?.strip_suffix(".snap")?)?;
+    let id = clink_basics::ids::parse_decimal_u64(name.strip_prefix("checkpoint-")?.strip_suffix(".snap")?)?;
     (id > 0).then_some(id)
 }
 

@@ -203,7 +203,7 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
 }
 
 fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, MarkerError> {
-    let bytes = crate::files::read_bounded(path, MAX_MARKER_BYTES)
+    let bytes = clink_basics::files::read_bounded(path, MAX_MARKER_BYTES)
         .map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })?;
     serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
 }

@@ -1,12 +1,18 @@
-//! The restore rule: which checkpoint a restart restores from.
+//! The restore rule: which checkpoint a restart restores from, and, its
+//! mirror image, which state each epoch of a run started from.
 //!
 //! There is exactly one implementation, [`choose_restore_point`], and one way to
 //! apply it to a directory, [`restore_point_on_disk`]. The engine's restarts
 //! (a new process, an in-process restart), the incident collector and the
 //! `checkpoint.restore_rule` check all call it; none of them may decide
-//! otherwise.
+//! otherwise. [`epoch_start`] answers the replay's question with the same
+//! markers and the same RESTORED record: epoch `N` holds the events between
+//! checkpoints `N-1` and `N`, so it starts from checkpoint `N-1`, except the
+//! first epoch of a restored run, which starts from the restore point.
 
-use super::backend::FileStateBackend;
+use thiserror::Error;
+
+use super::backend::{FileStateBackend, StateError};
 use super::layout::CheckpointLayout;
 use super::markers::{list_completed, list_confirmed, read_restored, MarkerError, RestoredRecord};
 
@@ -81,8 +87,8 @@ pub fn restore_point_on_disk_by(layout: &CheckpointLayout, rule: RestoreRule) ->
 
 /// The first id a redeploy may number: above every id the disk knows, so a
 /// new checkpoint never shares an id with anything an earlier run left.
-pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Result<u64, String> {
-    let snapshots = FileStateBackend::new(layout.clone()).snapshot_ids().map_err(|e| e.to_string())?;
+pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Result<u64, StateError> {
+    let snapshots = FileStateBackend::new(layout.clone()).snapshot_ids()?;
     let highest = [
         point.completed.last().copied().unwrap_or(0),
         snapshots.last().copied().unwrap_or(0),
@@ -93,6 +99,53 @@ pub fn next_checkpoint_id(layout: &CheckpointLayout, point: &RestorePoint) -> Re
     .max()
     .unwrap_or(0);
     Ok(highest + 1)
+}
+
+/// Where an epoch's replay starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartPoint {
+    /// From nothing: the first epoch of a run that started fresh, or restored from 0.
+    Empty,
+    Checkpoint(u64),
+}
+
+/// Why an epoch's starting state is not known.
+#[derive(Debug, Error)]
+pub enum EpochStartError {
+    #[error(transparent)]
+    Markers(#[from] MarkerError),
+    #[error(
+        "epoch {epoch} starts from checkpoint {previous}, which did not complete, and no recorded restore starts a run at epoch {epoch}"
+    )]
+    Unknown { epoch: u64, previous: u64 },
+}
+
+/// The state epoch `epoch` started from. The RESTORED record names the
+/// newest restore; `known_restores` ((restored_from, next) pairs, from the
+/// traces' Redeploy events) can name earlier ones. Any other epoch starts
+/// from `epoch - 1` only when that checkpoint completed (its marker is on
+/// disk); otherwise what it started from is not known.
+pub fn epoch_start(
+    layout: &CheckpointLayout,
+    epoch: u64,
+    known_restores: &[(u64, u64)],
+) -> Result<StartPoint, EpochStartError> {
+    let restored = read_restored(layout)?;
+    let mut restores: Vec<(u64, u64)> = known_restores.to_vec();
+    if let Some(r) = &restored {
+        restores.push((r.restored_from, r.next));
+    }
+    if let Some(&(from, _)) = restores.iter().find(|(_, next)| *next == epoch) {
+        return Ok(if from == 0 { StartPoint::Empty } else { StartPoint::Checkpoint(from) });
+    }
+    if epoch <= 1 {
+        return Ok(StartPoint::Empty);
+    }
+    if list_completed(layout)?.contains(&(epoch - 1)) {
+        Ok(StartPoint::Checkpoint(epoch - 1))
+    } else {
+        Err(EpochStartError::Unknown { epoch, previous: epoch - 1 })
+    }
 }
 
 #[cfg(test)]
@@ -138,5 +191,20 @@ mod tests {
         assert_eq!(point.checkpoint, 2);
         assert_eq!(point.passed_over, vec![3]);
         assert_eq!(next_checkpoint_id(&layout, &point).unwrap(), 4);
+    }
+
+    #[test]
+    fn epochs_start_from_the_previous_completed_checkpoint_or_the_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 1);
+        for c in [1, 2] {
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![])).unwrap();
+        }
+        assert_eq!(epoch_start(&layout, 1, &[]).unwrap(), StartPoint::Empty);
+        assert_eq!(epoch_start(&layout, 3, &[]).unwrap(), StartPoint::Checkpoint(2));
+        assert!(epoch_start(&layout, 5, &[]).is_err(), "checkpoint 4 never completed");
+        write_restored(&layout, &RestoredRecord::new(1, 2, 5)).unwrap();
+        assert_eq!(epoch_start(&layout, 5, &[]).unwrap(), StartPoint::Checkpoint(2));
+        assert_eq!(epoch_start(&layout, 9, &[(0, 9)]).unwrap(), StartPoint::Empty);
     }
 }

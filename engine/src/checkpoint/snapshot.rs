@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+
+use clink_basics::digest::sha256_hex;
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -180,19 +181,6 @@ impl SnapshotMeta {
                 .collect(),
         }
     }
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 #[cfg(test)]

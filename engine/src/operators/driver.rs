@@ -4,6 +4,7 @@
 
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
+use crate::event::Event;
 use crate::timers::{Clock, TimerService};
 use crate::value::Row;
 
@@ -12,18 +13,6 @@ use super::{Context, OperatorError, Transform};
 /// The state slot holding the timers and the watermark.
 pub const TIMERS_SLOT: &str = "timers";
 pub const TIMERS_SLOT_VERSION: u32 = 1;
-
-/// One event the runner hands an operator.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    Record(Row),
-    Watermark {
-        time: i64,
-        idle: bool,
-    },
-    /// The clock position at which due processing-time timers fire.
-    ProcessingTime(i64),
-}
 
 pub struct Driver {
     op: Box<dyn Transform>,

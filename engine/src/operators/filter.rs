@@ -5,10 +5,10 @@ use std::cmp::Ordering;
 
 use serde_json::Value as Json;
 
-use crate::job::{kind_name, Fields, JobError};
+use clink_basics::fields::{kind_name, FieldError, Fields};
 use crate::value::{compare_values, ColumnType, Row, Schema, Value};
 
-use super::{Context, OperatorError, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
 
 pub const TYPE: &str = "filter";
 
@@ -53,7 +53,7 @@ pub struct Filter {
     literal: Value,
 }
 
-pub fn plan(params: &Json, input: &Schema) -> Result<Filter, JobError> {
+pub fn plan(params: &Json, input: &Schema) -> Result<Filter, FieldError> {
     let f = Fields::object(params, "$")?;
     f.only(&["column", "op", "value"])?;
     let name = f.str("column")?;
@@ -92,10 +92,24 @@ impl Transform for Filter {
     }
 }
 
+
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema);
+
+fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
+    let input = defaults::input(input)?;
+    plan(params, input)?;
+    Ok(input.clone())
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
+    Ok(Box::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operators::driver::{Driver, Event};
+    use crate::operators::driver::Driver;
+    use crate::event::Event;
     use crate::operators::segment_source::output_schema;
     use crate::timers::Clock;
     use crate::value::Decimal;

@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 
 use crate::checkpoint::StateSlots;
-use crate::job::{Fields, JobError};
+use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{ColumnType, Row, Schema, Value};
 
 use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
 use super::window::{column, key_columns, typed_column};
-use super::{Context, OperatorError, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
 
 pub const TYPE: &str = "idle_detector";
 pub const LAST_SEEN_SLOT: &str = "last_seen";
@@ -34,7 +34,7 @@ pub struct Plan {
     pub output: Schema,
 }
 
-pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
+pub fn plan(params: &Json, input: &Schema) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
     f.only(&["key", "time", "timeout_ms"])?;
     let key = key_columns(&f, input)?;
@@ -107,10 +107,23 @@ impl Transform for IdleDetector {
     }
 }
 
+
+pub const DESCRIPTOR: Descriptor =
+    Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
+
+fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
+    plan(params, defaults::input(input)?).map(|p| p.output)
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
+    Ok(Box::new(IdleDetector::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operators::driver::{Driver, Event};
+    use crate::operators::driver::Driver;
+    use crate::event::Event;
     use crate::operators::segment_source::output_schema;
     use crate::timers::Clock;
     use crate::value::Decimal;

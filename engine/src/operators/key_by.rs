@@ -3,17 +3,17 @@
 
 use serde_json::Value as Json;
 
-use crate::job::{Fields, JobError};
+use clink_basics::fields::{FieldError, Fields};
 use crate::value::{Row, Schema};
 
-use super::{Context, OperatorError, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
 
 pub const TYPE: &str = "key_by";
 
 pub struct KeyBy;
 
 /// The key columns, which must exist in the input.
-pub fn plan(params: &Json, input: &Schema) -> Result<Schema, JobError> {
+pub fn plan(params: &Json, input: &Schema) -> Result<Schema, FieldError> {
     let f = Fields::object(params, "$")?;
     f.only(&["columns"])?;
     let columns = f.str_list("columns")?;
@@ -35,4 +35,24 @@ impl Transform for KeyBy {
         cx.emit(row);
         Ok(())
     }
+}
+
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema).keyed_by(passed_through_key_columns);
+
+fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
+    plan(params, defaults::input(input)?)
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
+    plan(setup.params, setup.input()?).map_err(setup.params_error())?;
+    Ok(Box::new(KeyBy))
+}
+
+/// key_by passes rows through: its key columns sit where the input has them.
+fn passed_through_key_columns(params: &Json, output: &Schema) -> Vec<usize> {
+    params
+        .get("columns")
+        .and_then(|c| c.as_array())
+        .map(|cols| cols.iter().filter_map(|c| c.as_str().and_then(|n| output.index_of(n))).collect())
+        .unwrap_or_default()
 }

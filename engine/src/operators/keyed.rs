@@ -1,32 +1,14 @@
-//! Keyed state helpers shared by the keyed operators: the canonical bytes of a
-//! record's key, and the encoding of a keyed state slot (entries in key order).
+//! Keyed state helpers shared by the keyed operators: the encoding of a keyed
+//! state slot (entries in key order), and the params every keyed operator
+//! reads. A key's bytes are [`crate::keys`]'.
 
 use std::collections::BTreeMap;
 
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::value::{decode_row, encode_row, Row, Value};
+pub use crate::keys::{key_bytes, key_of_values, key_values};
 
 use super::OperatorError;
-
-/// The canonical encoding of a row's key columns: the same key always has the
-/// same bytes, so keys order and hash identically everywhere.
-pub fn key_bytes(row: &[Value], key_columns: &[usize]) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.u32(key_columns.len() as u32);
-    for &i in key_columns {
-        crate::value::encode_value(&mut w, row.get(i).unwrap_or(&Value::Null));
-    }
-    w.into_bytes()
-}
-
-/// The key's values back from its bytes.
-pub fn key_values(key: &[u8]) -> Result<Row, DecodeError> {
-    let mut r = Reader::new(key);
-    let row = decode_row(&mut r)?;
-    r.finish()?;
-    Ok(row)
-}
 
 /// Writes a keyed slot: the entry count, then each key and its value.
 pub fn put_keyed<V>(
@@ -75,23 +57,10 @@ pub fn get_keyed<V>(
     decode(&mut r).map_err(|e| OperatorError::state(name, e))
 }
 
-/// Encodes a key row the way [`key_bytes`] does, for keys built from values.
-pub fn key_of_values(values: &[Value]) -> Vec<u8> {
-    let mut w = Writer::new();
-    encode_row(&mut w, values);
-    w.into_bytes()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_bytes_match_the_row_encoding_of_the_key_values() {
-        let row = vec![Value::Int(1), Value::Str("a".into()), Value::Int(2)];
-        assert_eq!(key_bytes(&row, &[1]), key_of_values(&[Value::Str("a".into())]));
-        assert_eq!(key_values(&key_bytes(&row, &[1, 2])).unwrap(), vec![Value::Str("a".into()), Value::Int(2)]);
-    }
+    use crate::value::Value;
 
     #[test]
     fn keyed_slots_round_trip_and_check_their_version() {

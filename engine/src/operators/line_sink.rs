@@ -7,11 +7,12 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
+
 use crate::checkpoint::durable::create_dir_durably;
 use crate::checkpoint::StateSlots;
 use crate::value::{render_line, Row};
 
-use super::{OperatorError, Prepared, Sink, SinkFamily};
+use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
 
 pub const TYPE: &str = "line_file_sink";
 
@@ -34,7 +35,7 @@ impl LineFileSink {
 
 impl Sink for LineFileSink {
     fn family(&self) -> SinkFamily {
-        SinkFamily::AtLeastOnce
+        FAMILY
     }
 
     fn open(&mut self, _restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
@@ -85,4 +86,13 @@ impl LineFileSink {
         self.pending.clear();
         Ok(())
     }
+}
+
+pub const DESCRIPTOR: Descriptor = Descriptor::sink(TYPE, FAMILY, build, StateDecoding::Stateless);
+
+/// Writes as rows arrive: a replay after a restore may write them again.
+const FAMILY: SinkFamily = SinkFamily::AtLeastOnce;
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
+    Ok(Box::new(LineFileSink::new(setup.env.output_dir.join(setup.uid), setup.subtask)))
 }

@@ -1,4 +1,4 @@
-//! The operators the registry can build, and the interfaces they implement.
+//! The operators this build can run, and the interfaces they implement.
 //!
 //! Three shapes: a [`Source`] produces records and watermarks and owns its input
 //! position; a [`Transform`] is handed records, due event-time timers and due
@@ -7,28 +7,42 @@
 //! coordinator's word). Operators never talk to the coordinator, never read the
 //! wall clock, and never decide when a checkpoint happens: the runtime calls
 //! them at the protocol's steps.
+//!
+//! Each operator type lives in one file that exports a [`Descriptor`]: its
+//! name, its shape, how its params are checked, how it is built, how its
+//! state is decoded, which columns key its output, and what it checks before
+//! a job starts. The [`registered_operators!`] line below lists them; the
+//! registry ([`crate::registry`]) looks them up. This module never depends on
+//! the job graph or the runtime.
 
 pub mod driver;
-pub mod filter;
-pub mod idle;
-pub mod key_by;
 pub mod keyed;
-pub mod line_sink;
-pub mod proc_time_counter;
-pub mod project;
-pub mod segment_source;
-pub mod staged_sink;
-pub mod window;
+
+/// THE registry line: every operator type this build knows. Adding an operator
+/// is one new file in this folder and its module name here.
+macro_rules! registered_operators {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every operator type's descriptor, in registration order.
+        pub static DESCRIPTORS: &[&Descriptor] = &[$(&$module::DESCRIPTOR),*];
+    };
+}
+
+registered_operators!(segment_source, filter, project, key_by, window, idle, proc_time_counter, line_sink, staged_sink,);
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use clink_basics::fields::FieldError;
+use serde_json::Value as Json;
+
 use crate::checkpoint::StateSlots;
 use crate::defects::Defects;
 use crate::timers::{Timer, TimerService};
-use crate::value::Row;
+use crate::value::{Row, Schema};
 
 #[derive(Debug, Error)]
 pub enum OperatorError {
@@ -128,6 +142,14 @@ impl SinkFamily {
             SinkFamily::AtLeastOnce => "at_least_once",
         }
     }
+
+    /// The delivery guarantee a sink of this family gives its destination.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            SinkFamily::Recoverable => "exactly_once",
+            SinkFamily::AtLeastOnce => "at_least_once",
+        }
+    }
 }
 
 /// What a sink's prepare sealed for a checkpoint.
@@ -179,4 +201,178 @@ pub struct Environment {
     pub input_dir: PathBuf,
     pub output_dir: PathBuf,
     pub defects: Defects,
+}
+
+/// The three shapes of operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorKind {
+    Source,
+    Transform,
+    Sink,
+}
+
+/// What a constructor is given: the operator's checked params, the rows it
+/// receives, and where it runs.
+pub struct Setup<'a> {
+    pub uid: &'a str,
+    pub params: &'a Json,
+    pub input: Option<&'a Schema>,
+    pub subtask: u32,
+    pub env: &'a Environment,
+}
+
+impl Setup<'_> {
+    /// The input schema; only a source has none, and sources do not ask.
+    pub fn input(&self) -> Result<&Schema, OperatorError> {
+        self.input.ok_or_else(|| OperatorError::Protocol(format!("operator {:?} has no input schema", self.uid)))
+    }
+
+    /// A params error found while building (planning checked them already).
+    pub fn params_error(&self) -> impl FnOnce(FieldError) -> OperatorError + '_ {
+        move |e| OperatorError::Input(format!("operator {:?} params: {e}", self.uid))
+    }
+}
+
+/// How an operator type is built, by shape.
+#[derive(Clone, Copy)]
+pub enum Build {
+    Source(fn(&Setup<'_>) -> Result<Box<dyn Source>, OperatorError>),
+    Transform(fn(&Setup<'_>) -> Result<Box<dyn Transform>, OperatorError>),
+    Sink { family: SinkFamily, build: fn(&Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> },
+}
+
+/// How a snapshot of an operator is decoded through its restore path, with no
+/// side effect on input or output.
+#[derive(Clone, Copy)]
+pub enum StateDecoding {
+    /// A transform: a fresh instance restores it on a manual clock, timers included.
+    Restore,
+    /// A source's position or a sink's handles, decoded by the operator's own reader.
+    Decode(fn(&StateSlots) -> Result<(), OperatorError>),
+    /// The operator keeps nothing in its snapshot.
+    Stateless,
+}
+
+/// Everything the engine and the harness need to know about one operator type.
+#[derive(Clone, Copy)]
+pub struct Descriptor {
+    pub type_name: &'static str,
+    pub build: Build,
+    /// Checks params (and the input's columns) and returns the output schema.
+    /// Error paths are relative to `params`.
+    pub plan: fn(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError>,
+    /// How a participant's snapshot is decoded without side effects.
+    pub state: StateDecoding,
+    /// The columns of the output rows that name the key each row belongs to
+    /// (none: rows are ordered as a whole).
+    pub key_columns: fn(params: &Json, output: &Schema) -> Vec<usize>,
+    /// What it checks before the job starts (a source's whole input).
+    pub preflight: fn(setup: &Setup<'_>) -> Result<(), OperatorError>,
+}
+
+impl PartialEq for Descriptor {
+    /// A type name is registered once, so it names its descriptor.
+    fn eq(&self, other: &Self) -> bool {
+        self.type_name == other.type_name
+    }
+}
+
+impl std::fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Descriptor").field("type_name", &self.type_name).field("kind", &self.kind()).finish()
+    }
+}
+
+impl Descriptor {
+    /// A transform whose state, if any, restores through the driver, whose
+    /// rows carry no key, and which checks nothing before the job starts.
+    pub const fn transform(
+        type_name: &'static str,
+        build: fn(&Setup<'_>) -> Result<Box<dyn Transform>, OperatorError>,
+        plan: fn(&Json, Option<&Schema>) -> Result<Schema, FieldError>,
+    ) -> Descriptor {
+        Descriptor {
+            type_name,
+            build: Build::Transform(build),
+            plan,
+            state: StateDecoding::Restore,
+            key_columns: defaults::no_key_columns,
+            preflight: defaults::no_preflight,
+        }
+    }
+
+    /// A sink of `family` that takes no params.
+    pub const fn sink(
+        type_name: &'static str,
+        family: SinkFamily,
+        build: fn(&Setup<'_>) -> Result<Box<dyn Sink>, OperatorError>,
+        state: StateDecoding,
+    ) -> Descriptor {
+        Descriptor {
+            type_name,
+            build: Build::Sink { family, build },
+            plan: defaults::plan_no_params,
+            state,
+            key_columns: defaults::no_key_columns,
+            preflight: defaults::no_preflight,
+        }
+    }
+
+    /// The same descriptor, with the key columns its output rows carry.
+    pub const fn keyed_by(self, key_columns: fn(&Json, &Schema) -> Vec<usize>) -> Descriptor {
+        Descriptor { key_columns, ..self }
+    }
+
+    pub fn kind(&self) -> OperatorKind {
+        match self.build {
+            Build::Source(_) => OperatorKind::Source,
+            Build::Transform(_) => OperatorKind::Transform,
+            Build::Sink { .. } => OperatorKind::Sink,
+        }
+    }
+
+    pub fn sink_family(&self) -> Option<SinkFamily> {
+        match self.build {
+            Build::Sink { family, .. } => Some(family),
+            _ => None,
+        }
+    }
+}
+
+/// Descriptor parts most operators share.
+pub mod defaults {
+    use super::*;
+
+    /// Nothing to check before the job starts.
+    pub fn no_preflight(_: &Setup<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    /// The input schema a transform or sink plans against.
+    pub fn input(input: Option<&Schema>) -> Result<&Schema, FieldError> {
+        input.ok_or_else(|| FieldError::new("$", "the operator has no input"))
+    }
+
+    /// Output rows carry no key.
+    pub fn no_key_columns(_: &Json, _: &Schema) -> Vec<usize> {
+        Vec::new()
+    }
+
+    /// An operator that takes no params.
+    pub fn no_params(params: &Json) -> Result<(), FieldError> {
+        clink_basics::fields::Fields::object(params, "$")?.only(&[])
+    }
+
+    /// The plan of an operator that takes no params and emits no rows (a sink).
+    pub fn plan_no_params(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {
+        no_params(params)?;
+        Ok(Schema::default())
+    }
+
+    /// The columns a `key` param names, first in the output (keyed operators
+    /// emit their key columns first).
+    pub fn leading_key_columns(params: &Json, _: &Schema) -> Vec<usize> {
+        let keys = params.get("key").and_then(|k| k.as_array()).map_or(0, Vec::len);
+        (0..keys).collect()
+    }
 }

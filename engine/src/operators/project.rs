@@ -2,10 +2,10 @@
 
 use serde_json::Value as Json;
 
-use crate::job::{Fields, JobError};
+use clink_basics::fields::{FieldError, Fields};
 use crate::value::{Row, Schema, Value};
 
-use super::{Context, OperatorError, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
 
 pub const TYPE: &str = "project";
 
@@ -18,7 +18,7 @@ pub struct Plan {
     pub output: Schema,
 }
 
-pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
+pub fn plan(params: &Json, input: &Schema) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
     f.only(&["columns"])?;
     let columns = f.str_list("columns")?;
@@ -54,10 +54,22 @@ impl Transform for Project {
     }
 }
 
+
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema);
+
+fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
+    plan(params, defaults::input(input)?).map(|p| p.output)
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
+    Ok(Box::new(Project::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operators::driver::{Driver, Event};
+    use crate::operators::driver::Driver;
+    use crate::event::Event;
     use crate::operators::segment_source::output_schema;
     use crate::timers::Clock;
 

@@ -12,12 +12,16 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use serde_json::Value as Json;
+
+use clink_basics::fields::FieldError;
+
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
 use crate::timers::NO_WATERMARK;
 use crate::value::{ColumnType, Decimal, Schema, Value};
 
-use super::{OperatorError, Source, SourceItem};
+use super::{defaults, Build, Descriptor, OperatorError, Setup, Source, SourceItem, StateDecoding};
 
 pub const TYPE: &str = "segment_source";
 pub const POSITION_SLOT: &str = "position";
@@ -336,6 +340,33 @@ impl Source for SegmentSource {
         slots.put(POSITION_SLOT, SlotKind::Operator, POSITION_VERSION, w.into_bytes());
         Ok(slots)
     }
+}
+
+
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    type_name: TYPE,
+    build: Build::Source(build),
+    plan,
+    state: StateDecoding::Decode(decode_state),
+    key_columns: defaults::no_key_columns,
+    preflight,
+};
+
+fn plan(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {
+    defaults::no_params(params)?;
+    Ok(output_schema())
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Source>, OperatorError> {
+    Ok(Box::new(SegmentSource::new(setup.env.input_dir.clone())))
+}
+
+fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {
+    decode_position(slots).map(|_| ())
+}
+
+fn preflight(setup: &Setup<'_>) -> Result<(), OperatorError> {
+    validate_input(&setup.env.input_dir).map(|_| ())
 }
 
 #[cfg(test)]

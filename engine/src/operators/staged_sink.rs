@@ -14,14 +14,15 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use clink_basics::digest::sha256_hex;
+
 use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps, rename_durably, sync_dir, write_durably};
-use crate::checkpoint::snapshot::sha256_hex;
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
 use crate::defects::{Defect, Defects};
 use crate::value::{render_line, Row};
 
-use super::{OperatorError, Prepared, Sink, SinkFamily};
+use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
 
 pub const TYPE: &str = "staged_file_sink";
 pub const HANDLES_SLOT: &str = "handles";
@@ -57,7 +58,7 @@ pub fn part_name(subtask: u32, checkpoint: u64) -> String {
 
 fn parse_part_name(name: &str, subtask: u32) -> Option<u64> {
     let rest = name.strip_prefix(&format!("part-{subtask}-"))?;
-    crate::job::parse_decimal_u64(rest)
+    clink_basics::ids::parse_decimal_u64(rest)
 }
 
 impl StagedFileSink {
@@ -137,7 +138,7 @@ fn is_regular_file(path: &Path) -> bool {
 
 impl Sink for StagedFileSink {
     fn family(&self) -> SinkFamily {
-        SinkFamily::Recoverable
+        FAMILY
     }
 
     fn open(&mut self, restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
@@ -268,12 +269,27 @@ pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, Opera
     };
     let handles = decode(&mut r).map_err(|e| OperatorError::state(HANDLES_SLOT, e))?;
     for h in handles.values() {
-        let safe = h.file.starts_with("part-") && crate::job::is_safe_name(&h.file);
+        let safe = h.file.starts_with("part-") && clink_basics::names::is_safe_name(&h.file);
         if !safe {
             return Err(OperatorError::state(HANDLES_SLOT, format!("handle names {:?}, not a part file", h.file)));
         }
     }
     Ok(handles)
+}
+
+
+pub const DESCRIPTOR: Descriptor = Descriptor::sink(TYPE, FAMILY, build, StateDecoding::Decode(decode_state));
+
+/// Two-phase, with its handles in the snapshot and re-committed at open.
+const FAMILY: SinkFamily = SinkFamily::Recoverable;
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
+    let dir = setup.env.output_dir.join(setup.uid);
+    Ok(Box::new(StagedFileSink::new(dir, setup.subtask, setup.env.defects.clone())))
+}
+
+fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {
+    decode_handles(slots).map(|_| ())
 }
 
 #[cfg(test)]

@@ -12,12 +12,12 @@ use serde_json::Value as Json;
 
 use crate::checkpoint::StateSlots;
 use crate::codec::Writer;
-use crate::job::{Fields, JobError};
+use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{decode_value, encode_value, Column, ColumnType, Decimal, Row, Schema, Value};
 
 use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
-use super::{Context, OperatorError, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
 
 pub const TYPE: &str = "tumbling_window";
 pub const WINDOWS_SLOT: &str = "windows";
@@ -33,7 +33,7 @@ pub struct Plan {
     pub output: Schema,
 }
 
-pub fn plan(params: &Json, input: &Schema) -> Result<Plan, JobError> {
+pub fn plan(params: &Json, input: &Schema) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
     f.only(&["key", "time", "value", "size_ms"])?;
     let key = key_columns(&f, input)?;
@@ -64,7 +64,7 @@ pub(crate) fn column(name: &str, ty: ColumnType) -> Column {
     Column { name: name.into(), ty }
 }
 
-pub(crate) fn key_columns(f: &Fields<'_>, input: &Schema) -> Result<Vec<usize>, JobError> {
+pub(crate) fn key_columns(f: &Fields<'_>, input: &Schema) -> Result<Vec<usize>, FieldError> {
     let names = f.str_list("key")?;
     if names.is_empty() {
         return Err(f.error("key", "name at least one key column"));
@@ -85,7 +85,7 @@ pub(crate) fn typed_column(
     input: &Schema,
     accepts: impl Fn(ColumnType) -> bool,
     expected: &str,
-) -> Result<usize, JobError> {
+) -> Result<usize, FieldError> {
     let name = f.str(field)?;
     let (i, col) = input.column(name).ok_or_else(|| {
         f.error(field, format!("no input column {name:?}; the input has {}", input.names().join(", ")))
@@ -202,10 +202,23 @@ impl Transform for TumblingWindow {
     }
 }
 
+
+pub const DESCRIPTOR: Descriptor =
+    Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
+
+fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
+    plan(params, defaults::input(input)?).map(|p| p.output)
+}
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
+    Ok(Box::new(TumblingWindow::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operators::driver::{Driver, Event};
+    use crate::operators::driver::Driver;
+    use crate::event::Event;
     use crate::operators::segment_source::output_schema;
     use crate::timers::Clock;
 

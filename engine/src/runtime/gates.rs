@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
 use crate::checkpoint::markers::CheckpointKind;
-use crate::operators::keyed::key_bytes;
+pub use crate::routing::Route;
 use crate::timers::NO_WATERMARK;
 use crate::value::Row;
 
 use super::frames::{DataFrame, Element, ToTask};
-use super::partition::subtask_for_key;
 
 /// What the input gate hands its subtask next.
 #[derive(Debug)]
@@ -223,15 +222,6 @@ impl InputGate {
     }
 }
 
-/// How one output edge picks its targets.
-#[derive(Debug, Clone)]
-pub enum Route {
-    /// To the consumer subtask with this subtask's index.
-    Forward,
-    /// By the key group of these columns.
-    Hash(Vec<usize>),
-}
-
 /// One output edge: its route and one sender per consumer subtask, each with
 /// the channel index this subtask has at that consumer.
 pub struct OutputEdge {
@@ -264,14 +254,10 @@ impl OutputGate {
         let last = self.edges.len().saturating_sub(1);
         let mut row = Some(row);
         for i in 0..self.edges.len() {
-            let target = match &self.edges[i].route {
-                Route::Forward => self.subtask as usize,
-                Route::Hash(columns) => {
-                    let r = row.as_ref().ok_or(Disconnected)?;
-                    subtask_for_key(&key_bytes(r, columns), self.edges[i].targets.len() as u32) as usize
-                }
-            };
-            let r = if i == last { row.take().ok_or(Disconnected)? } else { row.clone().ok_or(Disconnected)? };
+            let edge = &self.edges[i];
+            let r = row.as_ref().ok_or(Disconnected)?;
+            let target = edge.route.target(self.subtask, r, edge.targets.len() as u32) as usize;
+            let r = if i == last { row.take().ok_or(Disconnected)? } else { r.clone() };
             self.push(i, target, Element::Record(r))?;
         }
         Ok(())
@@ -280,12 +266,9 @@ impl OutputGate {
     /// Sends an element to every consumer subtask this subtask feeds.
     pub fn broadcast(&mut self, element: Element) -> Result<(), Disconnected> {
         for i in 0..self.edges.len() {
-            let targets: Vec<usize> = match self.edges[i].route {
-                Route::Forward => vec![self.subtask as usize],
-                Route::Hash(_) => (0..self.edges[i].targets.len()).collect(),
-            };
-            for t in targets {
-                self.push(i, t, element.clone())?;
+            let edge = &self.edges[i];
+            for t in edge.route.broadcast_targets(self.subtask, edge.targets.len() as u32) {
+                self.push(i, t as usize, element.clone())?;
             }
         }
         Ok(())

@@ -7,11 +7,13 @@
 //! [`restore_point_on_disk`](crate::checkpoint::restore_point_on_disk).
 
 mod coordinator;
+mod deploy;
 pub mod frames;
 pub mod gates;
-pub mod partition;
+pub mod protocol;
 pub mod task;
 
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::PathBuf;
 
 use thiserror::Error;
@@ -25,9 +27,9 @@ pub use coordinator::Coordinator;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TriggerMode {
     /// The source asks for one after every N records (deterministic).
-    EveryRecords(u64),
+    EveryRecords(NonZeroU64),
     /// The coordinator triggers one every N milliseconds.
-    IntervalMs(u64),
+    IntervalMs(NonZeroU64),
     /// Only the final checkpoint (or a savepoint).
     OnlyFinal,
 }
@@ -42,28 +44,17 @@ pub struct RunOptions {
     /// How many in-process restarts a failure may take before the job fails.
     pub restart_budget: u32,
     /// How many completed checkpoints keep their snapshots.
-    pub retain_checkpoints: u32,
+    pub retain_checkpoints: NonZeroU32,
     /// Print a progress line per completed checkpoint (at most once a second).
     pub progress: bool,
     /// Pace the source to this many records per second.
-    pub source_rate: Option<u64>,
+    pub source_rate: Option<NonZeroU64>,
     /// The flight recorder, when on.
     pub capture: Option<crate::capture::CaptureOptions>,
 }
 
-/// What a finished run did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunSummary {
-    pub job: u64,
-    /// The checkpoint the run restored from (0: started from nothing).
-    pub restored_from: u64,
-    pub first_checkpoint: u64,
-    pub last_completed: u64,
-    pub completed: u64,
-    pub restarts: u32,
-    /// Ended with a savepoint (state kept) rather than at the input's END.
-    pub stopped_with_savepoint: bool,
-}
+/// What a finished run did: the protocol's account of it.
+pub type RunSummary = protocol::Progress;
 
 #[derive(Debug, Error)]
 pub enum RunError {

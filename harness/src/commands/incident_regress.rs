@@ -3,55 +3,60 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use clink_engine::job::OperatorId;
-use clink_harness::bundle::read_bundle;
-use clink_harness::regress::{regress, RegressError};
+use clink_basics::exit::Exit;
+use clink_bundle::read_bundle;
+use clink_verify::regress::regress;
+use serde_json::json;
 
-use super::{refuse, EXIT_FAILED, EXIT_OK};
+use super::{Output, Which};
 
 /// Freeze one epoch of an incident bundle as a regression test.
 ///
-/// Writes the regression bundle `clink replay --emit-test` writes, from a
+/// Writes the regression bundle `clink replay emit-test` writes, from a
 /// bundle whose artifacts verify, and runs it once before returning. Exit 0
-/// when the bundle is written and passes on this build, 1 when refused.
+/// when the bundle is written and passes on this build, 1 when refused, 2
+/// when the bundle cannot be read.
 #[derive(Args, Debug)]
 pub struct IncidentRegressArgs {
+    /// The incident bundle directory.
     bundle: PathBuf,
-    #[arg(long, value_name = "ID")]
-    op: String,
-    #[arg(long, value_name = "S", default_value_t = 0)]
-    subtask: u32,
-    #[arg(long, value_name = "N")]
-    epoch: u64,
-    /// The regression bundle directory to create.
+    #[command(flatten)]
+    which: Which,
+    /// The regression bundle directory to create (it must not exist).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-pub fn main(args: IncidentRegressArgs) -> u8 {
-    let Some(op) = OperatorId::parse(&args.op) else {
-        return refuse(format!("--op {:?}: expected a decimal operator id", args.op));
-    };
+pub fn main(args: IncidentRegressArgs) -> Exit {
+    let out = Output::new("incident-regress", args.json);
     let bundle = match read_bundle(&args.bundle) {
         Ok(b) => b,
-        Err(e) => return refuse(format!("{}: the bundle is refused: {e}", args.bundle.display())),
+        Err(e) => return out.refuse(format!("{}: the bundle is refused: {e}", args.bundle.display())),
     };
-    match regress(&bundle, op, args.subtask, args.epoch, &args.out) {
+    let w = &args.which;
+    match regress(&bundle, w.op, w.subtask, w.epoch, &args.out) {
         Ok(m) => {
-            println!(
-                "regression bundle {}: operator {} subtask {} epoch {}, {} golden emissions; it passes on this build; run it with clink replay --run-test {}",
-                args.out.display(),
-                m.operator,
-                m.subtask,
-                m.epoch,
-                m.golden_emissions,
-                args.out.display()
-            );
-            EXIT_OK
+            let doc = json!({
+                "format": "clink-regress-result", "version": 1, "result": "written",
+                "out": args.out.display().to_string(), "operator": m.operator, "subtask": m.subtask,
+                "epoch": m.epoch, "golden_emissions": m.golden_emissions,
+            });
+            let text = || {
+                format!(
+                    "regression bundle {}: operator {} subtask {} epoch {}, {} golden emissions; it passes on this build; run it with clink replay run-test {}",
+                    args.out.display(),
+                    m.operator,
+                    m.subtask,
+                    m.epoch,
+                    m.golden_emissions,
+                    args.out.display()
+                )
+            };
+            out.report(doc, text, Exit::Passed)
         }
-        Err(RegressError(why)) => {
-            eprintln!("clink: incident-regress refused: {why}");
-            EXIT_FAILED
-        }
+        Err(e) => out.stop(Exit::Failed, format!("refused: {e}")),
     }
 }

@@ -1,88 +1,94 @@
 //! `clink incident-verify`: check a bundle offline.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-use clap::Args;
-use clink_engine::job::{parse_decimal_u64, OperatorId};
-use clink_harness::bundle::read_bundle;
-use clink_harness::verify::{render_json, render_text, verify, Profile, Selection, VerifyOptions};
+use clap::{Args, ValueEnum};
+use clink_basics::exit::Exit;
+use clink_basics::ids::OperatorId;
+use clink_bundle::read_bundle;
+use clink_verify::{render_json, render_text, verify, Profile, Selection, VerifyOptions};
 
-use super::refuse;
+use super::{decimal_u32, decimal_u64, operator_id, FormalArgs, Output};
+
+/// Which checks are required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// bundle.*: the manifest, every artifact's size and SHA-256, completeness.
+    Integrity,
+    /// integrity + checkpoint.* and state.decode.
+    Consistency,
+    /// consistency + replay.determinism, replay.recorded_output (and replay.expected_output).
+    Replay,
+    /// replay + protocol.trace_structure and protocol.conformance (TLC).
+    Full,
+}
+
+impl From<ProfileArg> for Profile {
+    fn from(p: ProfileArg) -> Profile {
+        match p {
+            ProfileArg::Integrity => Profile::Integrity,
+            ProfileArg::Consistency => Profile::Consistency,
+            ProfileArg::Replay => Profile::Replay,
+            ProfileArg::Full => Profile::Full,
+        }
+    }
+}
 
 /// Verify an incident bundle: integrity, restore point, state, traces, replay.
 ///
-/// Profiles: integrity (bundle.*), consistency (default: + checkpoint.*,
-/// state.decode), replay (+ replay.determinism, replay.recorded_output, and
-/// replay.expected_output with --expected), full (+ protocol.*). Exit 0 every
-/// required check passed; 1 one failed; 3 none failed but one is unavailable
-/// or unsupported (never a pass); 2 bad usage or a bundle the reader refuses.
-/// Verification reads the bundle, writes only to the temporary directory and
-/// opens no connection.
+/// Exit 0 every required check passed; 1 one failed; 3 none failed but one is
+/// unavailable or unsupported (never a pass); 2 bad usage or a bundle the
+/// reader refuses. Verification reads the bundle, writes only to the
+/// temporary directory and opens no connection.
 #[derive(Args, Debug)]
 pub struct IncidentVerifyArgs {
     /// The bundle directory.
     bundle: PathBuf,
     /// Which checks are required.
-    #[arg(long, default_value = "consistency", value_parser = ["integrity", "consistency", "replay", "full"])]
-    profile: String,
-    /// Select these operators' captured epochs (comma-separated decimal ids).
-    #[arg(long, value_name = "IDS")]
-    op: Option<String>,
+    #[arg(long, value_enum, default_value = "consistency")]
+    profile: ProfileArg,
+    /// Select these operators' captured epochs (decimal ids, comma-separated).
+    #[arg(long, value_name = "ID,...", value_delimiter = ',', value_parser = operator_id)]
+    op: Option<Vec<OperatorId>>,
     /// Select these subtasks' captured epochs (comma-separated).
-    #[arg(long, value_name = "S,...")]
-    subtask: Option<String>,
+    #[arg(long, value_name = "S,...", value_delimiter = ',', value_parser = decimal_u32)]
+    subtask: Option<Vec<u32>>,
     /// Select these epochs (comma-separated).
-    #[arg(long, value_name = "N,...")]
-    epoch: Option<String>,
+    #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = decimal_u64)]
+    epoch: Option<Vec<u64>>,
     /// At most this many epochs are replayed; the rest are counted as omitted.
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    max_replays: usize,
+    #[arg(long, value_name = "N", default_value = "64")]
+    max_replays: NonZeroUsize,
     /// Expected rows of one operator (NDJSON: one JSON array of cells per line,
     /// decimals as strings, timestamps as epoch ms) for replay.expected_output.
+    /// Only a profile that replays (replay, full) reads it.
     #[arg(long, value_name = "FILE")]
     expected: Option<PathBuf>,
-    /// The repository's formal/ directory (default: CLINK_FORMAL_DIR, else the build's).
-    #[arg(long, value_name = "DIR")]
-    formal_dir: Option<PathBuf>,
-    /// Where the pinned TLA+ jar is installed (default: CLINK_FORMAL_TOOLS_DIR, else
-    /// ${CLINK_DEPS_PREFIX:-~/.clink-deps}/formal-tools).
-    #[arg(long, value_name = "DIR")]
-    formal_tools_dir: Option<PathBuf>,
-    /// Print the versioned JSON report instead of text.
+    #[command(flatten)]
+    formal: FormalArgs,
+    /// Print the versioned JSON report (format clink-verify-report) instead of text.
     #[arg(long)]
     json: bool,
 }
 
-fn list<T>(text: &Option<String>, parse: impl Fn(&str) -> Option<T>, flag: &str) -> Result<Option<Vec<T>>, String> {
-    match text {
-        None => Ok(None),
-        Some(t) => t
-            .split(',')
-            .map(|s| parse(s.trim()))
-            .collect::<Option<Vec<T>>>()
-            .map(Some)
-            .ok_or_else(|| format!("{flag} {t:?}: expected comma-separated numbers")),
+pub fn main(args: IncidentVerifyArgs) -> Exit {
+    let out = Output::new("incident-verify", args.json);
+    let profile = Profile::from(args.profile);
+    if args.expected.is_some() && !matches!(profile, Profile::Replay | Profile::Full) {
+        return out.refuse(format!(
+            "--expected is read by replay.expected_output, which the {} profile does not run; use --profile=replay or full",
+            profile.as_str()
+        ));
     }
-}
-
-pub fn main(args: IncidentVerifyArgs) -> u8 {
-    let selection = match (
-        list(&args.op, OperatorId::parse, "--op"),
-        list(&args.subtask, |s| parse_decimal_u64(s).and_then(|v| u32::try_from(v).ok()), "--subtask"),
-        list(&args.epoch, parse_decimal_u64, "--epoch"),
-    ) {
-        (Ok(ops), Ok(subtasks), Ok(epochs)) => Selection { ops, subtasks, epochs, max_replays: args.max_replays },
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return refuse(e),
-    };
-    let Some(profile) = Profile::parse(&args.profile) else {
-        return refuse(format!("--profile {:?}", args.profile));
-    };
+    let selection =
+        Selection { ops: args.op, subtasks: args.subtask, epochs: args.epoch, max_replays: args.max_replays };
     let bundle = match read_bundle(&args.bundle) {
         Ok(b) => b,
-        Err(e) => return refuse(format!("{}: the bundle is refused: {e}", args.bundle.display())),
+        Err(e) => return out.refuse(format!("{}: the bundle is refused: {e}", args.bundle.display())),
     };
     let formal = if profile == Profile::Full {
-        match clink_harness::formal::locate(args.formal_dir.as_deref(), args.formal_tools_dir.as_deref()) {
+        match args.formal.locate() {
             Ok(tools) => Some(tools),
             Err(why) => {
                 eprintln!("clink: protocol.conformance will be unavailable: {why}");
@@ -100,8 +106,8 @@ pub fn main(args: IncidentVerifyArgs) -> u8 {
             } else {
                 print!("{}", render_text(&report));
             }
-            report.exit_code
+            report.result.exit()
         }
-        Err(e) => refuse(e),
+        Err(e) => out.refuse(e),
     }
 }

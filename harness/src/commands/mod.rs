@@ -1,5 +1,9 @@
 //! One module per `clink` subcommand: argument definitions, and the glue from
 //! arguments to the libraries. No rule lives here.
+//!
+//! Every command returns an [`Exit`]; every command a gate or a script reads
+//! takes `--json`, and prints its refusals as JSON too, so nothing parses
+//! prose.
 
 pub mod compare;
 pub mod gen_input;
@@ -11,14 +15,104 @@ pub mod replay;
 pub mod run;
 pub mod trace_validate;
 
-/// Exit codes shared by every command.
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_REFUSED: u8 = 2;
-pub const EXIT_PARTIAL: u8 = 3;
+use clink_basics::exit::Exit;
+use clink_basics::ids::{parse_decimal_u32, parse_decimal_u64, OperatorId};
+use serde_json::json;
 
-/// Prints a refusal and returns its exit code.
-pub fn refuse(message: impl std::fmt::Display) -> u8 {
-    eprintln!("clink: {message}");
-    EXIT_REFUSED
+/// Where a command's result goes: text for people, or one JSON document.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub command: &'static str,
+    pub json: bool,
+}
+
+impl Output {
+    pub fn new(command: &'static str, json: bool) -> Self {
+        Output { command, json }
+    }
+
+    /// Prints a refusal (to standard error, or as JSON on standard output) and returns exit 2.
+    pub fn refuse(&self, reason: impl std::fmt::Display) -> Exit {
+        self.stop(Exit::Refused, reason)
+    }
+
+    /// Prints why the command stopped with `exit` and returns it.
+    pub fn stop(&self, exit: Exit, reason: impl std::fmt::Display) -> Exit {
+        if self.json {
+            let doc = json!({
+                "format": "clink-command-result",
+                "version": 1,
+                "command": self.command,
+                "result": exit.as_str(),
+                "exit_code": exit.code(),
+                "reason": reason.to_string(),
+            });
+            println!("{doc}");
+        } else {
+            eprintln!("clink {}: {reason}", self.command);
+        }
+        exit
+    }
+
+    /// Prints a result: the JSON document, or the text.
+    pub fn report(&self, json: serde_json::Value, text: impl FnOnce() -> String, exit: Exit) -> Exit {
+        if self.json {
+            println!("{json}");
+        } else {
+            let text = text();
+            if !text.is_empty() {
+                println!("{text}");
+            }
+        }
+        exit
+    }
+}
+
+/// Where the formal tools are: the repository's formal/ directory and the
+/// pinned TLA+ jar.
+#[derive(clap::Args, Debug)]
+pub struct FormalArgs {
+    /// The repository's formal/ directory (default: CLINK_FORMAL_DIR, else the build's).
+    #[arg(long, value_name = "DIR")]
+    pub formal_dir: Option<std::path::PathBuf>,
+    /// Where the pinned TLA+ jar is installed (default: CLINK_FORMAL_TOOLS_DIR,
+    /// else ${CLINK_DEPS_PREFIX:-~/.clink-deps}/formal-tools).
+    #[arg(long, value_name = "DIR")]
+    pub formal_tools_dir: Option<std::path::PathBuf>,
+}
+
+impl FormalArgs {
+    pub fn locate(&self) -> Result<clink_formal::FormalTools, String> {
+        clink_formal::locate(self.formal_dir.as_deref(), self.formal_tools_dir.as_deref())
+    }
+}
+
+/// Which captured epoch: an operator, its subtask, an epoch.
+#[derive(clap::Args, Debug)]
+pub struct Which {
+    /// Operator id (decimal).
+    #[arg(long, value_name = "ID", value_parser = operator_id)]
+    pub op: OperatorId,
+    /// The operator's subtask.
+    #[arg(long, value_name = "S", default_value = "0", value_parser = decimal_u32)]
+    pub subtask: u32,
+    /// The epoch: the events between checkpoints N-1 and N.
+    #[arg(long, value_name = "N", value_parser = decimal_u64)]
+    pub epoch: u64,
+}
+
+/// clap's parser of an operator id (canonical decimal text).
+pub fn operator_id(text: &str) -> Result<OperatorId, String> {
+    OperatorId::parse(text).ok_or_else(|| format!("{text:?} is not an operator id (decimal digits, no leading zero)"))
+}
+
+/// clap's parser of a 64-bit id or number written as canonical decimal text.
+pub fn decimal_u64(text: &str) -> Result<u64, String> {
+    parse_decimal_u64(text)
+        .ok_or_else(|| format!("{text:?} is not a decimal number (digits, no sign, no leading zero)"))
+}
+
+/// clap's parser of a subtask index.
+pub fn decimal_u32(text: &str) -> Result<u32, String> {
+    parse_decimal_u32(text).ok_or_else(|| format!("{text:?} is not a 32-bit decimal number"))
 }

@@ -1,236 +1,308 @@
-//! `clink replay` and `clink replay-diff`.
+//! `clink replay <epoch|sweep|emit-test|run-test|diff>` and `clink replay-diff`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::Args;
-use clink_engine::job::OperatorId;
-use clink_harness::replay::emissions::{encode_dump, first_difference, read_dump};
-use clink_harness::replay::regression::{emit_bundle, run_bundle, BundleError};
-use clink_harness::replay::{list_captured, load_epoch, replay, verify, EpochRef, ReplayError};
+use clap::{Args, Subcommand};
+use clink_basics::exit::Exit;
+use clink_replay::emissions::{encode_dump, first_difference, read_dump};
+use clink_replay::regression::{emit_bundle, run_bundle, BundleError};
+use clink_replay::{list_captured, load_epoch, replay, verify, EpochEvidence, EpochRef, ReplayError};
+use serde_json::json;
 
-use super::{refuse, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL};
+use super::{decimal_u64, Output, Which};
 
-/// Replay captured epochs, or run a regression bundle.
+/// Replay captured epochs, freeze one as a regression test, or run one.
 ///
-/// Rebuilds the operator from its op.json, restores its state from the
-/// checkpoint before the epoch, and feeds it the captured events on a manual
-/// clock.
-///
-/// With --op, --subtask and --epoch: one epoch. Without --op and with --verify:
-/// every captured single-input operator's epochs. --run-test runs a regression
-/// bundle instead.
+/// Replay rebuilds the operator from its op.json, restores its state from
+/// the checkpoint before the epoch, and feeds it the captured events on a
+/// manual clock, through the same driver production used.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
+    #[command(subcommand)]
+    command: ReplayCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ReplayCommand {
+    /// Replay one captured epoch (with --verify: twice, compared byte for byte).
+    Epoch(EpochArgs),
+    /// Replay every captured epoch of every replayable operator twice.
+    Sweep(SweepArgs),
+    /// Freeze one captured epoch as a regression bundle (a new directory).
+    EmitTest(EmitTestArgs),
+    /// Run a regression bundle: exit 0 pass, 1 divergence, 2 bad bundle.
+    RunTest(RunTestArgs),
+    /// Compare two emission dumps (replay epoch --out).
+    Diff(DiffArgs),
+}
+
+/// Where a run's captures and checkpoints are.
+#[derive(Args, Debug)]
+struct RunDirs {
     /// The flight recorder's directory (clink run --capture-dir).
-    #[arg(long, value_name = "DIR", required_unless_present = "run_test")]
-    capture_dir: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    capture_dir: PathBuf,
     /// The checkpoint directory the starting states come from.
-    #[arg(long, value_name = "DIR", required_unless_present = "run_test")]
-    checkpoint_dir: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: PathBuf,
     /// The job id (decimal).
-    #[arg(long, value_name = "ID", default_value = "1")]
-    job: String,
-    /// Operator id (decimal).
-    #[arg(long, value_name = "ID", requires_all = ["subtask", "epoch"])]
-    op: Option<String>,
-    /// The operator's subtask.
-    #[arg(long, value_name = "S")]
-    subtask: Option<u32>,
-    /// The epoch: the events between checkpoints N-1 and N.
-    #[arg(long, value_name = "N")]
-    epoch: Option<u64>,
+    #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
+    job: u64,
+}
+
+fn at(which: &Which) -> EpochRef {
+    EpochRef { operator: which.op, subtask: which.subtask, epoch: which.epoch }
+}
+
+#[derive(Args, Debug)]
+struct EpochArgs {
+    #[command(flatten)]
+    dirs: RunDirs,
+    #[command(flatten)]
+    which: Which,
     /// Replay twice and compare the emissions byte for byte (exit 1 when they differ).
     #[arg(long)]
     verify: bool,
-    /// Write the emissions to FILE (for replay-diff).
-    #[arg(long, value_name = "FILE", requires = "op")]
+    /// Write the emissions to FILE (for replay diff).
+    #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Freeze the epoch as a regression bundle in DIR (a new directory).
-    #[arg(long, value_name = "DIR", requires = "op")]
-    emit_test: Option<PathBuf>,
-    /// Run the regression bundle in DIR: exit 0 pass, 1 divergence, 2 bad bundle.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["capture_dir", "op", "verify", "out", "emit_test"])]
-    run_test: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-fn error_code(e: &ReplayError) -> u8 {
-    match e {
-        ReplayError::Refused(_) => super::EXIT_REFUSED,
-        ReplayError::Failed(_) => EXIT_FAILED,
-        ReplayError::Unsupported(_) | ReplayError::Unavailable(_) => EXIT_PARTIAL,
-    }
+#[derive(Args, Debug)]
+struct SweepArgs {
+    #[command(flatten)]
+    dirs: RunDirs,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-pub fn main(args: ReplayArgs) -> u8 {
-    if let Some(dir) = &args.run_test {
-        return run_test(dir);
-    }
-    let (Some(capture_dir), Some(checkpoint_dir)) = (&args.capture_dir, &args.checkpoint_dir) else {
-        return refuse("--capture-dir and --checkpoint-dir are required");
-    };
-    let Some(job) = clink_engine::job::parse_decimal_u64(&args.job) else {
-        return refuse(format!("--job {:?}: expected a decimal id", args.job));
-    };
-    let Some(op) = &args.op else {
-        if !args.verify {
-            return refuse("without --op, only --verify (a sweep of every captured epoch) is possible");
-        }
-        return sweep(capture_dir, checkpoint_dir, job);
-    };
-    let Some(operator) = OperatorId::parse(op) else {
-        return refuse(format!("--op {op:?}: expected a decimal operator id"));
-    };
-    let at = EpochRef { operator, subtask: args.subtask.unwrap_or(0), epoch: args.epoch.unwrap_or(0) };
-    let evidence = match load_epoch(capture_dir, checkpoint_dir, job, &at) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("clink: replay {at}: {e}");
-            return error_code(&e);
-        }
-    };
-    if let Some(dest) = &args.emit_test {
-        return match emit_bundle(&evidence, dest) {
-            Ok(m) => {
-                println!(
-                    "regression bundle {} written: {at}, {} golden emissions, starts from checkpoint {}; it passes on this build",
-                    dest.display(),
-                    m.golden_emissions,
-                    m.start_checkpoint
-                );
-                EXIT_OK
-            }
-            Err(e) => {
-                eprintln!("clink: --emit-test: {e}");
-                error_code(&e)
-            }
-        };
-    }
-    let outcome = if args.verify {
-        match verify(&evidence) {
-            Ok(v) => {
-                for note in &v.outcome.notes {
-                    println!("note: {note}");
-                }
-                if !v.identical {
-                    let d = v.first_difference.map(|d| d.to_string()).unwrap_or_default();
-                    println!("replay {at}: NOT deterministic: the two replays differ at {d}");
-                    return EXIT_FAILED;
-                }
-                let partial = if v.outcome.partial { " (a partial epoch)" } else { "" };
-                println!(
-                    "replay {at}: deterministic: two replays emitted the same {} rows{partial}",
-                    v.outcome.emissions.len()
-                );
-                v.outcome
-            }
-            Err(e) => {
-                eprintln!("clink: replay {at}: {e}");
-                return error_code(&e);
-            }
-        }
-    } else {
-        match replay(&evidence) {
-            Ok(o) => {
-                for note in &o.notes {
-                    println!("note: {note}");
-                }
-                println!("replay {at}: {} emissions", o.emissions.len());
-                o
-            }
-            Err(e) => {
-                eprintln!("clink: replay {at}: {e}");
-                return error_code(&e);
-            }
-        }
-    };
-    if let Some(out) = &args.out {
-        if let Err(e) = std::fs::write(out, encode_dump(&at, &outcome.emissions)) {
-            return refuse(format!("--out {}: {e}", out.display()));
-        }
-    }
-    EXIT_OK
+#[derive(Args, Debug)]
+struct EmitTestArgs {
+    #[command(flatten)]
+    dirs: RunDirs,
+    #[command(flatten)]
+    which: Which,
+    /// The regression bundle directory to create (it must not exist).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-fn run_test(dir: &std::path::Path) -> u8 {
-    match run_bundle(dir) {
-        Ok(n) => {
-            println!("{}: passed ({n} emissions equal the golden)", dir.display());
-            EXIT_OK
-        }
-        Err(BundleError::Diverged(d)) => {
-            println!("{}: FAILED: {d}", dir.display());
-            EXIT_FAILED
-        }
-        Err(BundleError::Refused(e)) => refuse(format!("{}: {e}", dir.display())),
-        Err(BundleError::Replay(e)) => {
-            eprintln!("clink: {}: {e}", dir.display());
-            error_code(&e)
-        }
-    }
+#[derive(Args, Debug)]
+struct RunTestArgs {
+    /// The regression bundle directory.
+    bundle: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-/// Verifies every captured epoch of every replayable operator.
-fn sweep(capture_dir: &std::path::Path, checkpoint_dir: &std::path::Path, job: u64) -> u8 {
-    let captured = match list_captured(capture_dir) {
-        Ok(c) => c,
-        Err(e) => return refuse(e),
-    };
-    let (mut verified, mut differ, mut unavailable, mut unsupported) = (0, 0, 0, 0);
-    for (at, _) in &captured {
-        let result = load_epoch(capture_dir, checkpoint_dir, job, at).and_then(|e| verify(&e));
-        match result {
-            Ok(v) if v.identical => verified += 1,
-            Ok(v) => {
-                differ += 1;
-                println!("{at}: NOT deterministic: {}", v.first_difference.map(|d| d.to_string()).unwrap_or_default());
-            }
-            Err(ReplayError::Unsupported(_)) => unsupported += 1,
-            Err(ReplayError::Unavailable(e)) => {
-                unavailable += 1;
-                println!("{at}: unavailable: {e}");
-            }
-            Err(e) => {
-                differ += 1;
-                println!("{at}: {e}");
-            }
-        }
-    }
-    println!(
-        "sweep: {} captured epochs: {verified} deterministic, {differ} failed, {unavailable} unavailable, {unsupported} not replayable (sinks, multi-input)",
-        captured.len()
-    );
-    if differ > 0 {
-        EXIT_FAILED
-    } else if verified == 0 || unavailable > 0 {
-        EXIT_PARTIAL
-    } else {
-        EXIT_OK
-    }
-}
-
-/// Compare two emission dumps (clink replay --out).
+/// Compare two emission dumps (clink replay epoch --out).
 ///
 /// Exit 0 when identical; 1 naming the first differing emission (its index and
 /// both rows); 2 when a dump is unreadable.
 #[derive(Args, Debug)]
-pub struct ReplayDiffArgs {
+pub struct DiffArgs {
+    /// The first dump.
     a: PathBuf,
+    /// The second dump.
     b: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-pub fn diff_main(args: ReplayDiffArgs) -> u8 {
-    let (a, b) = match (read_dump(&args.a), read_dump(&args.b)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return refuse(e),
+/// What a replay error means for the exit code.
+fn exit_of(e: &ReplayError) -> Exit {
+    match e {
+        ReplayError::Refused(_) => Exit::Refused,
+        ReplayError::Failed(_) => Exit::Failed,
+        ReplayError::Unsupported(_) | ReplayError::Unavailable(_) => Exit::NotEstablished,
+    }
+}
+
+pub fn main(args: ReplayArgs) -> Exit {
+    match args.command {
+        ReplayCommand::Epoch(a) => epoch(a),
+        ReplayCommand::Sweep(a) => sweep(a),
+        ReplayCommand::EmitTest(a) => emit_test(a),
+        ReplayCommand::RunTest(a) => run_test(a),
+        ReplayCommand::Diff(a) => diff_main(a),
+    }
+}
+
+fn load(out: &Output, dirs: &RunDirs, at: &EpochRef) -> Result<EpochEvidence, Exit> {
+    load_epoch(&dirs.capture_dir, &dirs.checkpoint_dir, dirs.job, at)
+        .map_err(|e| out.stop(exit_of(&e), format!("replay {at}: {e}")))
+}
+
+fn epoch(args: EpochArgs) -> Exit {
+    let out = Output::new("replay epoch", args.json);
+    let at = at(&args.which);
+    let evidence = match load(&out, &args.dirs, &at) {
+        Ok(e) => e,
+        Err(exit) => return exit,
     };
-    match first_difference(&a.rows, &b.rows) {
-        None => {
-            println!("identical: {} emissions", a.rows.len());
-            EXIT_OK
+    let (outcome, identical, difference) = if args.verify {
+        match verify(&evidence) {
+            Ok(v) => (v.outcome, Some(v.identical), v.first_difference.map(|d| d.to_string())),
+            Err(e) => return out.stop(exit_of(&e), format!("replay {at}: {e}")),
         }
-        Some(d) => {
-            println!("different: {d}");
-            EXIT_FAILED
+    } else {
+        match replay(&evidence) {
+            Ok(o) => (o, None, None),
+            Err(e) => return out.stop(exit_of(&e), format!("replay {at}: {e}")),
+        }
+    };
+    if let Some(path) = &args.out {
+        if let Err(e) = std::fs::write(path, encode_dump(&at, &outcome.emissions)) {
+            return out.refuse(format!("--out {}: {e}", path.display()));
         }
     }
+    let exit = if identical == Some(false) { Exit::Failed } else { Exit::Passed };
+    let doc = json!({
+        "format": "clink-replay-result", "version": 1, "operator": at.operator.to_string(), "subtask": at.subtask,
+        "epoch": at.epoch, "emissions": outcome.emissions.len(), "partial": outcome.partial, "notes": outcome.notes,
+        "verified": identical.is_some(), "identical": identical, "first_difference": difference,
+        "exit_code": exit.code(),
+    });
+    let text = || {
+        let mut lines: Vec<String> = outcome.notes.iter().map(|n| format!("note: {n}")).collect();
+        lines.push(match identical {
+            Some(false) => format!(
+                "replay {at}: NOT deterministic: the two replays differ at {}",
+                difference.clone().unwrap_or_default()
+            ),
+            Some(true) => format!(
+                "replay {at}: deterministic: two replays emitted the same {} rows{}",
+                outcome.emissions.len(),
+                if outcome.partial { " (a partial epoch)" } else { "" }
+            ),
+            None => format!("replay {at}: {} emissions", outcome.emissions.len()),
+        });
+        lines.join("\n")
+    };
+    out.report(doc, text, exit)
+}
+
+fn emit_test(args: EmitTestArgs) -> Exit {
+    let out = Output::new("replay emit-test", args.json);
+    let at = at(&args.which);
+    let evidence = match load(&out, &args.dirs, &at) {
+        Ok(e) => e,
+        Err(exit) => return exit,
+    };
+    match emit_bundle(&evidence, &args.out) {
+        Ok(m) => {
+            let doc = json!({
+                "format": "clink-emit-test-result", "version": 1, "out": args.out.display().to_string(),
+                "golden_emissions": m.golden_emissions, "start_checkpoint": m.start_checkpoint,
+            });
+            let text = || {
+                format!(
+                    "regression bundle {} written: {at}, {} golden emissions, starts from checkpoint {}; it passes on this build",
+                    args.out.display(),
+                    m.golden_emissions,
+                    m.start_checkpoint
+                )
+            };
+            out.report(doc, text, Exit::Passed)
+        }
+        Err(e) => out.stop(exit_of(&e), e),
+    }
+}
+
+fn run_test(args: RunTestArgs) -> Exit {
+    let out = Output::new("replay run-test", args.json);
+    let dir = &args.bundle;
+    let (exit, detail) = match run_bundle(dir) {
+        Ok(n) => (Exit::Passed, format!("passed ({n} emissions equal the golden)")),
+        Err(BundleError::Diverged(d)) => (Exit::Failed, format!("FAILED: {d}")),
+        Err(BundleError::Refused(e)) => return out.refuse(format!("{}: {e}", dir.display())),
+        Err(BundleError::Replay(e)) => return out.stop(exit_of(&e), format!("{}: {e}", dir.display())),
+    };
+    let doc = json!({
+        "format": "clink-run-test-result", "version": 1, "bundle": dir.display().to_string(),
+        "result": exit.as_str(), "detail": detail, "exit_code": exit.code(),
+    });
+    out.report(doc, || format!("{}: {detail}", dir.display()), exit)
+}
+
+/// Verifies every captured epoch of every replayable operator.
+fn sweep(args: SweepArgs) -> Exit {
+    let out = Output::new("replay sweep", args.json);
+    let dirs = &args.dirs;
+    let captured = match list_captured(&dirs.capture_dir) {
+        Ok(c) => c,
+        Err(e) => return out.refuse(e),
+    };
+    let (mut verified, mut failed, mut unavailable, mut unsupported) = (0, 0, 0, 0);
+    let mut lines = Vec::new();
+    for (at, _) in &captured {
+        let result = load_epoch(&dirs.capture_dir, &dirs.checkpoint_dir, dirs.job, at).and_then(|e| verify(&e));
+        match result {
+            Ok(v) if v.identical => verified += 1,
+            Ok(v) => {
+                failed += 1;
+                let d = v.first_difference.map(|d| d.to_string()).unwrap_or_default();
+                lines.push(format!("{at}: NOT deterministic: {d}"));
+            }
+            Err(ReplayError::Unsupported(_)) => unsupported += 1,
+            Err(ReplayError::Unavailable(e)) => {
+                unavailable += 1;
+                lines.push(format!("{at}: unavailable: {e}"));
+            }
+            Err(e) => {
+                failed += 1;
+                lines.push(format!("{at}: {e}"));
+            }
+        }
+    }
+    let exit = if failed > 0 {
+        Exit::Failed
+    } else if verified == 0 || unavailable > 0 {
+        Exit::NotEstablished
+    } else {
+        Exit::Passed
+    };
+    let doc = json!({
+        "format": "clink-replay-sweep", "version": 1, "captured": captured.len(), "deterministic": verified,
+        "failed": failed, "unavailable": unavailable, "unsupported": unsupported, "problems": lines,
+        "exit_code": exit.code(),
+    });
+    let text = || {
+        lines.push(format!(
+            "sweep: {} captured epochs: {verified} deterministic, {failed} failed, {unavailable} unavailable, {unsupported} not replayable (sinks, multi-input)",
+            captured.len()
+        ));
+        lines.join("\n")
+    };
+    out.report(doc, text, exit)
+}
+
+pub fn diff_main(args: DiffArgs) -> Exit {
+    let out = Output::new("replay diff", args.json);
+    let read = |path: &Path| read_dump(path).map_err(|e| format!("{}: {e}", path.display()));
+    let (a, b) = match (read(&args.a), read(&args.b)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return out.refuse(e),
+    };
+    let difference = first_difference(&a.rows, &b.rows);
+    let exit = if difference.is_none() { Exit::Passed } else { Exit::Failed };
+    let doc = json!({
+        "format": "clink-replay-diff", "version": 1, "identical": difference.is_none(),
+        "emissions": [a.rows.len(), b.rows.len()], "first_difference": difference.as_ref().map(|d| d.to_string()),
+        "exit_code": exit.code(),
+    });
+    let text = || match &difference {
+        None => format!("identical: {} emissions", a.rows.len()),
+        Some(d) => format!("different: {d}"),
+    };
+    out.report(doc, text, exit)
 }

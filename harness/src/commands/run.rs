@@ -1,24 +1,28 @@
 //! `clink run`: runs a job, resuming from the checkpoint directory when an
 //! earlier run of the job left one there.
 
-use std::path::PathBuf;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use clink_basics::exit::Exit;
 use clink_engine::capture::CaptureOptions;
 use clink_engine::defects::Defects;
-use clink_engine::job::load_job;
+use clink_engine::job::{parse_job, JobGraph, MAX_JOB_BYTES};
 use clink_engine::operators::Environment;
-use clink_engine::runtime::{run, RunError, RunOptions, TriggerMode};
+use clink_engine::runtime::{Coordinator, RunError, RunOptions, TriggerMode};
 use clink_engine::timers::wall_clock_ms;
 use clink_engine::{fault, job_manifest, trace};
+use serde_json::json;
 
-use super::{refuse, EXIT_FAILED, EXIT_OK};
+use super::Output;
 
 /// Run a job (or resume it from its checkpoints) until its input's END.
 ///
-/// Fault injection for tests: CLINK_FAULT=<point>@<checkpoint>[,...] kills the
-/// process (or fails a snapshot) at a protocol step. Protocol tracing:
-/// CLINK_PROTOCOL_TRACE_DIR=<dir>.
+/// Everything is checked before anything is written: the job, its whole
+/// input, the options. Fault injection for tests: CLINK_FAULT=<point>@<checkpoint>[,...]
+/// kills the process (or fails a snapshot) at a protocol step. Protocol
+/// tracing: CLINK_PROTOCOL_TRACE_DIR=<dir>.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The job graph (JSON, format clink-job version 1).
@@ -35,19 +39,19 @@ pub struct RunArgs {
     checkpoint_dir: PathBuf,
     /// Take a checkpoint after every N source records (deterministic).
     #[arg(long, value_name = "N", conflicts_with = "checkpoint_interval_ms")]
-    checkpoint_every_records: Option<u64>,
+    checkpoint_every_records: Option<NonZeroU64>,
     /// Take a checkpoint every N milliseconds.
     #[arg(long, value_name = "N")]
-    checkpoint_interval_ms: Option<u64>,
+    checkpoint_interval_ms: Option<NonZeroU64>,
     /// Once the watermark reaches MS, take a savepoint and stop, keeping state.
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     stop_with_savepoint_at: Option<i64>,
     /// In-process restarts a failed checkpoint or subtask may take.
     #[arg(long, value_name = "N", default_value_t = 3)]
     restart_budget: u32,
-    /// Completed checkpoints whose snapshots are kept.
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    retain_checkpoints: u32,
+    /// Completed checkpoints whose snapshots are kept (at least 1).
+    #[arg(long, value_name = "N", default_value = "3")]
+    retain_checkpoints: NonZeroU32,
     /// Turn the flight recorder on: per operator, subtask and epoch, the
     /// events handed to the operator, under DIR/op-<id>/subtask-<s>/.
     #[arg(long, value_name = "DIR")]
@@ -57,7 +61,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
     /// Captured epochs kept per operator subtask; older ones are removed.
-    #[arg(long, value_name = "N", default_value_t = 64, requires = "capture_dir")]
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "capture_dir", value_parser = clap::value_parser!(u64).range(1..))]
     capture_retain_epochs: u64,
     /// Publish the job's manifest under DIR/jobs/<job>/ while it runs (the
     /// graph and settings an incident collector reads); replaced by its
@@ -66,54 +70,47 @@ pub struct RunArgs {
     ha_dir: Option<PathBuf>,
     /// Pace the source to N records per second (default: as fast as it can).
     #[arg(long, value_name = "N")]
-    source_rate: Option<u64>,
+    source_rate: Option<NonZeroU64>,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
-    /// Print the summary as JSON.
+    /// Print the summary (or the refusal) as JSON.
     #[arg(long)]
     json: bool,
 }
 
-pub fn main(args: RunArgs) -> u8 {
-    let job = match load_job(&args.job) {
-        Ok(job) => job,
-        Err(e) => return refuse(format!("job refused: {e}")),
+pub fn main(args: RunArgs) -> Exit {
+    let out = Output::new("run", args.json);
+    // The job file is read once: the graph is planned from these bytes, and
+    // the HA manifest publishes the same bytes.
+    let text = match clink_basics::files::read_bounded_text(&args.job, MAX_JOB_BYTES) {
+        Ok(text) => text,
+        Err(e) => return out.refuse(format!("job refused: {}: cannot read: {e}", args.job.display())),
     };
-    if args.source_rate == Some(0) {
-        return refuse("--source-rate must be positive");
-    }
+    let job = match parse_job(&text) {
+        Ok(job) => job,
+        Err(e) => return out.refuse(format!("job refused: {}: {e}", args.job.display())),
+    };
     if !args.input_dir.is_dir() {
-        return refuse(format!("--input-dir {}: not a directory", args.input_dir.display()));
+        return out.refuse(format!("--input-dir {}: not a directory", args.input_dir.display()));
     }
     let defects = match Defects::from_env() {
         Ok(d) => d,
-        Err(e) => return refuse(e),
+        Err(e) => return out.refuse(e),
     };
     if !defects.is_empty() {
         eprintln!("clink: WARNING: test-only protocol defects are switched on: {}", defects.names().join(", "));
     }
     if let Err(e) = fault::arm_from_env() {
-        return refuse(e);
-    }
-    if let Err(e) = trace::init_from_env() {
-        return refuse(format!("{}: {e}", trace::ENV_VAR));
-    }
-    if let Err(e) = std::fs::create_dir_all(&args.output_dir) {
-        return refuse(format!("--output-dir {}: {e}", args.output_dir.display()));
+        return out.refuse(e);
     }
     let trigger = match (args.checkpoint_every_records, args.checkpoint_interval_ms) {
-        (Some(0), _) | (_, Some(0)) => return refuse("checkpoint triggers must be positive"),
         (Some(n), _) => TriggerMode::EveryRecords(n),
         (None, Some(ms)) => TriggerMode::IntervalMs(ms),
         (None, None) => TriggerMode::OnlyFinal,
     };
     let job_id = job.job_id;
-    if let Some(ha_dir) = &args.ha_dir {
-        if let Err(e) = publish_manifest(ha_dir, &args.job, &job, trigger) {
-            return refuse(format!("--ha-dir {}: {e}", ha_dir.display()));
-        }
-    }
+    let manifest = args.ha_dir.as_ref().map(|_| job_manifest_of(&text, &job, trigger));
     let options = RunOptions {
         job,
         env: Environment { input_dir: args.input_dir, output_dir: args.output_dir.clone(), defects },
@@ -130,35 +127,42 @@ pub fn main(args: RunArgs) -> u8 {
             retain_epochs: args.capture_retain_epochs,
         }),
     };
-    let result = run(options);
-    if let Some(ha_dir) = &args.ha_dir {
-        let terminal = match &result {
-            Ok(s) if s.stopped_with_savepoint => "stopped_with_savepoint",
-            Ok(_) => "finished",
-            Err(_) => "failed",
-        };
-        if let Err(e) = job_manifest::retire(ha_dir, job_id, terminal, wall_clock_ms() as u64) {
-            eprintln!("clink: --ha-dir {}: cannot record the terminal status: {e}", ha_dir.display());
+    // Every check (the whole input included) before the first write.
+    let coordinator = match Coordinator::start(options) {
+        Ok(c) => c,
+        Err(e) => return out.refuse(e),
+    };
+    if let Err(e) = trace::init_from_env() {
+        return out.refuse(format!("{}: {e}", trace::ENV_VAR));
+    }
+    if let Err(e) = std::fs::create_dir_all(&args.output_dir) {
+        return out.refuse(format!("--output-dir {}: {e}", args.output_dir.display()));
+    }
+    if let (Some(ha_dir), Some(manifest)) = (&args.ha_dir, &manifest) {
+        if let Err(e) = job_manifest::publish(ha_dir, manifest, job_id) {
+            return out.refuse(format!("--ha-dir {}: {e}", ha_dir.display()));
         }
+    }
+    let result = coordinator.run();
+    if let Some(ha_dir) = &args.ha_dir {
+        retire(ha_dir, job_id, &result);
     }
     match result {
         Ok(summary) => {
-            if args.json {
-                let json = serde_json::json!({
-                    "format": "clink-run-summary",
-                    "version": 1,
-                    "job": summary.job.to_string(),
-                    "restored_from": summary.restored_from,
-                    "first_checkpoint": summary.first_checkpoint,
-                    "last_completed": summary.last_completed,
-                    "completed": summary.completed,
-                    "restarts": summary.restarts,
-                    "stopped_with_savepoint": summary.stopped_with_savepoint,
-                });
-                println!("{json}");
-            } else {
+            let doc = json!({
+                "format": "clink-run-summary",
+                "version": 1,
+                "job": summary.job.to_string(),
+                "restored_from": summary.restored_from,
+                "first_checkpoint": summary.first_checkpoint,
+                "last_completed": summary.last_completed,
+                "completed": summary.completed,
+                "restarts": summary.restarts,
+                "stopped_with_savepoint": summary.stopped_with_savepoint,
+            });
+            let text = || {
                 let end = if summary.stopped_with_savepoint { "stopped at a savepoint" } else { "finished" };
-                println!(
+                format!(
                     "job {} {end}: restored from checkpoint {}, {} checkpoints completed (last {}), {} restarts; output in {}",
                     summary.job,
                     summary.restored_from,
@@ -166,32 +170,23 @@ pub fn main(args: RunArgs) -> u8 {
                     summary.last_completed,
                     summary.restarts,
                     args.output_dir.display()
-                );
-            }
-            EXIT_OK
+                )
+            };
+            out.report(doc, text, Exit::Passed)
         }
-        Err(RunError::Refused(e)) => refuse(e),
-        Err(RunError::Failed(e)) => {
-            eprintln!("clink: job failed: {e}");
-            EXIT_FAILED
-        }
+        Err(RunError::Refused(e)) => out.refuse(e),
+        Err(RunError::Failed(e)) => out.stop(Exit::Failed, format!("job failed: {e}")),
     }
 }
 
-fn publish_manifest(
-    ha_dir: &std::path::Path,
-    job_file: &std::path::Path,
-    job: &clink_engine::job::JobGraph,
-    trigger: TriggerMode,
-) -> Result<(), String> {
-    let text = std::fs::read(job_file).map_err(|e| e.to_string())?;
-    let graph: serde_json::Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
-    let manifest = job_manifest::JobManifest {
+fn job_manifest_of(text: &str, job: &JobGraph, trigger: TriggerMode) -> job_manifest::JobManifest {
+    job_manifest::JobManifest {
         format: job_manifest::FORMAT.into(),
         version: job_manifest::VERSION,
         job: job.job_id.to_string(),
         name: job.name.clone(),
-        graph,
+        // The bytes parsed as a job above, so they are JSON.
+        graph: serde_json::from_str(text).unwrap_or_default(),
         checkpoint_trigger: match trigger {
             TriggerMode::EveryRecords(n) => format!("every_records:{n}"),
             TriggerMode::IntervalMs(ms) => format!("interval_ms:{ms}"),
@@ -199,6 +194,17 @@ fn publish_manifest(
         },
         requires_commit_confirmation: false,
         started_at_ms: wall_clock_ms() as u64,
+    }
+}
+
+/// Replaces the job's manifest with its terminal status.
+fn retire(ha_dir: &Path, job: u64, result: &Result<clink_engine::runtime::RunSummary, RunError>) {
+    let terminal = match result {
+        Ok(s) if s.stopped_with_savepoint => "stopped_with_savepoint",
+        Ok(_) => "finished",
+        Err(_) => "failed",
     };
-    job_manifest::publish(ha_dir, &manifest, job.job_id).map_err(|e| e.to_string())
+    if let Err(e) = job_manifest::retire(ha_dir, job, terminal, wall_clock_ms() as u64) {
+        eprintln!("clink: --ha-dir {}: cannot record the terminal status: {e}", ha_dir.display());
+    }
 }

@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use clink_engine::job::parse_decimal_u64;
-use clink_harness::formal::trace::{validate_run, Verdict};
+use clink_basics::exit::Exit;
+use clink_formal::trace::{validate_run, Verdict};
+use serde_json::json;
 
-use super::{refuse, EXIT_FAILED, EXIT_OK, EXIT_PARTIAL};
+use super::{decimal_u64, FormalArgs, Output};
 
 /// Validate a run's protocol trace against the TLA+ specification.
 ///
@@ -22,59 +23,64 @@ pub struct TraceValidateArgs {
     #[arg(long, value_name = "DIR")]
     trace: PathBuf,
     /// The job to validate (default: the only job in the trace).
-    #[arg(long, value_name = "ID")]
-    job: Option<String>,
-    #[arg(long, value_name = "DIR")]
-    formal_dir: Option<PathBuf>,
-    #[arg(long, value_name = "DIR")]
-    formal_tools_dir: Option<PathBuf>,
+    #[arg(long, value_name = "ID", value_parser = decimal_u64)]
+    job: Option<u64>,
+    #[command(flatten)]
+    formal: FormalArgs,
+    /// Print the verdict as JSON (format clink-trace-validation, version 1).
+    #[arg(long)]
+    json: bool,
 }
 
-pub fn main(args: TraceValidateArgs) -> u8 {
-    let job = match &args.job {
-        None => None,
-        Some(j) => match parse_decimal_u64(j) {
-            Some(j) => Some(j),
-            None => return refuse(format!("--job {j:?}: expected a decimal id")),
-        },
-    };
-    let tools = match clink_harness::formal::locate(args.formal_dir.as_deref(), args.formal_tools_dir.as_deref()) {
+pub fn main(args: TraceValidateArgs) -> Exit {
+    let out = Output::new("trace-validate", args.json);
+    let tools = match args.formal.locate() {
         Ok(t) => t,
-        Err(why) => {
-            eprintln!("clink: trace validation unavailable: {why}");
-            return EXIT_PARTIAL;
-        }
+        Err(why) => return out.stop(Exit::NotEstablished, format!("trace validation unavailable: {why}")),
     };
-    let validation = match validate_run(&tools, &args.trace, job) {
+    let validation = match validate_run(&tools, &args.trace, args.job) {
         Ok(v) => v,
-        Err(e) => return refuse(format!("{}: {e}", args.trace.display())),
+        Err(e) => return out.refuse(format!("{}: {e}", args.trace.display())),
     };
-    match &validation.verdict {
-        Verdict::Accepted { events } => {
-            println!(
+    let modules = validation.modules_dir.as_ref().map(|d| d.display().to_string());
+    let (verdict, exit, text) = match &validation.verdict {
+        Verdict::Accepted { events } => (
+            json!({"verdict": "accepted"}),
+            Exit::Passed,
+            format!(
                 "{}: accepted: {events} events are a behaviour of the specification ({:.2}s)",
                 args.trace.display(),
                 validation.seconds
-            );
-            EXIT_OK
-        }
-        Verdict::Rejected { k, event } => {
-            println!(
-                "{}: REJECTED at event {k} of {}: no step of the specification produces {event}",
+            ),
+        ),
+        Verdict::Rejected { k, event } => (
+            json!({"verdict": "rejected", "event_index": k, "event": event}),
+            Exit::Failed,
+            format!(
+                "{}: REJECTED at event {k} of {}: no step of the specification produces {event}{}",
                 args.trace.display(),
-                validation.events
-            );
-            if let Some(dir) = &validation.modules_dir {
-                println!("  the generated modules and TLC's output are kept in {}", dir.display());
-            }
-            EXIT_FAILED
-        }
+                validation.events,
+                modules
+                    .as_ref()
+                    .map(|d| format!("\n  the generated modules and TLC's output are kept in {d}"))
+                    .unwrap_or_default()
+            ),
+        ),
         Verdict::Error(e) => {
-            eprintln!("clink: {}: TLC did not check the trace: {e}", args.trace.display());
-            if let Some(dir) = &validation.modules_dir {
-                eprintln!("  the generated modules and TLC's output are kept in {}", dir.display());
-            }
-            super::EXIT_REFUSED
+            let kept = modules.as_ref().map(|d| format!("; the generated modules and TLC's output are kept in {d}"));
+            return out.refuse(format!(
+                "{}: TLC did not check the trace: {e}{}",
+                args.trace.display(),
+                kept.unwrap_or_default()
+            ));
         }
+    };
+    let mut doc = json!({
+        "format": "clink-trace-validation", "version": 1, "trace": args.trace.display().to_string(),
+        "events": validation.events, "seconds": validation.seconds, "modules_dir": modules, "exit_code": exit.code(),
+    });
+    if let (Some(doc), Some(v)) = (doc.as_object_mut(), verdict.as_object()) {
+        doc.extend(v.clone());
     }
+    out.report(doc, || text, exit)
 }

@@ -1,0 +1,153 @@
+//! The sink subtask: writes rows, prepares (seals) at each aligned barrier,
+//! snapshots its handles and acks, and commits on the coordinator's word.
+
+use crate::capture::spec::CaptureAccount;
+use crate::capture::SinkEvidence;
+use crate::event::Event;
+use crate::fault::{fails, kill_point, FaultPoint};
+use crate::operators::Sink;
+use crate::trace_event;
+
+use super::super::frames::{ToCoordinator, ToTask};
+use super::super::gates::{Input, InputGate};
+use super::{TaskContext, TaskExit};
+
+pub fn run(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
+    cx.place(false);
+    let previous_barrier = cx.restore_point;
+    let result = SinkTask { cx: &mut cx, gate, previous_barrier, last_acked: 0, last_committed: 0, input_done: false }
+        .run(&mut *sink);
+    cx.finish(result);
+}
+
+struct SinkTask<'a> {
+    cx: &'a mut TaskContext,
+    gate: InputGate,
+    previous_barrier: u64,
+    last_acked: u64,
+    last_committed: u64,
+    input_done: bool,
+}
+
+impl SinkTask<'_> {
+    fn run(&mut self, sink: &mut dyn Sink) -> Result<(), TaskExit> {
+        let job = self.cx.job;
+        let recommitted = sink.open(self.cx.restored.as_ref())?;
+        trace_event!(
+            SinkOpens,
+            job = job,
+            sub = &self.cx.participant,
+            family = sink.family().as_str(),
+            restore = self.cx.restore_point,
+            recommitted = recommitted
+        );
+        loop {
+            if self.input_done && self.last_committed >= self.last_acked {
+                return Ok(());
+            }
+            match self.gate.next(None) {
+                Input::Record(row) => {
+                    if self.cx.recorder.is_some() {
+                        self.cx.record(&Event::Record(row.clone()));
+                    }
+                    sink.write(&row)?
+                }
+                Input::Watermark { time, idle } => self.cx.record(&Event::Watermark { time, idle }),
+                Input::Timeout => {}
+                Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
+                Input::End | Input::Stop => self.input_done = true,
+                Input::Control(ToTask::CommitCheckpoint { checkpoint }) => self.commit(sink, checkpoint)?,
+                Input::Control(ToTask::TriggerCheckpoint { .. }) => {}
+                Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
+            }
+        }
+    }
+
+    fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
+        kill_point(FaultPoint::SinkBeforePrepare, checkpoint);
+        let prepared = sink.prepare(checkpoint)?;
+        if prepared.durable {
+            self.trace_prepare(&*sink, checkpoint, prepared.staged);
+        }
+        if prepared.published {
+            // The defect's commit at the barrier, recorded where it happened.
+            trace_event!(SinkCommit, job = self.cx.job, sub = &self.cx.participant, ckpt = checkpoint);
+        }
+        kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
+        self.record_interval(sink, checkpoint);
+        self.last_acked = checkpoint;
+        let written = if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
+            Err(format!("injected snapshot failure at checkpoint {checkpoint}"))
+        } else {
+            let slots = sink.snapshot()?;
+            let header = self.cx.header(checkpoint);
+            self.cx.backend.write(&self.cx.participant, &header, &slots).map(|_| ()).map_err(|e| e.to_string())
+        };
+        match written {
+            Ok(()) => self.cx.ack(checkpoint, None),
+            Err(error) => {
+                // A failed snapshot holds no handle: the interval's staged file goes too.
+                sink.abort(checkpoint)?;
+                self.cx.ack(checkpoint, Some(error))
+            }
+        }
+    }
+
+    /// Writes the interval's capture and the sink's evidence, after the
+    /// sink's barrier handling and before its ack.
+    fn record_interval(&mut self, sink: &dyn Sink, checkpoint: u64) {
+        let previous = std::mem::replace(&mut self.previous_barrier, checkpoint);
+        let Some(written) = self.cx.close_epoch(checkpoint) else {
+            return;
+        };
+        let evidence = SinkEvidence {
+            format: crate::capture::spec::SINK_EVIDENCE_FORMAT.into(),
+            version: crate::capture::spec::DOC_VERSION,
+            job: self.cx.job.to_string(),
+            operator: self.cx.operator.spec.id.to_string(),
+            uid: self.cx.operator.spec.uid.clone(),
+            subtask: self.cx.subtask,
+            epoch: checkpoint,
+            previous_barrier: previous,
+            capture: CaptureAccount {
+                file: written.file,
+                records: written.true_records,
+                events: written.true_events,
+                stored_events: written.stored_events,
+                truncated: written.truncated,
+            },
+            sink: sink.evidence(checkpoint),
+        };
+        if let Some(recorder) = &self.cx.recorder {
+            if let Err(e) = recorder.write_sink_evidence(&evidence) {
+                eprintln!("clink: {}: cannot write the sink evidence of epoch {checkpoint}: {e}", self.cx.participant);
+            }
+        }
+    }
+
+    /// The seal of a checkpoint's staged file (or of nothing), where it
+    /// became durable.
+    fn trace_prepare(&self, sink: &dyn Sink, checkpoint: u64, staged: bool) {
+        trace_event!(
+            SinkPrepare,
+            job = self.cx.job,
+            sub = &self.cx.participant,
+            ckpt = checkpoint,
+            family = sink.family().as_str(),
+            staged = staged
+        );
+    }
+
+    fn commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
+        let sub = &self.cx.participant;
+        trace_event!(DeliverCommit, job = self.cx.job, sub = sub, ckpt = checkpoint, accepted = true);
+        kill_point(FaultPoint::SinkBeforeCommit, checkpoint);
+        for sealed in sink.commit(checkpoint)? {
+            self.trace_prepare(&*sink, sealed, true);
+        }
+        trace_event!(SinkCommit, job = self.cx.job, sub = sub, ckpt = checkpoint);
+        kill_point(FaultPoint::SinkAfterCommit, checkpoint);
+        self.last_committed = self.last_committed.max(checkpoint);
+        self.cx.send(ToCoordinator::Committed { task: self.cx.task, checkpoint })
+    }
+}

@@ -1,0 +1,153 @@
+//! Captured epochs: which the collection keeps, their operator specs
+//! (redacted), their sinks' interval evidence, and the snapshot each epoch's
+//! replay starts from.
+
+use std::collections::BTreeSet;
+
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
+use clink_engine::capture::{subtask_dir, OpSpecFile};
+use clink_engine::checkpoint::backend::read_dir_names;
+use clink_engine::checkpoint::{epoch_start, CheckpointLayout, StartPoint};
+use clink_engine::operators::OperatorKind;
+use clink_engine::registry;
+
+use crate::manifest::{capture_path, EpochEntry, Note, RestoredInfo};
+
+use super::copy::{Builder, Need};
+use super::redact::redact;
+use super::refusal::{refusal, Refusal, RefusalKind};
+
+pub(super) fn gather_captures(
+    b: &mut Builder<'_>,
+    layout: &CheckpointLayout,
+    selected: u64,
+    restored: Option<RestoredInfo>,
+    generation: u32,
+) -> Result<Vec<EpochEntry>, Refusal> {
+    let options = b.options;
+    let Some(capture_dir) = &options.capture_dir else {
+        b.absent.push(Note { what: "captures".into(), why: "no --capture-dir".into() });
+        return Ok(Vec::new());
+    };
+    let wanted: BTreeSet<u64> = match &options.epochs {
+        Some(list) => list.iter().copied().collect(),
+        None => {
+            let mut e: BTreeSet<u64> = [selected, selected + 1].into();
+            if let Some(r) = restored.filter(|r| r.restored_from == selected) {
+                e.insert(r.next);
+            }
+            e
+        }
+    };
+    let known_restores: Vec<(u64, u64)> = restored.map(|r| (r.restored_from, r.next)).into_iter().collect();
+    let mut entries = Vec::new();
+    let ops = read_dir_names(capture_dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+    for op_name in ops {
+        let Some(op) = op_name.strip_prefix("op-").and_then(OperatorId::parse) else { continue };
+        if options.ops.as_ref().is_some_and(|ops| !ops.contains(&op)) {
+            b.excluded.push(Note { what: format!("capture/{op_name}"), why: "outside --op".into() });
+            continue;
+        }
+        let subtasks =
+            read_dir_names(&capture_dir.join(&op_name)).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        for sub_name in subtasks {
+            let Some(subtask) =
+                sub_name.strip_prefix("subtask-").and_then(parse_decimal_u64).and_then(|s| u32::try_from(s).ok())
+            else {
+                continue;
+            };
+            let dir = subtask_dir(capture_dir, op, subtask);
+            let rel_dir = format!("capture/{op_name}/{sub_name}");
+            let spec = match OpSpecFile::read(&dir.join(clink_engine::capture::OP_SPEC_NAME)) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    b.absent.push(Note { what: format!("{rel_dir}/op.json"), why: e.to_string() });
+                    continue;
+                }
+            };
+            let mut spec_doc = serde_json::to_value(&spec).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            redact(&mut spec_doc);
+            let bytes = serde_json::to_vec_pretty(&spec_doc).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            b.write(&format!("{rel_dir}/op.json"), "op_spec", &bytes, Need::Optional)?;
+            let is_sink = registry::kind_of(&spec.type_name) == Some(OperatorKind::Sink);
+            let names = read_dir_names(&dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            let mut outside = Vec::new();
+            for name in names {
+                let Some(epoch) = clink_engine::capture::parse_epoch_file_name(&name) else { continue };
+                if !wanted.contains(&epoch) {
+                    outside.push(epoch);
+                    continue;
+                }
+                let rel = capture_path(op, subtask, epoch);
+                if !b.copy(&dir.join(&name), &rel, "capture", Need::Optional)? {
+                    continue;
+                }
+                let evidence = clink_engine::capture::sink_evidence_name(epoch);
+                if dir.join(&evidence).exists() {
+                    b.copy(&dir.join(&evidence), &format!("{rel_dir}/{evidence}"), "sink_evidence", Need::Optional)?;
+                }
+                entries.push(EpochEntry {
+                    operator: op.to_string(),
+                    subtask,
+                    epoch,
+                    path: rel,
+                    role: if is_sink { "sink" } else { "operator" }.into(),
+                });
+                if options.include_state && !is_sink {
+                    starting_state(b, layout, op, subtask, epoch, &known_restores, generation)?;
+                }
+            }
+            if !outside.is_empty() {
+                b.excluded.push(Note {
+                    what: format!("{rel_dir}: {} epochs", outside.len()),
+                    why: "outside the selected epochs".into(),
+                });
+            }
+            for epoch in &wanted {
+                if !entries.iter().any(|e| e.operator_id() == op && e.subtask == subtask && e.epoch == *epoch) {
+                    b.absent.push(Note {
+                        what: capture_path(op, subtask, *epoch),
+                        why: "not captured (or not yet: the epoch had not ended)".into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// Copies the snapshot a captured epoch's replay starts from.
+fn starting_state(
+    b: &mut Builder<'_>,
+    layout: &CheckpointLayout,
+    op: OperatorId,
+    subtask: u32,
+    epoch: u64,
+    known_restores: &[(u64, u64)],
+    generation: u32,
+) -> Result<(), Refusal> {
+    let participant = clink_engine::checkpoint::participant_name(op, subtask);
+    let start = match epoch_start(layout, epoch, known_restores) {
+        Ok(StartPoint::Checkpoint(c)) => c,
+        Ok(StartPoint::Empty) => return Ok(()),
+        Err(why) => {
+            b.absent.push(Note {
+                what: format!("the starting state of {participant} epoch {epoch}"),
+                why: why.to_string(),
+            });
+            return Ok(());
+        }
+    };
+    for (path, role) in [
+        (layout.snapshot_meta(generation, &participant, start), "snapshot_meta"),
+        (layout.snapshot(generation, &participant, start), "snapshot"),
+    ] {
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let rel = format!("checkpoint/_state/{}/v{generation}/{participant}/{file}", layout.job());
+        if b.artifacts.iter().any(|a| a.path == rel) {
+            continue;
+        }
+        b.copy(&path, &rel, role, Need::Optional)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! `clink incident-collect`: gathers a job's evidence into a bundle.
+//!
+//! The checkpoint is chosen by the engine's own restore rule; every state path
+//! comes from that one marker. Nothing is pinned while the job runs; instead
+//! the markers are listed before and after copying and must not differ, every
+//! file is hashed while copied and its size and modification time checked
+//! afterwards. The bundle is built in a temporary directory beside `--out` and
+//! published with one rename that never replaces anything; every refusal
+//! removes the temporary directory.
+
+mod captures;
+mod copy;
+mod job;
+mod redact;
+mod refusal;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clink_basics::ids::OperatorId;
+use clink_engine::checkpoint::backend::read_dir_names;
+use clink_engine::checkpoint::layout::RESTORED_NAME;
+use clink_engine::checkpoint::markers::read_completed;
+use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
+
+use crate::manifest::{
+    Bounds, Collector, Contents, IncidentManifest, JobInfo, Note, RestoredInfo, Selection, FORMAT, MANIFEST_NAME,
+    VERSION,
+};
+
+use copy::{list_markers, Builder, Need, Stamp};
+pub use redact::{redact, REDACTED};
+use refusal::refusal;
+pub use refusal::{Refusal, RefusalKind};
+
+/// Test-only: sleep this many milliseconds after the first copied file, so a
+/// test can make a checkpoint complete in the middle of a collection.
+pub const PAUSE_ENV: &str = "CLINK_TEST_COLLECT_PAUSE_MS";
+
+#[derive(Debug, Clone)]
+pub struct CollectOptions {
+    pub checkpoint_dir: PathBuf,
+    pub job: u64,
+    pub ha_dir: Option<PathBuf>,
+    pub capture_dir: Option<PathBuf>,
+    pub trace_dir: Option<PathBuf>,
+    pub include_state: bool,
+    pub include_captures: bool,
+    pub checkpoint: Option<u64>,
+    pub commit_confirmation: Option<bool>,
+    pub ops: Option<Vec<OperatorId>>,
+    pub epochs: Option<Vec<u64>>,
+    pub out: PathBuf,
+    pub max_bytes: u64,
+    pub max_files: u64,
+    pub timeout_s: u64,
+}
+
+/// What a published bundle holds.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    pub out: PathBuf,
+    pub checkpoint: u64,
+    pub engine_choice: u64,
+    pub files: u64,
+    pub bytes: u64,
+    pub epochs: usize,
+    pub seconds: f64,
+}
+
+/// Collects a bundle at `options.out`.
+pub fn collect(options: &CollectOptions) -> Result<Collected, Refusal> {
+    let started = Instant::now();
+    if options.out.exists() || fs::symlink_metadata(&options.out).is_ok() {
+        return Err(refusal(
+            RefusalKind::Other,
+            format!("{} exists; a bundle is never written over", options.out.display()),
+        ));
+    }
+    let parent = match options.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(|e| refusal(RefusalKind::Other, format!("{}: {e}", parent.display())))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".incident-collect-")
+        .tempdir_in(&parent)
+        .map_err(|e| refusal(RefusalKind::Other, format!("{}: {e}", parent.display())))?;
+    let mut builder = Builder {
+        options,
+        staging: staging.path().to_path_buf(),
+        started,
+        artifacts: Vec::new(),
+        absent: Vec::new(),
+        excluded: Vec::new(),
+        bytes: 0,
+        paused: false,
+    };
+    let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
+    let markers_before = if layout.jobs_dir().is_dir() { list_markers(&layout)? } else { BTreeMap::new() };
+    let manifest = match gather(&mut builder, &markers_before) {
+        // Evidence that vanished while the markers moved on was pruned by the
+        // running job: the collection raced it.
+        Err(r) if r.kind == RefusalKind::Missing && list_markers(&layout).is_ok_and(|now| now != markers_before) => {
+            return Err(refusal(RefusalKind::Changed, format!("{}, while the job's markers changed", r.reason)))
+        }
+        other => other?,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+    fs::write(staging.path().join(MANIFEST_NAME), json).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+    publish(staging.path(), &options.out)?;
+    // Published: the temporary directory is now the bundle; do not remove it.
+    let _ = staging.keep();
+    Ok(Collected {
+        out: options.out.clone(),
+        checkpoint: manifest.selection.checkpoint,
+        engine_choice: manifest.selection.engine_choice,
+        files: manifest.artifacts.len() as u64 + 1,
+        bytes: builder.bytes,
+        epochs: manifest.epochs.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Renames the staging directory to `out`, never replacing anything there.
+fn publish(staging: &Path, out: &Path) -> Result<(), Refusal> {
+    rename_no_replace(staging, out)
+        .map_err(|e| refusal(RefusalKind::Other, format!("publishing {}: {e}", out.display())))?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let _ = clink_engine::checkpoint::durable::sync_dir(parent);
+    }
+    Ok(())
+}
+
+/// One rename that fails when `to` exists (Linux's `RENAME_NOREPLACE`).
+#[cfg(target_os = "linux")]
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
+    let from = CString::new(from.as_os_str().as_bytes()).map_err(invalid)?;
+    let to = CString::new(to.as_os_str().as_bytes()).map_err(invalid)?;
+    // SAFETY: both arguments are valid NUL-terminated paths that outlive the call.
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere: refuse an existing destination, then rename. A destination
+/// created between the two is a race this fallback cannot close; Linux's
+/// path above closes it.
+#[cfg(not(target_os = "linux"))]
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(io::Error::new(io::ErrorKind::AlreadyExists, "the destination exists"));
+    }
+    fs::rename(from, to)
+}
+
+fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Result<IncidentManifest, Refusal> {
+    let options = b.options;
+    let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
+    if !layout.jobs_dir().is_dir() {
+        return Err(refusal(
+            RefusalKind::Missing,
+            format!("{} holds no job {}", options.checkpoint_dir.display(), options.job),
+        ));
+    }
+    // The job manifest: the graph and the restore rule, while the job runs.
+    let job_manifest = job::read_job_manifest(b)?;
+    let confirmation = job_manifest.as_ref().map(|m| m.requires_commit_confirmation).or(options.commit_confirmation);
+    let rule = confirmation.map(RestoreRule::for_confirmation);
+    let (engine_choice, rule_name, restored) = match rule {
+        Some(rule) => {
+            let point = restore_point_on_disk_by(&layout, rule).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            (point.checkpoint, rule.name().to_string(), point.restored)
+        }
+        None if options.checkpoint.is_some() => {
+            let restored = clink_engine::checkpoint::markers::read_restored(&layout)
+                .map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            (0, "unknown".to_string(), restored)
+        }
+        None => {
+            return Err(refusal(
+                RefusalKind::Other,
+                "no job manifest says whether the sinks need commit confirmation; pass --commit-confirmation=yes|no, or --checkpoint",
+            ))
+        }
+    };
+    let selected = options.checkpoint.unwrap_or(engine_choice);
+    if selected == 0 {
+        return Err(refusal(
+            RefusalKind::Missing,
+            format!("job {} has no completed checkpoint to collect", options.job),
+        ));
+    }
+    let marker = read_completed(&layout, selected).map_err(|e| refusal(RefusalKind::Missing, e.to_string()))?;
+
+    // Markers and the RESTORED record.
+    let jobs_rel = format!("checkpoint/_jobs/{}", options.job);
+    for name in markers_before.keys() {
+        let role = if name == RESTORED_NAME {
+            "restored_record"
+        } else if name.starts_with("CONFIRMED-") {
+            "confirmed_marker"
+        } else {
+            "completed_marker"
+        };
+        b.copy(&layout.jobs_dir().join(name), &format!("{jobs_rel}/{name}"), role, Need::Required)?;
+    }
+
+    // Every participant's sidecar (and snapshot) of the selected checkpoint.
+    let generation = marker.generation;
+    let state_rel =
+        |participant: &str, file: &str| format!("checkpoint/_state/{}/v{generation}/{participant}/{file}", options.job);
+    for participant in &marker.participants {
+        let meta = layout.snapshot_meta(generation, participant, selected);
+        let file = meta.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        b.copy(&meta, &state_rel(participant, &file), "snapshot_meta", Need::Required)?;
+        if options.include_state {
+            let snap = layout.snapshot(generation, participant, selected);
+            let file = snap.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            b.copy(&snap, &state_rel(participant, &file), "snapshot", Need::Required)?;
+        }
+    }
+
+    // Captured epochs, their operator specs, and their starting state.
+    let restored_info = restored.as_ref().map(|r| RestoredInfo { restored_from: r.restored_from, next: r.next });
+    let epochs = if options.include_captures {
+        captures::gather_captures(b, &layout, selected, restored_info, generation)?
+    } else {
+        b.absent.push(Note { what: "captures".into(), why: "not asked for (--include-captures)".into() });
+        Vec::new()
+    };
+
+    // Traces.
+    let mut traces = false;
+    if let Some(dir) = &options.trace_dir {
+        let names = read_dir_names(dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        for name in names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
+            traces |= b.copy(&dir.join(name), &format!("traces/{name}"), "trace", Need::Optional)?;
+        }
+        if !traces {
+            b.absent.push(Note { what: "traces".into(), why: format!("{} holds no trace file", dir.display()) });
+        }
+    } else {
+        b.absent.push(Note { what: "traces".into(), why: "no --trace-dir".into() });
+    }
+
+    // The job manifest, redacted.
+    let delivery = job::delivery(b, job_manifest.as_ref())?;
+    let mut job_manifest_included = false;
+    if let Some(m) = &job_manifest {
+        let mut doc = serde_json::to_value(m).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        redact(&mut doc);
+        let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        b.write("job/manifest.json", "job_manifest", &bytes, Need::Optional)?;
+        job_manifest_included = true;
+    }
+
+    let markers_after = list_markers(&layout)?;
+    if markers_after != *markers_before {
+        let added: Vec<&String> = markers_after.keys().filter(|k| !markers_before.contains_key(*k)).collect();
+        let removed: Vec<&String> = markers_before.keys().filter(|k| !markers_after.contains_key(*k)).collect();
+        return Err(refusal(
+            RefusalKind::Changed,
+            format!("the job's markers changed while collecting (added {added:?}, removed {removed:?}, or rewritten)"),
+        ));
+    }
+
+    Ok(IncidentManifest {
+        format: FORMAT.into(),
+        version: VERSION,
+        collector: Collector {
+            name: "clink incident-collect".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            collected_at_ms: clink_engine::timers::wall_clock_ms() as u64,
+        },
+        job: JobInfo {
+            id: options.job.to_string(),
+            name: job_manifest.as_ref().map(|m| m.name.clone()),
+            requires_commit_confirmation: confirmation,
+        },
+        selection: Selection {
+            checkpoint: selected,
+            engine_choice,
+            named: options.checkpoint,
+            rule: rule_name,
+            generation,
+            participants: marker.participants.clone(),
+            restored: restored_info,
+            participant_state: "file".into(),
+        },
+        delivery,
+        contents: Contents {
+            state: options.include_state,
+            captures: options.include_captures,
+            traces,
+            job_manifest: job_manifest_included,
+        },
+        bounds: Bounds { max_bytes: options.max_bytes, max_files: options.max_files, timeout_s: options.timeout_s },
+        epochs,
+        artifacts: std::mem::take(&mut b.artifacts),
+        absent: std::mem::take(&mut b.absent),
+        excluded: std::mem::take(&mut b.excluded),
+    })
+}

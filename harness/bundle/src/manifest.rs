@@ -1,0 +1,594 @@
+//! The incident bundle manifest (`manifest.json`, format
+//! `clink-incident-bundle`, version 1) and its reader.
+//!
+//! The reader is the gate every bundle passes before any check reads it: it
+//! refuses an unknown format or a newer version, a manifest over 16 MiB or
+//! nested deeper than 64, more than 100,000 artifacts, any field of the wrong
+//! type (naming the field), any path that breaks the path rules or has a link
+//! on it, and a capture that is not where replay reads its operator, subtask
+//! and epoch. Operator ids are decimal text.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use clink_basics::fields::{FieldError, Fields};
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
+use serde::Serialize;
+use serde_json::Value as Json;
+use thiserror::Error;
+
+use super::paths::{check_form, link_on_path};
+
+pub const FORMAT: &str = "clink-incident-bundle";
+pub const VERSION: u64 = 1;
+pub const MANIFEST_NAME: &str = "manifest.json";
+pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_DEPTH: usize = 64;
+pub const MAX_ARTIFACTS: usize = 100_000;
+
+/// The artifact roles a bundle holds.
+pub const ROLES: [&str; 10] = [
+    "completed_marker",
+    "confirmed_marker",
+    "restored_record",
+    "snapshot_meta",
+    "snapshot",
+    "op_spec",
+    "capture",
+    "sink_evidence",
+    "trace",
+    "job_manifest",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IncidentManifest {
+    pub format: String,
+    pub version: u64,
+    pub collector: Collector,
+    pub job: JobInfo,
+    pub selection: Selection,
+    pub delivery: Vec<SinkDelivery>,
+    pub contents: Contents,
+    pub bounds: Bounds,
+    pub epochs: Vec<EpochEntry>,
+    pub artifacts: Vec<Artifact>,
+    pub absent: Vec<Note>,
+    pub excluded: Vec<Note>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Collector {
+    pub name: String,
+    pub version: String,
+    pub collected_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobInfo {
+    /// The job id, decimal text.
+    pub id: String,
+    pub name: Option<String>,
+    /// From the job manifest or --commit-confirmation; `None` when neither said.
+    pub requires_commit_confirmation: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Selection {
+    /// The checkpoint the bundle is about.
+    pub checkpoint: u64,
+    /// What the engine's restore rule chose over the markers at collection.
+    pub engine_choice: u64,
+    /// The checkpoint --checkpoint named, when one was.
+    pub named: Option<u64>,
+    pub rule: String,
+    pub generation: u32,
+    /// Every participant the selected checkpoint's marker records.
+    pub participants: Vec<String>,
+    pub restored: Option<RestoredInfo>,
+    /// How participants' state was written (`file`: snapshot plus sidecar).
+    pub participant_state: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RestoredInfo {
+    pub restored_from: u64,
+    pub next: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SinkDelivery {
+    pub operator: String,
+    pub uid: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub family: String,
+    pub guarantee: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Contents {
+    pub state: bool,
+    pub captures: bool,
+    pub traces: bool,
+    pub job_manifest: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Bounds {
+    pub max_bytes: u64,
+    pub max_files: u64,
+    pub timeout_s: u64,
+}
+
+/// One captured epoch the bundle holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EpochEntry {
+    pub operator: String,
+    pub subtask: u32,
+    pub epoch: u64,
+    pub path: String,
+    /// `operator` (a transform's events) or `sink` (a sink's recorded input).
+    pub role: String,
+}
+
+impl EpochEntry {
+    pub fn operator_id(&self) -> OperatorId {
+        OperatorId::parse(&self.operator).unwrap_or(OperatorId(0))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Artifact {
+    pub path: String,
+    pub role: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Note {
+    pub what: String,
+    pub why: String,
+}
+
+/// A bundle the reader accepted.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    pub root: PathBuf,
+    pub manifest: IncidentManifest,
+}
+
+impl Bundle {
+    pub fn job_id(&self) -> u64 {
+        parse_decimal_u64(&self.manifest.job.id).unwrap_or(0)
+    }
+
+    /// The bundle's copy of the checkpoint directory.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.root.join("checkpoint")
+    }
+
+    pub fn capture_dir(&self) -> PathBuf {
+        self.root.join("capture")
+    }
+
+    pub fn traces_dir(&self) -> PathBuf {
+        self.root.join("traces")
+    }
+
+    pub fn artifact(&self, path: &str) -> Option<&Artifact> {
+        self.manifest.artifacts.iter().find(|a| a.path == path)
+    }
+}
+
+/// Why the reader refused a bundle: the field at fault and what was wrong.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{MANIFEST_NAME}: {field}: {message}")]
+pub struct ManifestError {
+    pub field: String,
+    pub message: String,
+}
+
+impl From<FieldError> for ManifestError {
+    fn from(e: FieldError) -> Self {
+        ManifestError { field: e.path, message: e.message }
+    }
+}
+
+fn refuse(field: impl Into<String>, message: impl Into<String>) -> ManifestError {
+    ManifestError { field: field.into(), message: message.into() }
+}
+
+/// The canonical capture path replay reads for an operator, subtask and epoch.
+pub fn capture_path(operator: OperatorId, subtask: u32, epoch: u64) -> String {
+    format!("capture/op-{operator}/subtask-{subtask}/epoch-{epoch}.cap")
+}
+
+/// Parses a canonical capture path back into its operator, subtask and epoch.
+pub fn parse_capture_path(path: &str) -> Option<(OperatorId, u32, u64)> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let [root, op, sub, file] = parts.as_slice() else {
+        return None;
+    };
+    let op = OperatorId::parse(op.strip_prefix("op-")?)?;
+    let sub = u32::try_from(parse_decimal_u64(sub.strip_prefix("subtask-")?)?).ok()?;
+    let epoch = clink_engine::capture::parse_epoch_file_name(file)?;
+    (*root == "capture" && capture_path(op, sub, epoch) == path).then_some((op, sub, epoch))
+}
+
+/// Reads and checks a bundle's manifest.
+pub fn read_bundle(root: &Path) -> Result<Bundle, ManifestError> {
+    let meta = std::fs::symlink_metadata(root).map_err(|e| refuse("$", format!("{}: {e}", root.display())))?;
+    if !meta.is_dir() {
+        return Err(refuse("$", format!("{} is not a directory", root.display())));
+    }
+    let path = root.join(MANIFEST_NAME);
+    let bytes = clink_basics::files::read_bounded(&path, MAX_MANIFEST_BYTES)
+        .map_err(|e| refuse("$", format!("cannot read: {e}")))?;
+    let manifest = parse_manifest(&bytes)?;
+    check_paths_on_disk(root, &manifest)?;
+    Ok(Bundle { root: root.to_path_buf(), manifest })
+}
+
+/// Parses manifest bytes with every limit and type rule (no filesystem access).
+pub fn parse_manifest(bytes: &[u8]) -> Result<IncidentManifest, ManifestError> {
+    let doc: Json = serde_json::from_slice(bytes).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            refuse("$", format!("nested deeper than {MAX_DEPTH} levels"))
+        } else {
+            refuse("$", format!("not JSON: {e}"))
+        }
+    })?;
+    if depth(&doc) > MAX_DEPTH {
+        return Err(refuse("$", format!("nested deeper than {MAX_DEPTH} levels")));
+    }
+    let root = Fields::object(&doc, "$")?;
+    let format = root.str("format")?;
+    if format != FORMAT {
+        return Err(refuse("format", format!("expected {FORMAT:?}, found {format:?}")));
+    }
+    let version = root.u64("version")?;
+    if version > VERSION {
+        return Err(refuse("version", format!("version {version} is newer than this build reads ({VERSION})")));
+    }
+    if version == 0 {
+        return Err(refuse("version", "version 0 does not exist"));
+    }
+    root.only(&[
+        "format",
+        "version",
+        "collector",
+        "job",
+        "selection",
+        "delivery",
+        "contents",
+        "bounds",
+        "epochs",
+        "artifacts",
+        "absent",
+        "excluded",
+    ])?;
+    let artifacts = root.array("artifacts")?;
+    if artifacts.len() > MAX_ARTIFACTS {
+        return Err(refuse("artifacts", format!("{} artifacts exceed the limit of {MAX_ARTIFACTS}", artifacts.len())));
+    }
+    let manifest = IncidentManifest {
+        format: format.to_string(),
+        version,
+        collector: collector(&Fields::object(root.value("collector")?, "collector")?)?,
+        job: job_info(&Fields::object(root.value("job")?, "job")?)?,
+        selection: selection(&Fields::object(root.value("selection")?, "selection")?)?,
+        delivery: list(&root, "delivery", sink_delivery)?,
+        contents: contents(&Fields::object(root.value("contents")?, "contents")?)?,
+        bounds: bounds(&Fields::object(root.value("bounds")?, "bounds")?)?,
+        epochs: list(&root, "epochs", epoch_entry)?,
+        artifacts: list(&root, "artifacts", artifact)?,
+        absent: list(&root, "absent", note)?,
+        excluded: list(&root, "excluded", note)?,
+    };
+    let mut seen = BTreeSet::new();
+    for (i, a) in manifest.artifacts.iter().enumerate() {
+        if !seen.insert(a.path.as_str()) {
+            return Err(refuse(format!("artifacts[{i}].path"), format!("{:?} is listed twice", a.path)));
+        }
+        if a.role == "capture" && parse_capture_path(&a.path).is_none() {
+            return Err(refuse(
+                format!("artifacts[{i}].path"),
+                format!("capture {:?} is not at capture/op-<id>/subtask-<s>/epoch-<n>.cap", a.path),
+            ));
+        }
+    }
+    Ok(manifest)
+}
+
+fn depth(v: &Json) -> usize {
+    match v {
+        Json::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Json::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn list<T>(
+    root: &Fields<'_>,
+    field: &str,
+    parse: impl Fn(&Fields<'_>) -> Result<T, ManifestError>,
+) -> Result<Vec<T>, ManifestError> {
+    root.array(field)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse(&Fields::object(item, &format!("{field}[{i}]"))?))
+        .collect()
+}
+
+fn boolean(f: &Fields<'_>, field: &str) -> Result<bool, ManifestError> {
+    match f.value(field)? {
+        Json::Bool(b) => Ok(*b),
+        other => {
+            Err(f.error(field, format!("expected a boolean, found {}", clink_basics::fields::kind_name(other))).into())
+        }
+    }
+}
+
+fn optional<'a, T>(
+    f: &Fields<'a>,
+    field: &str,
+    read: impl Fn(&Fields<'a>, &str) -> Result<T, ManifestError>,
+) -> Result<Option<T>, ManifestError> {
+    match f.get(field) {
+        None | Some(Json::Null) => Ok(None),
+        Some(_) => read(f, field).map(Some),
+    }
+}
+
+fn u32_field(f: &Fields<'_>, field: &str) -> Result<u32, ManifestError> {
+    let v = f.u64(field)?;
+    u32::try_from(v).map_err(|_| f.error(field, format!("{v} does not fit 32 bits")).into())
+}
+
+fn decimal_text(f: &Fields<'_>, field: &str) -> Result<String, ManifestError> {
+    Ok(f.decimal_id(field)?.to_string())
+}
+
+fn collector(f: &Fields<'_>) -> Result<Collector, ManifestError> {
+    f.only(&["name", "version", "collected_at_ms"])?;
+    Ok(Collector {
+        name: f.str("name")?.into(),
+        version: f.str("version")?.into(),
+        collected_at_ms: f.u64("collected_at_ms")?,
+    })
+}
+
+fn job_info(f: &Fields<'_>) -> Result<JobInfo, ManifestError> {
+    f.only(&["id", "name", "requires_commit_confirmation"])?;
+    Ok(JobInfo {
+        id: decimal_text(f, "id")?,
+        name: optional(f, "name", |f, k| Ok(f.str(k)?.to_string()))?,
+        requires_commit_confirmation: optional(f, "requires_commit_confirmation", boolean)?,
+    })
+}
+
+fn selection(f: &Fields<'_>) -> Result<Selection, ManifestError> {
+    f.only(&[
+        "checkpoint",
+        "engine_choice",
+        "named",
+        "rule",
+        "generation",
+        "participants",
+        "restored",
+        "participant_state",
+    ])?;
+    let restored = match f.get("restored") {
+        None | Some(Json::Null) => None,
+        Some(v) => {
+            let r = Fields::object(v, "selection.restored")?;
+            r.only(&["restored_from", "next"])?;
+            Some(RestoredInfo { restored_from: r.u64("restored_from")?, next: r.u64("next")? })
+        }
+    };
+    Ok(Selection {
+        checkpoint: f.u64("checkpoint")?,
+        engine_choice: f.u64("engine_choice")?,
+        named: optional(f, "named", |f, k| Ok(f.u64(k)?))?,
+        rule: f.str("rule")?.into(),
+        generation: u32_field(f, "generation")?,
+        participants: f.str_list("participants")?,
+        restored,
+        participant_state: f.str("participant_state")?.into(),
+    })
+}
+
+fn sink_delivery(f: &Fields<'_>) -> Result<SinkDelivery, ManifestError> {
+    f.only(&["operator", "uid", "type", "family", "guarantee"])?;
+    Ok(SinkDelivery {
+        operator: decimal_text(f, "operator")?,
+        uid: f.str("uid")?.into(),
+        type_name: f.str("type")?.into(),
+        family: f.str("family")?.into(),
+        guarantee: f.str("guarantee")?.into(),
+    })
+}
+
+fn contents(f: &Fields<'_>) -> Result<Contents, ManifestError> {
+    f.only(&["state", "captures", "traces", "job_manifest"])?;
+    Ok(Contents {
+        state: boolean(f, "state")?,
+        captures: boolean(f, "captures")?,
+        traces: boolean(f, "traces")?,
+        job_manifest: boolean(f, "job_manifest")?,
+    })
+}
+
+fn bounds(f: &Fields<'_>) -> Result<Bounds, ManifestError> {
+    f.only(&["max_bytes", "max_files", "timeout_s"])?;
+    Ok(Bounds { max_bytes: f.u64("max_bytes")?, max_files: f.u64("max_files")?, timeout_s: f.u64("timeout_s")? })
+}
+
+fn epoch_entry(f: &Fields<'_>) -> Result<EpochEntry, ManifestError> {
+    f.only(&["operator", "subtask", "epoch", "path", "role"])?;
+    let entry = EpochEntry {
+        operator: decimal_text(f, "operator")?,
+        subtask: u32_field(f, "subtask")?,
+        epoch: f.u64("epoch")?,
+        path: f.str("path")?.into(),
+        role: f.str("role")?.into(),
+    };
+    check_form(&entry.path).map_err(|e| f.error("path", e))?;
+    let canonical = capture_path(entry.operator_id(), entry.subtask, entry.epoch);
+    if entry.path != canonical {
+        return Err(f
+            .error("path", format!("{:?} is not where replay reads this epoch ({canonical:?})", entry.path))
+            .into());
+    }
+    if !["operator", "sink"].contains(&entry.role.as_str()) {
+        return Err(f.error("role", format!("{:?} is not operator or sink", entry.role)).into());
+    }
+    Ok(entry)
+}
+
+fn artifact(f: &Fields<'_>) -> Result<Artifact, ManifestError> {
+    f.only(&["path", "role", "size", "sha256"])?;
+    let a = Artifact {
+        path: f.str("path")?.into(),
+        role: f.str("role")?.into(),
+        size: f.u64("size")?,
+        sha256: f.str("sha256")?.into(),
+    };
+    check_form(&a.path).map_err(|e| f.error("path", e))?;
+    if !ROLES.contains(&a.role.as_str()) {
+        return Err(f.error("role", format!("unknown role {:?}", a.role)).into());
+    }
+    if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err(f.error("sha256", "expected 64 lowercase hex digits").into());
+    }
+    Ok(a)
+}
+
+fn note(f: &Fields<'_>) -> Result<Note, ManifestError> {
+    f.only(&["what", "why"])?;
+    Ok(Note { what: f.str("what")?.into(), why: f.str("why")?.into() })
+}
+
+/// Refuses a bundle whose listed paths run through a link.
+fn check_paths_on_disk(root: &Path, manifest: &IncidentManifest) -> Result<(), ManifestError> {
+    for (i, a) in manifest.artifacts.iter().enumerate() {
+        if let Some(link) = link_on_path(root, &a.path) {
+            return Err(refuse(
+                format!("artifacts[{i}].path"),
+                format!("{:?} runs through a symbolic link at {}", a.path, link.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const GOOD: &str = include_str!("../../../fixtures/bundles/good/manifest.json");
+
+    #[test]
+    fn the_fixture_manifest_reads() {
+        let m = parse_manifest(GOOD.as_bytes()).unwrap();
+        assert!(!m.artifacts.is_empty() && !m.epochs.is_empty());
+    }
+
+    #[test]
+    fn limits_are_enforced_by_field() {
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        assert!(parse_manifest(deep.as_bytes()).unwrap_err().message.contains("deeper than 64"));
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        let one = doc["artifacts"][0].clone();
+        doc["artifacts"] = Json::Array(vec![one; MAX_ARTIFACTS + 1]);
+        assert_eq!(parse_manifest(doc.to_string().as_bytes()).unwrap_err().field, "artifacts");
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        doc["epochs"][0]["operator"] = Json::from(3);
+        let err = parse_manifest(doc.to_string().as_bytes()).unwrap_err();
+        assert_eq!(err.field, "epochs[0].operator", "{err}");
+        let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+        doc["epochs"][0]["path"] = Json::from("capture/op-1/subtask-0/epoch-999.cap");
+        assert_eq!(parse_manifest(doc.to_string().as_bytes()).unwrap_err().field, "epochs[0].path");
+    }
+
+    /// Every path to a value in a JSON document.
+    fn paths(value: &Json, at: String, out: &mut Vec<String>) {
+        out.push(at.clone());
+        match value {
+            Json::Object(map) => map.iter().for_each(|(k, v)| paths(v, format!("{at}/{k}"), out)),
+            Json::Array(items) => items.iter().enumerate().for_each(|(i, v)| paths(v, format!("{at}/{i}"), out)),
+            _ => {}
+        }
+    }
+
+    fn hostile() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(Json::from),
+            any::<u64>().prop_map(Json::from),
+            ".{0,16}".prop_map(Json::String),
+            Just(Json::String("../../etc/passwd".into())),
+            Just(Json::String("/abs".into())),
+            Just(Json::String("capture/op-1/subtask-0/epoch-1.cap".into())),
+            Just(serde_json::json!([])),
+            Just(serde_json::json!({})),
+            Just(serde_json::json!([[[[]]]])),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_manifest(&bytes);
+        }
+
+        #[test]
+        fn a_mutated_manifest_is_read_or_refused_naming_a_field(pick in any::<prop::sample::Index>(), value in hostile()) {
+            let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+            let mut all = Vec::new();
+            paths(&doc, String::new(), &mut all);
+            let pointer = pick.get(&all).clone();
+            if let Some(slot) = doc.pointer_mut(&pointer) {
+                *slot = value;
+            }
+            match parse_manifest(doc.to_string().as_bytes()) {
+                Ok(m) => prop_assert_eq!(m.format, FORMAT),
+                Err(e) => {
+                    prop_assert!(!e.field.is_empty());
+                    prop_assert!(e.to_string().contains(&e.field));
+                }
+            }
+        }
+
+        #[test]
+        fn removing_any_field_never_panics(pick in any::<prop::sample::Index>()) {
+            let mut doc: Json = serde_json::from_str(GOOD).unwrap();
+            let mut all = Vec::new();
+            paths(&doc, String::new(), &mut all);
+            let pointer = pick.get(&all).clone();
+            if let Some((parent, key)) = pointer.rsplit_once('/') {
+                if let Some(Json::Object(map)) = doc.pointer_mut(parent) {
+                    map.remove(key);
+                }
+            }
+            let _ = parse_manifest(doc.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn capture_paths_round_trip_and_only_canonical_ones_parse() {
+        let p = capture_path(OperatorId(u64::MAX), 3, 12);
+        assert_eq!(p, "capture/op-18446744073709551615/subtask-3/epoch-12.cap");
+        assert_eq!(parse_capture_path(&p), Some((OperatorId(u64::MAX), 3, 12)));
+        for bad in [
+            "capture/op-03/subtask-0/epoch-1.cap",
+            "capture/op-3/subtask-0/epoch-1.snap",
+            "checkpoint/op-3/subtask-0/epoch-1.cap",
+        ] {
+            assert_eq!(parse_capture_path(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! One captured epoch of an incident bundle, loaded for replay: its operator
+//! spec, its capture, and the snapshot it started from, all read from the
+//! bundle's copies with the engine's readers and the engine's rule for where
+//! an epoch starts.
+
+use std::collections::BTreeSet;
+
+use clink_bundle::paths::resolve;
+use clink_bundle::{Bundle, EpochEntry};
+use clink_engine::capture::OpSpecFile;
+use clink_engine::checkpoint::{epoch_start, participant_name, CheckpointLayout, FileStateBackend, StartPoint};
+use serde_json::Value as Json;
+
+use super::{check_capture_names, read_capture_file, replayable, EpochEvidence, EpochRef, ReplayError, StartState};
+
+/// Operators that call out to other systems are never replayed offline.
+pub fn calls_out(type_name: &str) -> bool {
+    type_name.contains("lookup") || type_name.contains("predict")
+}
+
+/// The restores the bundle records, as (restored_from, next): the RESTORED
+/// record's, and the Redeploy events of the bundle's traces (which name
+/// restores the RESTORED record has since been overwritten for).
+pub fn known_restores(bundle: &Bundle) -> Vec<(u64, u64)> {
+    let mut restores: BTreeSet<(u64, u64)> = BTreeSet::new();
+    if let Some(r) = bundle.manifest.selection.restored {
+        restores.insert((r.restored_from, r.next));
+    }
+    let job = bundle.job_id();
+    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
+        let text = std::fs::read_to_string(resolve(&bundle.root, &a.path)).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<Json>(line) else { continue };
+            if v["event"] == "Redeploy" && v["job"].as_u64() == Some(job) {
+                if let (Some(r), Some(n)) = (v["restore"].as_u64(), v["next"].as_u64()) {
+                    restores.insert((r, n));
+                }
+            }
+        }
+    }
+    restores.into_iter().collect()
+}
+
+/// The bundle's entry for a captured epoch.
+pub fn epoch_entry<'a>(bundle: &'a Bundle, at: &EpochRef) -> Result<&'a EpochEntry, ReplayError> {
+    let path = clink_bundle::manifest::capture_path(at.operator, at.subtask, at.epoch);
+    bundle
+        .manifest
+        .epochs
+        .iter()
+        .find(|e| e.path == path)
+        .ok_or_else(|| ReplayError::Unavailable(format!("the bundle lists no capture at {path}")))
+}
+
+/// Loads one captured operator epoch from a bundle, or says why it cannot be
+/// replayed: evidence the bundle lacks is unavailable, evidence that does not
+/// read or does not agree is refused, an operator this build cannot replay
+/// is unsupported.
+pub fn load_bundle_epoch(
+    bundle: &Bundle,
+    entry: &EpochEntry,
+    restores: &[(u64, u64)],
+) -> Result<EpochEvidence, ReplayError> {
+    let op = entry.operator_id();
+    let at = EpochRef { operator: op, subtask: entry.subtask, epoch: entry.epoch };
+    let spec_rel = format!("capture/op-{op}/subtask-{}/op.json", entry.subtask);
+    if bundle.artifact(&spec_rel).is_none() {
+        return Err(ReplayError::Unavailable(format!("{spec_rel} is not in the bundle")));
+    }
+    let spec = OpSpecFile::read(&resolve(&bundle.root, &spec_rel)).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    if calls_out(&spec.type_name) {
+        return Err(ReplayError::Unsupported(format!(
+            "operator {op} ({}) calls an external system per record; verification replays nothing that leaves the process",
+            spec.type_name
+        )));
+    }
+    replayable(&spec)?;
+    let capture =
+        read_capture_file(&resolve(&bundle.root, &entry.path)).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    check_capture_names(&capture, bundle.job_id(), &at)?;
+    let layout = CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
+    let start = match epoch_start(&layout, entry.epoch, restores)
+        .map_err(|e| ReplayError::Unavailable(e.to_string()))?
+    {
+        StartPoint::Empty => StartState::Empty,
+        StartPoint::Checkpoint(c) => {
+            let participant = participant_name(op, entry.subtask);
+            let generation = bundle.manifest.selection.generation;
+            let rel =
+                format!("checkpoint/_state/{}/v{generation}/{participant}/checkpoint-{c}.snap", bundle.manifest.job.id);
+            if bundle.artifact(&rel).is_none() || bundle.artifact(&format!("{rel}.meta")).is_none() {
+                return Err(ReplayError::Unavailable(format!("the starting state ({rel}) is not in the bundle")));
+            }
+            let snapshot = FileStateBackend::new(layout)
+                .read(generation, &participant, c)
+                .map_err(|e| ReplayError::Refused(format!("the starting state: {e}")))?;
+            StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
+        }
+    };
+    Ok(EpochEvidence { at, spec, capture, start })
+}

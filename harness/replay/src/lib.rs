@@ -1,0 +1,292 @@
+//! clink-replay: rebuild a captured operator through the engine's registry,
+//! restore its starting state, put its clock under manual control, and hand
+//! it the captured events through the same driver production used.
+//!
+//! This crate reads the evidence of one epoch, from a run's directories
+//! ([`load_epoch`]) or from an incident bundle ([`bundle::load_bundle_epoch`]),
+//! with the engine's own rule for where an epoch starts
+//! ([`clink_engine::checkpoint::epoch_start`]); replays it ([`replay`]) and
+//! twice to compare ([`verify`]); dumps and compares emissions
+//! ([`emissions`]), compares rows key by key ([`compare`]); and freezes an
+//! epoch as a regression bundle ([`regression`]).
+//!
+//! It never writes into a checkpoint or capture directory, never replays an
+//! operator that calls out of the process, and never judges a bundle: the
+//! verifier turns what it finds into check statuses.
+//!
+//! ```no_run
+//! use clink_replay::{load_epoch, verify, EpochRef};
+//! use clink_basics::ids::OperatorId;
+//! let at = EpochRef { operator: OperatorId(3), subtask: 0, epoch: 12 };
+//! let evidence = load_epoch("capture".as_ref(), "checkpoints".as_ref(), 1, &at)?;
+//! assert!(verify(&evidence)?.identical);
+//! # Ok::<(), clink_replay::ReplayError>(())
+//! ```
+
+pub mod bundle;
+pub mod compare;
+pub mod emissions;
+pub mod regression;
+
+use std::path::{Path, PathBuf};
+
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
+use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile, CAPTURE_VERSION};
+use clink_engine::checkpoint::backend::verify_snapshot;
+use clink_engine::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, StateSlots, GENERATION};
+use clink_engine::job::PlannedOperator;
+use clink_engine::operators::driver::Driver;
+use clink_engine::operators::{Environment, OperatorKind};
+use clink_engine::registry;
+use clink_engine::timers::Clock;
+use clink_engine::value::Row;
+use thiserror::Error;
+
+use clink_engine::checkpoint::{epoch_start, StartPoint};
+
+/// A capture file larger than this is refused unread.
+pub const MAX_CAPTURE_BYTES: u64 = 1 << 30;
+
+/// Where a capture and its starting state live.
+#[derive(Debug, Clone)]
+pub struct EpochRef {
+    pub operator: OperatorId,
+    pub subtask: u32,
+    pub epoch: u64,
+}
+
+impl std::fmt::Display for EpochRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "operator {} subtask {} epoch {}", self.operator, self.subtask, self.epoch)
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    /// The evidence is malformed or names something it should not: exit 2.
+    #[error("{0}")]
+    Refused(String),
+    /// This build cannot replay it (a multi-input operator, a sink, ...).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// Evidence replay needs is missing (a capture, a starting snapshot).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The operator failed while replaying.
+    #[error("the operator failed during replay: {0}")]
+    Failed(String),
+}
+
+/// The starting state of a replay.
+#[derive(Debug, Clone)]
+pub enum StartState {
+    /// A fresh operator (the run started from nothing).
+    Empty,
+    Snapshot {
+        checkpoint: u64,
+        slots: StateSlots,
+    },
+}
+
+/// Everything one epoch's replay needs.
+#[derive(Debug, Clone)]
+pub struct EpochEvidence {
+    pub at: EpochRef,
+    pub spec: OpSpecFile,
+    pub capture: Capture,
+    pub start: StartState,
+}
+
+/// What a replay produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayOutcome {
+    pub emissions: Vec<Row>,
+    /// Only a prefix of the epoch was replayed (truncated or cut-short capture).
+    pub partial: bool,
+    pub notes: Vec<String>,
+}
+
+/// Reads a capture file, refusing what is not one.
+pub fn read_capture_file(path: &Path) -> Result<Capture, ReplayError> {
+    let bytes = clink_basics::files::read_bounded(path, MAX_CAPTURE_BYTES)
+        .map_err(|e| ReplayError::Unavailable(format!("{}: {e}", path.display())))?;
+    read_capture(&bytes).map_err(|e| ReplayError::Refused(format!("{}: {e}", path.display())))
+}
+
+/// The operator a spec describes, if this build can replay it.
+pub fn replayable(spec: &OpSpecFile) -> Result<PlannedOperator, ReplayError> {
+    match registry::kind_of(&spec.type_name) {
+        None => {
+            return Err(ReplayError::Unsupported(format!(
+                "operator type {:?} is not in this build's registry",
+                spec.type_name
+            )))
+        }
+        Some(OperatorKind::Transform) => {}
+        Some(kind) => {
+            return Err(ReplayError::Unsupported(format!(
+                "operator {} is a {kind:?}; replay rebuilds transforms only",
+                spec.id
+            )))
+        }
+    }
+    if spec.inputs.len() != 1 {
+        return Err(ReplayError::Unsupported(format!(
+            "operator {} ({}) has {} inputs; replay supports single-input operators only, since the interleaving of several inputs is not captured",
+            spec.id,
+            spec.type_name,
+            spec.inputs.len()
+        )));
+    }
+    spec.plan().map_err(|e| ReplayError::Refused(e.to_string()))
+}
+
+/// Loads one epoch's evidence from a capture directory and a checkpoint
+/// directory, choosing its starting state with [`epoch_start`].
+pub fn load_epoch(
+    capture_dir: &Path,
+    checkpoint_dir: &Path,
+    job: u64,
+    at: &EpochRef,
+) -> Result<EpochEvidence, ReplayError> {
+    let dir = subtask_dir(capture_dir, at.operator, at.subtask);
+    let spec = OpSpecFile::read(&dir.join(clink_engine::capture::OP_SPEC_NAME))
+        .map_err(|e| ReplayError::Unavailable(e.to_string()))?;
+    check_spec_names(&spec, job, at)?;
+    let capture = read_capture_file(&dir.join(clink_engine::capture::epoch_file_name(at.epoch)))?;
+    check_capture_names(&capture, job, at)?;
+    let layout = CheckpointLayout::new(checkpoint_dir, job);
+    let start = match epoch_start(&layout, at.epoch, &[]).map_err(|e| ReplayError::Unavailable(e.to_string()))? {
+        StartPoint::Empty => StartState::Empty,
+        StartPoint::Checkpoint(c) => {
+            let name = participant_name(at.operator, at.subtask);
+            let snapshot = FileStateBackend::new(layout)
+                .read(GENERATION, &name, c)
+                .map_err(|e| ReplayError::Unavailable(format!("the starting state (checkpoint {c}): {e}")))?;
+            StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
+        }
+    };
+    Ok(EpochEvidence { at: at.clone(), spec, capture, start })
+}
+
+pub fn check_spec_names(spec: &OpSpecFile, job: u64, at: &EpochRef) -> Result<(), ReplayError> {
+    if spec.job_id() != job || spec.operator_id() != at.operator.0 || spec.subtask != at.subtask {
+        return Err(ReplayError::Refused(format!(
+            "op.json names job {} operator {} subtask {}, not job {job} {at}",
+            spec.job, spec.id, spec.subtask
+        )));
+    }
+    Ok(())
+}
+
+pub fn check_capture_names(capture: &Capture, job: u64, at: &EpochRef) -> Result<(), ReplayError> {
+    let h = &capture.header;
+    if h.job != job || h.operator != at.operator.0 || h.subtask != at.subtask || h.epoch != at.epoch {
+        return Err(ReplayError::Refused(format!(
+            "the capture names job {} operator {} subtask {} epoch {}, not job {job} {at}",
+            h.job, h.operator, h.subtask, h.epoch
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a starting snapshot that sits at `snap` beside its sidecar.
+pub fn read_start_snapshot(snap: &Path, meta: &Path, checkpoint: u64) -> Result<StartState, ReplayError> {
+    let verified = verify_snapshot(snap, meta).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    Ok(StartState::Snapshot { checkpoint, slots: verified.slots })
+}
+
+/// Replays one epoch once.
+pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
+    let planned = replayable(&evidence.spec)?;
+    let transform =
+        planned.build_transform(&Environment::default()).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    let mut driver = Driver::new(transform, Clock::Manual(0));
+    if let StartState::Snapshot { slots, .. } = &evidence.start {
+        driver.restore(slots).map_err(|e| ReplayError::Refused(format!("restoring the starting state: {e}")))?;
+    }
+    let mut emissions = Vec::new();
+    for event in &evidence.capture.events {
+        driver.handle(event.clone(), &mut emissions).map_err(|e| ReplayError::Failed(e.to_string()))?;
+    }
+    let header = &evidence.capture.header;
+    let mut notes = Vec::new();
+    let partial = !evidence.capture.is_whole();
+    if header.truncated {
+        notes.push(format!(
+            "partial: the capture is truncated at its bound ({} records); {} of {} events were replayed",
+            header.bound,
+            evidence.capture.events.len(),
+            header.true_events
+        ));
+    } else if evidence.capture.cut_short {
+        notes.push(format!(
+            "partial: the capture file is cut short; {} of the {} events it should hold were replayed",
+            evidence.capture.events.len(),
+            header.stored_events
+        ));
+    }
+    if header.version < CAPTURE_VERSION {
+        notes.push(format!(
+            "capture version {} holds records only: watermarks and timer fires are not replayed",
+            header.version
+        ));
+    }
+    Ok(ReplayOutcome { emissions, partial, notes })
+}
+
+/// Replays twice and compares the emissions byte for byte.
+pub fn verify(evidence: &EpochEvidence) -> Result<Verification, ReplayError> {
+    let first = replay(evidence)?;
+    let second = replay(evidence)?;
+    let a = emissions::encode_rows(&first.emissions);
+    let b = emissions::encode_rows(&second.emissions);
+    Ok(Verification {
+        identical: a == b,
+        first_difference: emissions::first_difference(&first.emissions, &second.emissions),
+        outcome: first,
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub identical: bool,
+    pub first_difference: Option<emissions::Difference>,
+    pub outcome: ReplayOutcome,
+}
+
+/// Every captured (operator, subtask, epoch) under a capture directory, in
+/// operator, subtask, epoch order.
+pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, String> {
+    let mut found = Vec::new();
+    let read = |dir: &Path| -> Result<Vec<String>, String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    };
+    for op_name in read(capture_dir)? {
+        let Some(op) = op_name.strip_prefix("op-").and_then(OperatorId::parse) else {
+            continue;
+        };
+        let op_dir = capture_dir.join(&op_name);
+        for sub_name in read(&op_dir)? {
+            let Some(subtask) =
+                sub_name.strip_prefix("subtask-").and_then(parse_decimal_u64).and_then(|s| u32::try_from(s).ok())
+            else {
+                continue;
+            };
+            let sub_dir = op_dir.join(&sub_name);
+            for name in read(&sub_dir)? {
+                if let Some(epoch) = clink_engine::capture::parse_epoch_file_name(&name) {
+                    found.push((EpochRef { operator: op, subtask, epoch }, sub_dir.join(&name)));
+                }
+            }
+        }
+    }
+    found.sort_by_key(|(r, _)| (r.operator, r.subtask, r.epoch));
+    Ok(found)
+}

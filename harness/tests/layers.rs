@@ -1,0 +1,111 @@
+//! The layering rules of ARCHITECTURE.md, checked against what Cargo sees:
+//! `cargo metadata` lists every crate of the workspace and its dependencies
+//! (normal, dev and build alike), and any edge between our crates that the
+//! table below does not allow fails the test. Cargo already rejects a cycle;
+//! this rejects the edges that would make one possible, or that would let the
+//! reference share code with what it checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::Value as Json;
+
+/// Each crate of ours, and the crates of ours it may depend on.
+const ALLOWED: &[(&str, &[&str])] = &[
+    // The leaf: depends on nothing of ours.
+    ("clink-basics", &[]),
+    // The system under test never depends on what judges it.
+    ("clink-engine", &["clink-basics"]),
+    // Bundles know the engine's formats, never replay, the formal side or the checks.
+    ("clink-bundle", &["clink-basics", "clink-engine"]),
+    // Replay reads bundles and runs the engine's operators; it never judges.
+    ("clink-replay", &["clink-basics", "clink-engine", "clink-bundle"]),
+    // The formal side runs TLC on files; it knows no engine type and no bundle.
+    ("clink-formal", &["clink-basics"]),
+    // The checks sit on top of the libraries.
+    ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal"]),
+    // The independent reference shares no code with anything it checks.
+    ("clink-reference", &[]),
+    // The command line and the generated suites may use everything.
+    (
+        "clink-harness",
+        &[
+            "clink-basics",
+            "clink-engine",
+            "clink-bundle",
+            "clink-replay",
+            "clink-formal",
+            "clink-verify",
+            "clink-reference",
+        ],
+    ),
+];
+
+/// Our crates and the crates of ours each depends on, by `cargo metadata`.
+fn workspace_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let doc: Json = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let packages = doc["packages"].as_array().expect("a package list");
+    let ours: BTreeSet<String> = packages.iter().filter_map(|p| p["name"].as_str().map(str::to_string)).collect();
+    packages
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap_or_default().to_string();
+            let deps = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| ours.contains(*d))
+                .map(str::to_string)
+                .collect();
+            (name, deps)
+        })
+        .collect()
+}
+
+/// Every edge the table does not allow, and every crate it does not know.
+fn violations(edges: &BTreeMap<String, BTreeSet<String>>, allowed: &[(&str, &[&str])]) -> Vec<String> {
+    let table: BTreeMap<&str, BTreeSet<&str>> =
+        allowed.iter().map(|(name, deps)| (*name, deps.iter().copied().collect())).collect();
+    let mut problems = Vec::new();
+    for (name, deps) in edges {
+        let Some(may) = table.get(name.as_str()) else {
+            problems.push(format!("{name} is not in the layering table: add it, with the crates it may use"));
+            continue;
+        };
+        for dep in deps {
+            if !may.contains(dep.as_str()) {
+                problems.push(format!("{name} depends on {dep}, which ARCHITECTURE.md's rules forbid"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_crate_depends_on_a_crate_its_layer_forbids() {
+    let edges = workspace_edges();
+    assert!(edges.len() >= ALLOWED.len(), "cargo metadata listed only {edges:?}");
+    let problems = violations(&edges, ALLOWED);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_forbidden_edge_is_caught() {
+    // The real graph, plus the edge that would let the engine reach the verifier.
+    let mut edges = workspace_edges();
+    edges.entry("clink-engine".into()).or_default().insert("clink-verify".into());
+    edges.entry("clink-reference".into()).or_default().insert("clink-basics".into());
+    let problems = violations(&edges, ALLOWED);
+    assert!(problems.iter().any(|p| p.contains("clink-engine depends on clink-verify")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("clink-reference depends on clink-basics")), "{problems:?}");
+    edges.insert("clink-new".into(), BTreeSet::new());
+    assert!(violations(&edges, ALLOWED).iter().any(|p| p.contains("clink-new is not in the layering table")));
+}

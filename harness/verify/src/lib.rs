@@ -1,0 +1,318 @@
+//! clink-verify: `clink incident-verify`, the checks a bundle is judged by,
+//! and `incident-regress`, which freezes one of its epochs as a test.
+//!
+//! Each check reports passed, failed, unavailable (its evidence is not in the
+//! bundle, or a tool it needs is not here) or unsupported (this build cannot
+//! make it for this evidence), with its evidence, reason and next action. A
+//! profile says which checks are required; the run concludes failed (exit 1)
+//! when any required check failed, partial (exit 3) when none failed but one is
+//! unavailable or unsupported, and passed (exit 0) only when every required
+//! check passed. Verification reads the bundle, writes only to the system's
+//! temporary directory, and opens no connection. It never runs or loads
+//! anything a bundle names, and never passes a check on evidence it could not
+//! read.
+//!
+//! ```no_run
+//! use clink_verify::{verify, Profile, Selection, VerifyOptions};
+//! let bundle = clink_bundle::read_bundle(std::path::Path::new("incident-1")).expect("a bundle");
+//! let options = VerifyOptions { profile: Profile::Replay, selection: Selection::default(), expected: None, formal: None };
+//! let report = verify(&bundle, &options).expect("a report");
+//! std::process::exit(report.exit_code.into());
+//! ```
+
+mod integrity;
+mod protocol;
+pub mod regress;
+pub mod replay_checks;
+pub mod report;
+mod state;
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use clink_basics::exit::Exit;
+use clink_basics::ids::OperatorId;
+use clink_bundle::Bundle;
+use serde::Serialize;
+
+pub use report::{render_json, render_text};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    Unavailable,
+    Unsupported,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::Unavailable => "unavailable",
+            Status::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// A replay check's selection and what became of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub selected: usize,
+    pub checked: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub unavailable: usize,
+    pub unsupported: usize,
+    pub omitted: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckResult {
+    pub name: &'static str,
+    pub status: Status,
+    pub evidence: Vec<String>,
+    pub reason: String,
+    pub next_action: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Counts>,
+    pub details: Vec<String>,
+}
+
+impl CheckResult {
+    pub fn new(name: &'static str, status: Status, reason: impl Into<String>) -> Self {
+        CheckResult {
+            name,
+            status,
+            evidence: Vec::new(),
+            reason: reason.into(),
+            next_action: String::new(),
+            counts: None,
+            details: Vec::new(),
+        }
+    }
+
+    pub fn evidence(mut self, items: impl IntoIterator<Item = String>) -> Self {
+        self.evidence.extend(items);
+        self
+    }
+
+    pub fn next(mut self, action: impl Into<String>) -> Self {
+        self.next_action = action.into();
+        self
+    }
+
+    pub fn details(mut self, items: impl IntoIterator<Item = String>) -> Self {
+        self.details.extend(items);
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    Integrity,
+    Consistency,
+    Replay,
+    Full,
+}
+
+impl Profile {
+    pub fn parse(text: &str) -> Option<Profile> {
+        Some(match text {
+            "integrity" => Profile::Integrity,
+            "consistency" => Profile::Consistency,
+            "replay" => Profile::Replay,
+            "full" => Profile::Full,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Integrity => "integrity",
+            Profile::Consistency => "consistency",
+            Profile::Replay => "replay",
+            Profile::Full => "full",
+        }
+    }
+
+    fn includes(self, level: Profile) -> bool {
+        let rank = |p: Profile| match p {
+            Profile::Integrity => 0,
+            Profile::Consistency => 1,
+            Profile::Replay => 2,
+            Profile::Full => 3,
+        };
+        rank(self) >= rank(level)
+    }
+}
+
+/// Which captured epochs the replay checks answer for.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub ops: Option<Vec<OperatorId>>,
+    pub subtasks: Option<Vec<u32>>,
+    pub epochs: Option<Vec<u64>>,
+    /// At most this many epochs are replayed; the rest are counted as omitted.
+    pub max_replays: NonZeroUsize,
+}
+
+/// How many epochs a verification replays unless told otherwise.
+pub const DEFAULT_MAX_REPLAYS: NonZeroUsize = match NonZeroUsize::new(64) {
+    Some(n) => n,
+    None => unreachable!(),
+};
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection { ops: None, subtasks: None, epochs: None, max_replays: DEFAULT_MAX_REPLAYS }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    pub profile: Profile,
+    pub selection: Selection,
+    /// Expected rows (NDJSON) for replay.expected_output.
+    pub expected: Option<PathBuf>,
+    /// Where protocol.conformance finds the formal directory and the TLA+ tools.
+    pub formal: Option<clink_formal::FormalTools>,
+}
+
+/// The overall conclusion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Conclusion {
+    Passed,
+    Failed,
+    Partial,
+}
+
+impl Conclusion {
+    pub fn exit(self) -> Exit {
+        match self {
+            Conclusion::Passed => Exit::Passed,
+            Conclusion::Failed => Exit::Failed,
+            Conclusion::Partial => Exit::NotEstablished,
+        }
+    }
+
+    pub fn exit_code(self) -> u8 {
+        self.exit().code()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub format: &'static str,
+    pub version: u64,
+    pub bundle: String,
+    pub job: String,
+    pub checkpoint: u64,
+    pub profile: Profile,
+    pub checks: Vec<CheckResult>,
+    pub result: Conclusion,
+    pub exit_code: u8,
+}
+
+pub const REPORT_FORMAT: &str = "clink-verify-report";
+pub const REPORT_VERSION: u64 = 1;
+
+/// A request the bundle cannot answer (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Reports name paths inside the bundle relative to it, so a report reads
+/// the same wherever the bundle was copied.
+fn relativize(checks: &mut [CheckResult], root: &std::path::Path) {
+    let prefix = format!("{}/", root.display());
+    let fix = |s: &mut String| {
+        if s.contains(&prefix) {
+            *s = s.replace(&prefix, "");
+        }
+    };
+    for c in checks {
+        fix(&mut c.reason);
+        fix(&mut c.next_action);
+        c.evidence.iter_mut().for_each(fix);
+        c.details.iter_mut().for_each(fix);
+    }
+}
+
+/// bundle.artifacts alone: whether every file is what the manifest vouches for.
+pub fn artifacts_check(bundle: &Bundle) -> CheckResult {
+    integrity::artifacts(bundle)
+}
+
+/// Runs the profile's checks over a bundle the reader accepted.
+pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageError> {
+    let profile = options.profile;
+    let mut checks = vec![integrity::manifest(bundle)];
+    let artifacts = integrity::artifacts(bundle);
+    let intact = artifacts.status == Status::Passed;
+    checks.push(artifacts);
+    checks.push(integrity::completeness(bundle));
+    let behind = |name: &'static str| {
+        CheckResult::new(
+            name,
+            Status::Unavailable,
+            "bundle.artifacts failed: the evidence is not what the manifest vouches for",
+        )
+        .next("collect the bundle again, or find the copy that matches its manifest")
+    };
+    if profile.includes(Profile::Consistency) {
+        if intact {
+            checks.push(state::marker(bundle));
+            checks.push(state::restore_rule(bundle));
+            checks.push(state::participants(bundle));
+            checks.push(state::decode(bundle));
+        } else {
+            for name in ["checkpoint.marker", "checkpoint.restore_rule", "checkpoint.participants", "state.decode"] {
+                checks.push(behind(name));
+            }
+        }
+    }
+    if profile.includes(Profile::Replay) {
+        if intact {
+            checks.extend(replay_checks::run(bundle, &options.selection, options.expected.as_deref())?);
+        } else {
+            checks.push(behind("replay.determinism"));
+            checks.push(behind("replay.recorded_output"));
+            if options.expected.is_some() {
+                checks.push(behind("replay.expected_output"));
+            }
+        }
+    }
+    if profile.includes(Profile::Full) {
+        if intact {
+            checks.push(protocol::trace_structure(bundle));
+            checks.push(protocol::conformance(bundle, options.formal.as_ref()));
+        } else {
+            checks.push(behind("protocol.trace_structure"));
+            checks.push(behind("protocol.conformance"));
+        }
+    }
+    relativize(&mut checks, &bundle.root);
+    let result = if checks.iter().any(|c| c.status == Status::Failed) {
+        Conclusion::Failed
+    } else if checks.iter().all(|c| c.status == Status::Passed) {
+        Conclusion::Passed
+    } else {
+        Conclusion::Partial
+    };
+    Ok(Report {
+        format: REPORT_FORMAT,
+        version: REPORT_VERSION,
+        bundle: bundle.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        job: bundle.manifest.job.id.clone(),
+        checkpoint: bundle.manifest.selection.checkpoint,
+        profile,
+        checks,
+        result,
+        exit_code: result.exit_code(),
+    })
+}

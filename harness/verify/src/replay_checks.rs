@@ -1,0 +1,433 @@
+//! The replay checks on a bundle: replay.determinism, replay.recorded_output
+//! and replay.expected_output.
+//!
+//! The selection (`--op`, `--subtask`, `--epoch`) is every captured operator
+//! epoch that matches, in operator, subtask, epoch order; `--max-replays`
+//! bounds how many are checked, and the rest are counted as omitted, never
+//! dropped. Each check then concludes: failed when any epoch failed; passed
+//! only when every selected epoch was checked whole and passed (an empty
+//! selection never passes); unavailable when any epoch was omitted or lacked
+//! evidence; unsupported when the only gap is epochs this build cannot replay
+//! or compare.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use clink_basics::ids::OperatorId;
+use clink_basics::multiset::multiset_diff;
+use clink_bundle::manifest::capture_path;
+use clink_bundle::paths::resolve;
+use clink_bundle::{Bundle, EpochEntry};
+use clink_engine::capture::CAPTURE_VERSION;
+use clink_engine::event::Event;
+use clink_engine::routing::Route;
+use clink_engine::value::{row_bytes, value_from_json, Row};
+use clink_replay::bundle::{known_restores, load_bundle_epoch};
+use clink_replay::compare::keyed_order_diff;
+use clink_replay::{read_capture_file, verify, EpochEvidence, EpochRef, ReplayError};
+use serde_json::Value as Json;
+
+use super::{CheckResult, Counts, Selection, Status, UsageError};
+
+/// What one epoch came to for one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EpochStatus {
+    Passed,
+    Failed(String),
+    Unavailable(String),
+    Unsupported(String),
+}
+
+struct EpochResult {
+    at: EpochRef,
+    determinism: EpochStatus,
+    recorded: EpochStatus,
+    /// The whole epoch's replayed rows, when it was replayed whole.
+    rows: Option<Vec<Row>>,
+    output_schema: Option<clink_engine::value::Schema>,
+}
+
+pub fn run(bundle: &Bundle, selection: &Selection, expected: Option<&Path>) -> Result<Vec<CheckResult>, UsageError> {
+    let selected: Vec<&EpochEntry> = select(bundle, selection);
+    let max = selection.max_replays.get();
+    let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
+    let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
+    let restores = known_restores(bundle);
+    let results: Vec<EpochResult> = checked.iter().map(|e| check_epoch(bundle, e, &restores)).collect();
+    let counts_base = Counts {
+        selected: selected.len(),
+        checked: checked.len(),
+        omitted: selected.len() - checked.len(),
+        ..Counts::default()
+    };
+    let mut checks = vec![
+        conclude(
+            "replay.determinism",
+            "every selected epoch was replayed whole, twice from its starting state, and emitted the same rows in the same order both times",
+            counts_base,
+            &omitted,
+            results.iter().map(|r| (&r.at, &r.determinism)),
+        ),
+        conclude(
+            "replay.recorded_output",
+            "for every selected epoch, the replay's rows equal what production handed the operator's downstream in the same epoch, each key's in order",
+            counts_base,
+            &omitted,
+            results.iter().map(|r| (&r.at, &r.recorded)),
+        ),
+    ];
+    if let Some(path) = expected {
+        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &restores)?);
+    }
+    Ok(checks)
+}
+
+fn describe(e: &EpochEntry) -> String {
+    format!("operator {} subtask {} epoch {}", e.operator, e.subtask, e.epoch)
+}
+
+fn select<'a>(bundle: &'a Bundle, selection: &Selection) -> Vec<&'a EpochEntry> {
+    let mut selected: Vec<&EpochEntry> = bundle
+        .manifest
+        .epochs
+        .iter()
+        .filter(|e| e.role == "operator")
+        .filter(|e| selection.ops.as_ref().is_none_or(|ops| ops.contains(&e.operator_id())))
+        .filter(|e| selection.subtasks.as_ref().is_none_or(|s| s.contains(&e.subtask)))
+        .filter(|e| selection.epochs.as_ref().is_none_or(|s| s.contains(&e.epoch)))
+        .collect();
+    selected.sort_by_key(|e| (e.operator_id(), e.subtask, e.epoch));
+    selected
+}
+
+/// What a replay error means for one epoch's checks.
+fn status_of(e: ReplayError) -> EpochStatus {
+    match e {
+        ReplayError::Unsupported(why) => EpochStatus::Unsupported(why),
+        ReplayError::Unavailable(why) => EpochStatus::Unavailable(why),
+        ReplayError::Refused(_) | ReplayError::Failed(_) => EpochStatus::Failed(e.to_string()),
+    }
+}
+
+fn load(bundle: &Bundle, entry: &EpochEntry, restores: &[(u64, u64)]) -> Result<EpochEvidence, EpochStatus> {
+    load_bundle_epoch(bundle, entry, restores).map_err(status_of)
+}
+
+fn check_epoch(bundle: &Bundle, entry: &EpochEntry, restores: &[(u64, u64)]) -> EpochResult {
+    let at = EpochRef { operator: entry.operator_id(), subtask: entry.subtask, epoch: entry.epoch };
+    let evidence = match load(bundle, entry, restores) {
+        Ok(e) => e,
+        Err(status) => {
+            return EpochResult { at, determinism: status.clone(), recorded: status, rows: None, output_schema: None }
+        }
+    };
+    let whole = evidence.capture.is_whole() && evidence.capture.header.version == CAPTURE_VERSION;
+    let partial_why = if evidence.capture.header.truncated {
+        Some(format!(
+            "the capture is truncated at its bound ({} records of {})",
+            evidence.capture.header.bound, evidence.capture.header.true_records
+        ))
+    } else if evidence.capture.cut_short {
+        Some("the capture file holds fewer events than its header counts (cut short)".to_string())
+    } else if evidence.capture.header.version != CAPTURE_VERSION {
+        Some("a version 1 capture holds records only".to_string())
+    } else {
+        None
+    };
+    let verification = match verify(&evidence) {
+        Ok(v) => v,
+        Err(e) => {
+            let status = EpochStatus::Failed(format!("{at}: {e}"));
+            return EpochResult { at, determinism: status.clone(), recorded: status, rows: None, output_schema: None };
+        }
+    };
+    let determinism = if !verification.identical {
+        EpochStatus::Failed(format!(
+            "{at}: two replays differ at {}",
+            verification.first_difference.map(|d| d.to_string()).unwrap_or_default()
+        ))
+    } else if let Some(why) = &partial_why {
+        EpochStatus::Unavailable(format!("{at}: {why}; the stored prefix replayed identically twice"))
+    } else {
+        EpochStatus::Passed
+    };
+    let rows = verification.outcome.emissions;
+    let recorded = match &partial_why {
+        Some(why) => EpochStatus::Unavailable(format!("{at}: {why}")),
+        None => compare_downstream(bundle, &evidence, &rows),
+    };
+    let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
+    EpochResult { at, determinism, recorded, rows: whole.then_some(rows), output_schema }
+}
+
+/// Compares the replay's rows with each consumer's capture of the same epoch.
+fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -> EpochStatus {
+    let spec = &evidence.spec;
+    let at = &evidence.at;
+    let Ok(planned) = spec.plan() else {
+        return EpochStatus::Unsupported(format!("{at}: the operator cannot be planned"));
+    };
+    if spec.outputs.is_empty() {
+        return EpochStatus::Unsupported(format!("{at}: the operator has no consumer to compare with"));
+    }
+    let keys = planned.output_key_columns();
+    for consumer in &spec.outputs {
+        let Some(consumer_op) = OperatorId::parse(&consumer.operator) else {
+            return EpochStatus::Failed(format!("{at}: op.json names consumer {:?}", consumer.operator));
+        };
+        let routed = match route(spec, consumer, rows, at) {
+            Ok(r) => r,
+            Err(status) => return status,
+        };
+        for (target, expected) in routed {
+            let rel = capture_path(consumer_op, target, at.epoch);
+            if bundle.artifact(&rel).is_none() {
+                return EpochStatus::Unavailable(format!("{at}: the downstream capture {rel} is not in the bundle"));
+            }
+            let capture = match read_capture_file(&resolve(&bundle.root, &rel)) {
+                Ok(c) => c,
+                Err(e) => return EpochStatus::Failed(format!("{at}: {rel}: {e}")),
+            };
+            if !capture.is_whole() {
+                return EpochStatus::Unavailable(format!(
+                    "{at}: the downstream capture {rel} is truncated or cut short"
+                ));
+            }
+            let production: Vec<Row> = capture
+                .events
+                .into_iter()
+                .filter_map(|e| if let Event::Record(r) = e { Some(r) } else { None })
+                .collect();
+            if let Some(d) = keyed_order_diff(&expected, &production, &keys) {
+                return EpochStatus::Failed(format!("{at}: the replay differs from what {rel} received: {d}"));
+            }
+        }
+    }
+    EpochStatus::Passed
+}
+
+/// Which consumer subtask received which of the rows, predicted with the
+/// runtime's own routing, when the topology lets a replay say.
+fn route(
+    spec: &clink_engine::capture::OpSpecFile,
+    consumer: &clink_engine::capture::spec::Neighbour,
+    rows: &[Row],
+    at: &EpochRef,
+) -> Result<Vec<(u32, Vec<Row>)>, EpochStatus> {
+    let partition = spec
+        .output_partition(consumer)
+        .map_err(|e| EpochStatus::Failed(format!("{at}: op.json's partition to {}: {e}", consumer.operator)))?;
+    let route = Route::of(&partition);
+    match route {
+        Route::Forward if consumer.parallelism != spec.parallelism => {
+            return Err(EpochStatus::Unsupported(format!(
+                "{at}: a forward edge between parallelisms {} and {}",
+                spec.parallelism, consumer.parallelism
+            )))
+        }
+        Route::Hash(_) if spec.parallelism != 1 => {
+            return Err(EpochStatus::Unsupported(format!(
+                "{at}: {} subtasks feed each consumer subtask by hash; their interleaving is not captured",
+                spec.parallelism
+            )))
+        }
+        _ => {}
+    }
+    let consumers = consumer.parallelism.max(1);
+    let mut routed: Vec<(u32, Vec<Row>)> =
+        route.broadcast_targets(at.subtask, consumers).map(|t| (t, Vec::new())).collect();
+    for row in rows {
+        let target = route.target(at.subtask, row, consumers);
+        match routed.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, rows)) => rows.push(row.clone()),
+            None => return Err(EpochStatus::Failed(format!("{at}: a row routed to subtask {target} of {consumers}"))),
+        }
+    }
+    Ok(routed)
+}
+
+fn conclude<'a>(
+    name: &'static str,
+    meaning: &str,
+    mut counts: Counts,
+    omitted: &[String],
+    results: impl Iterator<Item = (&'a EpochRef, &'a EpochStatus)>,
+) -> CheckResult {
+    let mut details = Vec::new();
+    for (_, status) in results {
+        match status {
+            EpochStatus::Passed => counts.passed += 1,
+            EpochStatus::Failed(why) => {
+                counts.failed += 1;
+                details.push(format!("failed: {why}"));
+            }
+            EpochStatus::Unavailable(why) => {
+                counts.unavailable += 1;
+                details.push(format!("unavailable: {why}"));
+            }
+            EpochStatus::Unsupported(why) => {
+                counts.unsupported += 1;
+                details.push(format!("unsupported: {why}"));
+            }
+        }
+    }
+    if counts.omitted > 0 {
+        details.push(format!(
+            "omitted by --max-replays ({} epochs), the first: {}",
+            counts.omitted,
+            omitted.join("; ")
+        ));
+    }
+    let (status, reason, next) = if counts.failed > 0 {
+        (
+            Status::Failed,
+            format!("{} selected epochs failed", counts.failed),
+            "read the failures in the details; freeze one with incident-regress to reproduce it",
+        )
+    } else if counts.selected == 0 {
+        (
+            Status::Unavailable,
+            "no captured epoch is selected; an empty selection never passes".to_string(),
+            "collect with --include-captures, or widen --op/--subtask/--epoch",
+        )
+    } else if counts.passed == counts.selected {
+        (Status::Passed, meaning.to_string(), "")
+    } else if counts.omitted > 0 || counts.unavailable > 0 {
+        (
+            Status::Unavailable,
+            "some selected epochs were not checked whole".to_string(),
+            "raise --max-replays to the selection's size, or narrow --op/--subtask/--epoch to the epochs that need checking",
+        )
+    } else {
+        (Status::Unsupported, "the only gap is epochs this build cannot replay or compare".to_string(), "")
+    };
+    let mut result = CheckResult::new(name, status, reason).next(next).details(details);
+    result.counts = Some(counts);
+    result.evidence.push(format!(
+        "counts: selected {}, checked {}, passed {}, failed {}, unavailable {}, unsupported {}, omitted {}",
+        counts.selected,
+        counts.checked,
+        counts.passed,
+        counts.failed,
+        counts.unavailable,
+        counts.unsupported,
+        counts.omitted
+    ));
+    result
+}
+
+/// Parses an expectation: one JSON array per line, the operator's output
+/// columns in order (decimals as strings, timestamps as epoch milliseconds).
+pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = i + 1;
+        let v: Json = serde_json::from_str(line).map_err(|e| format!("line {at}: not JSON: {e}"))?;
+        let cells = v.as_array().ok_or_else(|| format!("line {at}: expected a JSON array of cells"))?;
+        if cells.len() != schema.0.len() {
+            return Err(format!("line {at}: {} cells, the operator emits {} columns", cells.len(), schema.0.len()));
+        }
+        let row = cells
+            .iter()
+            .zip(&schema.0)
+            .map(|(cell, col)| {
+                value_from_json(cell, col.ty)
+                    .ok_or_else(|| format!("line {at}: column {}: {cell} is not a {:?}", col.name, col.ty))
+            })
+            .collect::<Result<Row, String>>()?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn expected_output(
+    path: &Path,
+    selected: &[&EpochEntry],
+    results: &[EpochResult],
+    mut counts: Counts,
+    omitted: &[String],
+    restores: &[(u64, u64)],
+) -> Result<CheckResult, UsageError> {
+    let name = "replay.expected_output";
+    let ops: BTreeSet<OperatorId> = selected.iter().map(|e| e.operator_id()).collect();
+    if ops.len() != 1 {
+        return Err(UsageError(format!(
+            "replay.expected_output compares one operator's epochs; the selection holds {} operators: narrow it with --op",
+            ops.len()
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
+    let Some(schema) = results.iter().find_map(|r| r.output_schema.clone()) else {
+        return Ok(CheckResult::new(
+            name,
+            Status::Unavailable,
+            "no selected epoch could be loaded to learn the operator's columns",
+        ));
+    };
+    let expected =
+        parse_expected(&text, &schema).map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
+    // Epochs a RESTORED record passes over were processed again after the restore.
+    let passed_over = |epoch: u64| restores.iter().any(|&(from, next)| from < epoch && epoch < next);
+    let mut details = Vec::new();
+    let mut replayed = Vec::new();
+    let mut all_whole = counts.omitted == 0;
+    for r in results {
+        if passed_over(r.at.epoch) {
+            details
+                .push(format!("left out: {}: a restore passed over it; its events were processed again after", r.at));
+            continue;
+        }
+        match &r.rows {
+            Some(rows) => {
+                counts.passed += 1;
+                replayed.extend(rows.iter().cloned());
+            }
+            None => {
+                all_whole = false;
+                counts.unavailable += 1;
+                details.push(format!("not replayed whole: {}", r.at));
+            }
+        }
+    }
+    let diff = multiset_diff(expected.iter().map(|r| row_bytes(r)), replayed.iter().map(|r| row_bytes(r)));
+    let show = |bytes: &Vec<u8>| {
+        clink_engine::value::row_from_bytes(bytes).map(|r| format!("{r:?}")).unwrap_or_else(|_| "?".into())
+    };
+    let status = if diff.unexpected_copies() > 0 {
+        for (row, n) in diff.unexpected.iter().take(10) {
+            details.push(format!("emitted but not expected x{n}: {}", show(row)));
+        }
+        Status::Failed
+    } else if diff.missing_copies() > 0 && all_whole {
+        for (row, n) in diff.missing.iter().take(10) {
+            details.push(format!("expected but not emitted x{n}: {}", show(row)));
+        }
+        Status::Failed
+    } else if !all_whole || selected.is_empty() {
+        Status::Unavailable
+    } else {
+        Status::Passed
+    };
+    counts.failed = usize::from(status == Status::Failed);
+    if counts.omitted > 0 {
+        details.push(format!("omitted by --max-replays: {}", omitted.join("; ")));
+    }
+    let reason = match status {
+        Status::Passed => {
+            "every selected epoch was replayed whole, and together they emit exactly the expected rows (as multisets)"
+                .to_string()
+        }
+        Status::Failed => format!(
+            "{} rows emitted that the expectation does not hold, {} expected rows not emitted",
+            diff.unexpected_copies(),
+            diff.missing_copies()
+        ),
+        _ => "not every selected epoch was replayed whole, so a missing row may belong to an epoch not replayed"
+            .to_string(),
+    };
+    let mut result = CheckResult::new(name, status, reason)
+        .evidence([format!("{} expected rows, {} replayed rows", expected.len(), replayed.len())])
+        .details(details);
+    result.counts = Some(counts);
+    Ok(result)
+}
