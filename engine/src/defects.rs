@@ -1,15 +1,31 @@
 //! Protocol defects that tests switch back on, one rule each, so a test can show
 //! that the guard it checks is load-bearing.
 //!
-//! They are armed only by the explicit test-only setting `CLINK_TEST_DEFECT`
-//! (a comma-separated list of names); a production run never sets it, and a run
-//! that does says so on standard error. Each name is also a mutant of the
+//! They exist only in builds with the cargo feature `defects` (the test
+//! suites' builds): there they are armed by the explicit test-only setting
+//! `CLINK_TEST_DEFECT` (a comma-separated list of names), and a run that arms
+//! one says so on standard error. A default build has no switch at all:
+//! [`Defects::has`] is `false` by definition, and a `CLINK_TEST_DEFECT` set for
+//! it is refused, never silently ignored. Each name is also a mutant of the
 //! formal specification (`mutants/`), and the rule each breaks is named in
 //! `engine/PROTOCOL.md`.
 
 use std::collections::BTreeSet;
 
 pub const ENV_VAR: &str = "CLINK_TEST_DEFECT";
+
+/// Whether this build has the defect switches (the `defects` feature, or the
+/// engine's own unit tests).
+pub const COMPILED_IN: bool = cfg!(any(test, feature = "defects"));
+
+/// How this build describes itself in `--version` and in the reports it writes.
+pub fn build_description() -> &'static str {
+    if COMPILED_IN {
+        concat!(env!("CARGO_PKG_VERSION"), " (test build: defect switches compiled in)")
+    } else {
+        env!("CARGO_PKG_VERSION")
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Defect {
@@ -31,16 +47,20 @@ pub enum Defect {
     /// outside its snapshot (process-global), so two replays of one epoch
     /// emit different rows.
     StateOutsideSnapshot,
+    /// `key_by` panics on every record: not a protocol rule, the path a
+    /// panicking operator takes (caught, restarted within the budget, reported).
+    PanicInOperator,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 6] = [
+    pub const ALL: [Defect; 7] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
         Defect::NoRewindOnFailedCheckpoint,
         Defect::CommitAtBarrier,
         Defect::StateOutsideSnapshot,
+        Defect::PanicInOperator,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +71,7 @@ impl Defect {
             Defect::NoRewindOnFailedCheckpoint => "no_rewind_on_failed_checkpoint",
             Defect::CommitAtBarrier => "commit_at_barrier",
             Defect::StateOutsideSnapshot => "state_outside_snapshot",
+            Defect::PanicInOperator => "panic_in_operator",
         }
     }
 
@@ -79,10 +100,14 @@ impl Defects {
         Self(defects.iter().copied().collect())
     }
 
-    /// Reads `CLINK_TEST_DEFECT`; an unknown name is an error, not ignored.
+    /// Reads `CLINK_TEST_DEFECT`; an unknown name is an error, not ignored,
+    /// and so is any value in a build without the switches.
     pub fn from_env() -> Result<Self, String> {
         match std::env::var(ENV_VAR) {
-            Ok(value) => Self::parse(&value),
+            Ok(value) if COMPILED_IN => Self::parse(&value),
+            Ok(_) => Err(format!(
+                "{ENV_VAR} is set, but this build has no test defect switches (it was built without the `defects` feature)"
+            )),
             Err(_) => Ok(Self::none()),
         }
     }
@@ -99,8 +124,9 @@ impl Defects {
         Ok(Self(set))
     }
 
+    /// Whether a defect is switched on; in a build without the switches, never.
     pub fn has(&self, defect: Defect) -> bool {
-        self.0.contains(&defect)
+        COMPILED_IN && self.0.contains(&defect)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use clink_basics::exit::Exit;
 
 #[derive(Parser)]
-#[command(name = "clink", version, about = "Run the clink engine and verify what it did.")]
+#[command(name = "clink", version = clink_engine::defects::build_description(), about = "Run the clink engine and verify what it did.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -38,6 +38,9 @@ impl Case {
             .arg(p.join("out"))
             .arg("--checkpoint-dir")
             .arg(p.join("ck"))
+            .arg("--ha-dir")
+            .arg(p.join("ha"))
+            .env("CLINK_PROTOCOL_TRACE_DIR", p.join("traces"))
             .output()
             .unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -49,15 +52,10 @@ impl Case {
         for part in expected_in_message {
             assert!(stderr.contains(part), "expected {part:?} in: {stderr}");
         }
-        assert!(nothing_under(&self.dir.path().join("out")), "output was written");
-        assert!(!self.dir.path().join("ck").exists(), "checkpoints were written");
-    }
-}
-
-fn nothing_under(dir: &Path) -> bool {
-    match std::fs::read_dir(dir) {
-        Err(_) => true,
-        Ok(entries) => entries.count() == 0,
+        // A refused run writes nothing: not even an empty directory.
+        for dir in ["out", "ck", "ha", "traces"] {
+            assert!(!self.dir.path().join(dir).exists(), "a refused run created {dir}/");
+        }
     }
 }
 
@@ -291,4 +289,39 @@ fn the_recorder_keeps_only_the_newest_epochs() {
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".sink.json"))
         .count();
     assert_eq!(evidence, 3);
+}
+
+#[test]
+fn a_bad_line_at_the_end_of_the_input_is_refused_before_anything_is_written() {
+    let input = format!("{}E,9000,c,not-a-number\n", INPUT.trim_end_matches("END\n"));
+    Case::new(GOOD_JOB, &input).assert_refused(&["segment-0000.txt:4", "not a decimal number"]);
+}
+
+#[test]
+fn a_panicking_operator_is_caught_restarted_within_the_budget_and_reported() {
+    let case = Case::new(GOOD_JOB, INPUT);
+    let p = case.dir.path();
+    let out = clink()
+        .args(["run", "--quiet", "--restart-budget", "2", "--job"])
+        .arg(p.join("job.json"))
+        .arg("--input-dir")
+        .arg(p.join("in"))
+        .arg("--output-dir")
+        .arg(p.join("out"))
+        .arg("--checkpoint-dir")
+        .arg(p.join("ck"))
+        .env("CLINK_TEST_DEFECT", "panic_in_operator")
+        .env("CLINK_PROTOCOL_TRACE_DIR", p.join("traces"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a panic fails the job, it does not kill the process: {stderr}");
+    assert!(stderr.contains("panicked: test defect panic_in_operator"), "{stderr}");
+    assert!(stderr.contains("the restart budget (2) is spent"), "{stderr}");
+    let restarts = std::fs::read_dir(p.join("traces"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .map(|t| t.lines().filter(|l| l.contains("\"RestartOnError\"")).count())
+        .sum::<usize>();
+    assert_eq!(restarts, 2, "each panic went through the restart budget");
 }

@@ -32,6 +32,9 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Schema, FieldError> {
 
 impl Transform for KeyBy {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
+        if crate::defects::active().has(crate::defects::Defect::PanicInOperator) {
+            panic!("test defect panic_in_operator");
+        }
         cx.emit(row);
         Ok(())
     }

@@ -43,6 +43,8 @@ pub enum Input {
     Timeout,
     /// The deployment is being torn down.
     Cancelled,
+    /// Something the protocol never sends arrived: the subtask fails, naming it.
+    Violation(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,8 +112,15 @@ impl InputGate {
                 },
                 recv(self.data) -> frame => match frame {
                     Ok(frame) => {
-                        if let Some(queue) = self.queues.get_mut(frame.channel as usize) {
-                            queue.extend(frame.elements);
+                        let channels = self.queues.len();
+                        match self.queues.get_mut(frame.channel as usize) {
+                            Some(queue) => queue.extend(frame.elements),
+                            None => {
+                                return Input::Violation(format!(
+                                    "a frame for channel {} of an input gate with {channels} channels",
+                                    frame.channel
+                                ))
+                            }
                         }
                     }
                     // Every producer is gone without ending its stream: torn down.
@@ -166,6 +175,11 @@ impl InputGate {
                 self.advance_watermark(idle)
             }
             Element::Barrier { checkpoint, kind } => {
+                if let Some((aligning, _)) = self.aligning.filter(|(c, _)| *c != checkpoint) {
+                    return Some(Input::Violation(format!(
+                        "barrier {checkpoint} arrived on channel {ch} while barrier {aligning} was being aligned"
+                    )));
+                }
                 self.states[ch] = ChannelState::Blocked;
                 self.aligning = Some((checkpoint, kind));
                 self.complete_alignment()
@@ -363,6 +377,25 @@ mod tests {
         assert!(matches!(second, Input::Watermark { time: 10, .. }), "{second:?}");
         send(&tx, 0, vec![Element::End]);
         assert!(matches!(g.next(None), Input::End));
+    }
+
+    #[test]
+    fn a_frame_for_an_unknown_channel_or_a_second_barrier_mid_alignment_is_a_violation() {
+        let (mut g, tx, _ctl) = gate(2);
+        send(&tx, 5, vec![row(1)]);
+        assert!(matches!(g.next(None), Input::Violation(ref m) if m.contains("channel 5")));
+        // A producer that sends barrier 2 on channel 1 first breaks the order.
+        let (mut g, tx, _ctl) = gate(2);
+        send(&tx, 0, vec![barrier(1)]);
+        send(&tx, 1, vec![barrier(2)]);
+        let mut verdict = None;
+        for _ in 0..2 {
+            if let Input::Violation(m) = g.next(None) {
+                verdict = Some(m);
+                break;
+            }
+        }
+        assert!(verdict.is_some_and(|m| m.contains("barrier 2 arrived on channel 1 while barrier 1")));
     }
 
     #[test]

@@ -113,7 +113,7 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
     let manifest = BundleManifest {
         format: BUNDLE_FORMAT.into(),
         version: BUNDLE_VERSION,
-        created_by: format!("clink {}", env!("CARGO_PKG_VERSION")),
+        created_by: format!("clink {}", clink_engine::defects::build_description()),
         job: evidence.spec.job.clone(),
         operator: evidence.spec.id.clone(),
         uid: evidence.spec.uid.clone(),

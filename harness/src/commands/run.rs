@@ -153,6 +153,7 @@ pub fn main(args: RunArgs) -> Exit {
                 "format": "clink-run-summary",
                 "version": 1,
                 "job": summary.job.to_string(),
+                "clink": clink_engine::defects::build_description(),
                 "restored_from": summary.restored_from,
                 "first_checkpoint": summary.first_checkpoint,
                 "last_completed": summary.last_completed,

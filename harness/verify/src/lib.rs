@@ -209,6 +209,8 @@ impl Conclusion {
 pub struct Report {
     pub format: &'static str,
     pub version: u64,
+    /// The build that verified (says so when it is a test build with defect switches).
+    pub verifier: String,
     pub bundle: String,
     pub job: String,
     pub checkpoint: u64,
@@ -307,6 +309,7 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
     Ok(Report {
         format: REPORT_FORMAT,
         version: REPORT_VERSION,
+        verifier: format!("clink {}", clink_engine::defects::build_description()),
         bundle: bundle.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         job: bundle.manifest.job.id.clone(),
         checkpoint: bundle.manifest.selection.checkpoint,

@@ -14,6 +14,12 @@ pub fn render_text(report: &Report) -> String {
         report.checkpoint,
         report.profile.as_str()
     );
+    if clink_engine::defects::COMPILED_IN {
+        out.push_str(&format!(
+            "  note: verified by a test build ({}): defect switches are compiled in\n",
+            report.verifier
+        ));
+    }
     for check in &report.checks {
         out.push_str(&format!("  {:<12} {:<26} {}\n", check.status.as_str(), check.name, check.reason));
         for e in &check.evidence {

@@ -57,6 +57,13 @@ pub enum TaskExit {
     Failed(String),
 }
 
+impl TaskExit {
+    /// Something the protocol never sends arrived: the subtask fails, naming it.
+    pub fn violation(what: impl std::fmt::Display) -> TaskExit {
+        TaskExit::Failed(format!("protocol invariant broken: {what}"))
+    }
+}
+
 impl From<Disconnected> for TaskExit {
     fn from(_: Disconnected) -> Self {
         TaskExit::Cancelled

@@ -57,8 +57,11 @@ impl SinkTask<'_> {
                 Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
                 Input::End | Input::Stop => self.input_done = true,
                 Input::Control(ToTask::CommitCheckpoint { checkpoint }) => self.commit(sink, checkpoint)?,
-                Input::Control(ToTask::TriggerCheckpoint { .. }) => {}
+                Input::Control(ToTask::TriggerCheckpoint { checkpoint, .. }) => {
+                    return Err(TaskExit::violation(format!("a sink was sent the trigger of checkpoint {checkpoint}")))
+                }
                 Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
+                Input::Violation(what) => return Err(TaskExit::violation(what)),
             }
         }
     }

@@ -141,7 +141,9 @@ impl SourceTask<'_> {
                 self.checkpoint(source, checkpoint, kind)?;
                 Ok(Some(kind))
             }
-            ToTask::CommitCheckpoint { .. } => Ok(None),
+            ToTask::CommitCheckpoint { checkpoint } => {
+                Err(TaskExit::violation(format!("the source was sent the commit of checkpoint {checkpoint}")))
+            }
             ToTask::Cancel => Err(TaskExit::Cancelled),
         }
     }

@@ -59,7 +59,10 @@ impl TransformTask<'_> {
                 Input::End => return self.close(Element::End),
                 Input::Stop => return self.close(Element::Stop),
                 Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
-                Input::Control(_) => {}
+                Input::Control(frame) => {
+                    return Err(TaskExit::violation(format!("a transform was sent {frame:?}")));
+                }
+                Input::Violation(what) => return Err(TaskExit::violation(what)),
             }
         }
     }

@@ -136,12 +136,13 @@ impl Builder<'_> {
         None
     }
 
+    /// Only in a test build: the pause after the first copied file.
     fn pause_once(&mut self) {
         if self.paused {
             return;
         }
         self.paused = true;
-        if let Some(ms) = std::env::var(super::PAUSE_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(ms) = super::test_pause_ms() {
             std::thread::sleep(Duration::from_millis(ms));
         }
     }

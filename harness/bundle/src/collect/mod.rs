@@ -37,8 +37,29 @@ use refusal::refusal;
 pub use refusal::{Refusal, RefusalKind};
 
 /// Test-only: sleep this many milliseconds after the first copied file, so a
-/// test can make a checkpoint complete in the middle of a collection.
+/// test can make a checkpoint complete in the middle of a collection. Only a
+/// build with the `defects` feature reads it; a default build refuses it.
 pub const PAUSE_ENV: &str = "CLINK_TEST_COLLECT_PAUSE_MS";
+
+/// The test pause, in a build that has it.
+fn test_pause_ms() -> Option<u64> {
+    if cfg!(feature = "defects") {
+        std::env::var(PAUSE_ENV).ok().and_then(|v| v.parse().ok())
+    } else {
+        None
+    }
+}
+
+/// A test-only setting given to a build without it is refused, never ignored.
+fn refuse_test_settings() -> Result<(), Refusal> {
+    if !cfg!(feature = "defects") && std::env::var_os(PAUSE_ENV).is_some() {
+        return Err(refusal(
+            RefusalKind::Other,
+            format!("{PAUSE_ENV} is set, but this build has no test switches (built without the `defects` feature)"),
+        ));
+    }
+    Ok(())
+}
 
 #[derive(Debug, Clone)]
 pub struct CollectOptions {
@@ -74,6 +95,7 @@ pub struct Collected {
 /// Collects a bundle at `options.out`.
 pub fn collect(options: &CollectOptions) -> Result<Collected, Refusal> {
     let started = Instant::now();
+    refuse_test_settings()?;
     if options.out.exists() || fs::symlink_metadata(&options.out).is_ok() {
         return Err(refusal(
             RefusalKind::Other,
@@ -280,7 +302,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         version: VERSION,
         collector: Collector {
             name: "clink incident-collect".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: clink_engine::defects::build_description().into(),
             collected_at_ms: clink_engine::timers::wall_clock_ms() as u64,
         },
         job: JobInfo {
