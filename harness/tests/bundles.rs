@@ -27,6 +27,29 @@ fn save_manifest(dir: &Path, m: &Json) {
     fs::write(dir.join("manifest.json"), serde_json::to_vec_pretty(m).unwrap()).unwrap();
 }
 
+/// The first artifact with a role (and, for captures, an epoch role); the
+/// largest instead when the action says so.
+fn pick_for(m: &Json, action: &Json) -> String {
+    let role = action["role"].as_str().unwrap_or_else(|| panic!("{action}: no role"));
+    let capture_role = action["capture_role"].as_str();
+    if action["largest"] != true {
+        return pick(m, role, capture_role);
+    }
+    m["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["role"] == role)
+        .filter(|a| {
+            capture_role.is_none_or(|r| {
+                m["epochs"].as_array().unwrap().iter().any(|e| e["path"] == a["path"] && e["role"] == r)
+            })
+        })
+        .max_by_key(|a| a["size"].as_u64())
+        .map(|a| a["path"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no {role} artifact"))
+}
+
 /// The first artifact with a role (and, for captures, an epoch role).
 fn pick(m: &Json, role: &str, capture_role: Option<&str>) -> String {
     let operator_captures: Vec<String> = m["epochs"]
@@ -86,7 +109,7 @@ fn apply(dir: &Path, action: &Json) {
             std::os::unix::fs::symlink(&stash, &parent).unwrap();
         }
         "truncate" => {
-            let rel = pick(&m, action["role"].as_str().unwrap(), capture_role);
+            let rel = pick_for(&m, action);
             let bytes = fs::read(dir.join(&rel)).unwrap();
             fs::write(dir.join(&rel), &bytes[..bytes.len() * 2 / 3]).unwrap();
             if action["revouch"] == true {
@@ -100,13 +123,51 @@ fn apply(dir: &Path, action: &Json) {
             save_manifest(dir, &m);
         }
         "marker_job" => {
-            let rel = format!(
-                "checkpoint/_jobs/{}/COMPLETED-{}",
-                m["job"]["id"].as_str().unwrap(),
-                m["selection"]["checkpoint"]
-            );
+            let rel = selected_marker(&m);
             let mut marker: Json = serde_json::from_slice(&fs::read(dir.join(&rel)).unwrap()).unwrap();
             marker["job"] = action["job"].clone();
+            fs::write(dir.join(&rel), serde_json::to_vec_pretty(&marker).unwrap()).unwrap();
+            revouch(dir, &rel);
+        }
+        "edit_json" => {
+            // Sets one field of a JSON artifact (picked by role, or named by
+            // path), optionally re-vouching for it in the manifest.
+            let rel = match action["path"].as_str() {
+                Some(p) => placed(&m, p),
+                None => pick_for(&m, action),
+            };
+            let mut doc: Json = serde_json::from_slice(&fs::read(dir.join(&rel)).unwrap()).unwrap();
+            let pointer = action["pointer"].as_str().unwrap();
+            match action.get("value") {
+                Some(value) => {
+                    *doc.pointer_mut(pointer).unwrap_or_else(|| panic!("{rel} has no {pointer}")) = value.clone()
+                }
+                None => {
+                    let (parent, key) = pointer.rsplit_once('/').unwrap();
+                    doc.pointer_mut(parent).and_then(|p| p.as_object_mut()).unwrap().remove(key);
+                }
+            }
+            fs::write(dir.join(&rel), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+            if action["revouch"] == true {
+                revouch(dir, &rel);
+            }
+        }
+        "swap" => {
+            // Exchanges two files' contents (each stays where the manifest
+            // lists it), re-vouching for both: every hash holds, the names do not.
+            let (a, b) = (placed(&m, action["a"].as_str().unwrap()), placed(&m, action["b"].as_str().unwrap()));
+            let (a, b) = (a.as_str(), b.as_str());
+            let (bytes_a, bytes_b) = (fs::read(dir.join(a)).unwrap(), fs::read(dir.join(b)).unwrap());
+            fs::write(dir.join(a), bytes_b).unwrap();
+            fs::write(dir.join(b), bytes_a).unwrap();
+            revouch(dir, a);
+            revouch(dir, b);
+        }
+        "selected_marker" => {
+            // Edits the selected COMPLETED marker and re-vouches for it.
+            let rel = selected_marker(&m);
+            let mut marker: Json = serde_json::from_slice(&fs::read(dir.join(&rel)).unwrap()).unwrap();
+            *marker.pointer_mut(action["pointer"].as_str().unwrap()).unwrap() = action["value"].clone();
             fs::write(dir.join(&rel), serde_json::to_vec_pretty(&marker).unwrap()).unwrap();
             revouch(dir, &rel);
         }
@@ -114,33 +175,67 @@ fn apply(dir: &Path, action: &Json) {
     }
 }
 
+/// A recipe's path with `{job}` and `{checkpoint}` filled in from the
+/// manifest, so recipes survive a refresh of their base bundle.
+fn placed(m: &Json, path: &str) -> String {
+    path.replace("{job}", m["job"]["id"].as_str().unwrap())
+        .replace("{checkpoint}", &m["selection"]["checkpoint"].to_string())
+}
+
+fn selected_marker(m: &Json) -> String {
+    format!("checkpoint/_jobs/{}/COMPLETED-{}", m["job"]["id"].as_str().unwrap(), m["selection"]["checkpoint"])
+}
+
 struct Case {
     name: String,
     dir: PathBuf,
-    recipe: Option<Json>,
+    /// A tamper recipe, or why the directory's recipe does not read.
+    recipe: Option<Result<Json, String>>,
 }
 
+/// Every directory under fixtures/bundles: a real bundle, or a recipe. A
+/// directory that is neither, or a recipe that does not read, is a case that
+/// fails: a suite never loses a case silently.
 fn cases() -> Vec<Case> {
     let mut cases: Vec<Case> = fs::read_dir(fixtures())
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().is_dir())
-        .filter_map(|e| {
+        .map(|e| {
             let dir = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
-            if dir.join("variant.json").is_file() {
-                let recipe = serde_json::from_slice(&fs::read(dir.join("variant.json")).ok()?).ok()?;
-                Some(Case { name, dir, recipe: Some(recipe) })
+            let recipe = if dir.join("variant.json").is_file() {
+                Some(
+                    fs::read(dir.join("variant.json"))
+                        .map_err(|e| e.to_string())
+                        .and_then(|b| serde_json::from_slice::<Json>(&b).map_err(|e| e.to_string()))
+                        .and_then(check_recipe)
+                        .map_err(|e| format!("fixtures/bundles/{name}/variant.json: {e}")),
+                )
             } else if dir.join("manifest.json").is_file() {
-                Some(Case { name, dir, recipe: None })
-            } else {
                 None
-            }
+            } else {
+                Some(Err(format!("fixtures/bundles/{name} holds neither a manifest.json nor a variant.json")))
+            };
+            Case { name, dir, recipe }
         })
         .collect();
     cases.sort_by(|a, b| a.name.cmp(&b.name));
     cases
+}
+
+/// A recipe names its base, profile, expected exit and actions.
+fn check_recipe(recipe: Json) -> Result<Json, String> {
+    let ok = recipe["base"].is_string()
+        && recipe["profile"].is_string()
+        && recipe["expected_exit"].as_u64().is_some_and(|c| c <= 3)
+        && recipe["actions"].as_array().is_some_and(|a| !a.is_empty() && a.iter().all(|x| x["op"].is_string()));
+    if ok {
+        Ok(recipe)
+    } else {
+        Err("a recipe needs base, profile, expected_exit (0 to 3) and a non-empty list of actions with an op".into())
+    }
 }
 
 fn run_case(case: &Case) -> Result<(), Failed> {
@@ -151,7 +246,8 @@ fn run_case(case: &Case) -> Result<(), Failed> {
             copy_dir(&case.dir, &bundle);
             ("replay".to_string(), 0)
         }
-        Some(recipe) => {
+        Some(Err(why)) => return Err(why.clone().into()),
+        Some(Ok(recipe)) => {
             copy_dir(&fixtures().join(recipe["base"].as_str().unwrap()), &bundle);
             for action in recipe["actions"].as_array().unwrap() {
                 apply(&bundle, action);

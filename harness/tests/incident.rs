@@ -124,18 +124,54 @@ fn an_existing_out_is_never_touched() {
 }
 
 #[test]
-fn without_a_job_manifest_or_a_named_rule_the_collector_refuses_rather_than_guess() {
+fn a_bundle_collected_after_the_job_ended_knows_the_job_from_its_markers_and_verifies() {
     let live = Live::new("2000");
     assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
     let out = live.path("b");
-    let result = live.collect(&out, &[]).output().unwrap();
-    assert_eq!(result.status.code(), Some(1));
-    assert_eq!(json(&result)["kind"], "other");
-    assert!(!out.exists());
-    let ok = live.collect(&out, &["--commit-confirmation", "no"]).output().unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // No job manifest (the job ended) and no option: the markers name the graph.
+    let collected = live.collect(&out, &[]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
     let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     assert!(manifest["absent"].to_string().contains("the job ended (finished)"), "{}", manifest["absent"]);
+    assert_eq!(manifest["contents"]["job_graph"], true);
+    assert_eq!(manifest["job"]["requires_commit_confirmation"], false);
+    for profile in ["integrity", "consistency", "replay"] {
+        let verified = clink().args(["incident-verify", "--json", "--profile", profile]).arg(&out).output().unwrap();
+        assert_eq!(verified.status.code(), Some(0), "{profile}: {}", String::from_utf8_lossy(&verified.stdout));
+    }
+}
+
+#[test]
+fn a_rule_the_evidence_contradicts_or_cannot_say_is_refused_rather_than_guessed() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    let out = live.path("b");
+    let contradicted = live.collect(&out, &["--commit-confirmation", "yes"]).output().unwrap();
+    assert_eq!(contradicted.status.code(), Some(1));
+    let report = json(&contradicted);
+    assert_eq!(report["kind"], "other", "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("the job graph says commit confirmation is false"), "{report}");
+    assert!(!out.exists());
+    // Markers of an older build (version 1) name no graph: without a manifest
+    // or the option nothing says which rule applies.
+    for entry in std::fs::read_dir(live.path("ck/_jobs/1")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_str().unwrap().starts_with("COMPLETED-") {
+            let mut marker: Json = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            marker["version"] = 1.into();
+            marker.as_object_mut().unwrap().remove("graph");
+            std::fs::write(&path, serde_json::to_vec(&marker).unwrap()).unwrap();
+        }
+    }
+    let unknown = live.collect(&out, &[]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(json(&unknown)["kind"], "other");
+    assert!(json(&unknown)["reason"]
+        .as_str()
+        .unwrap()
+        .contains("nothing says whether the sinks need commit confirmation"));
+    let named = live.collect(&out, &["--commit-confirmation", "no"]).output().unwrap();
+    assert!(named.status.success(), "{}", String::from_utf8_lossy(&named.stdout));
 }
 
 #[test]

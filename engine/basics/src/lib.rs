@@ -24,3 +24,4 @@ pub mod files;
 pub mod ids;
 pub mod multiset;
 pub mod names;
+pub mod redact;

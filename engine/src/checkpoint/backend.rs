@@ -14,12 +14,15 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::durable::{create_dir_durably, write_durably};
-use super::layout::{parse_snapshot_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION};
+use super::layout::{
+    parse_snapshot_name, participant_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
+};
 use super::snapshot::{
     decode_snapshot, encode_snapshot, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES, META_FORMAT,
     META_VERSION,
 };
 use clink_basics::digest::sha256_hex;
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
 
 use crate::codec::DecodeError;
 
@@ -94,23 +97,41 @@ impl FileStateBackend {
         Ok(meta)
     }
 
-    /// Reads a participant's snapshot of `checkpoint`, verified.
+    /// Reads a participant's snapshot of `checkpoint`, verified: sidecar and
+    /// snapshot agree, and both name this job, this checkpoint and this
+    /// participant (its operator and subtask), as its path does. The restore
+    /// path and the checks read snapshots through this one function.
     pub fn read(&self, generation: u32, participant: &str, checkpoint: u64) -> Result<VerifiedSnapshot, StateError> {
         let snap = self.layout.snapshot(generation, participant, checkpoint);
         let meta = self.layout.snapshot_meta(generation, participant, checkpoint);
         let verified = verify_snapshot(&snap, &meta)?;
-        let expected = (self.layout.job(), checkpoint, participant);
-        let found = (verified.header.job, verified.header.checkpoint, verified.meta.participant.as_str());
-        if expected != found {
+        check_names(&verified.meta, self.layout.job(), checkpoint, participant)
+            .map_err(|reason| StateError::Mismatch { path: meta.clone(), reason: format!("the sidecar {reason}") })?;
+        let h = &verified.header;
+        let named = (h.job, h.checkpoint, participant_name(OperatorId(h.operator), h.subtask));
+        if named != (self.layout.job(), checkpoint, participant.to_string()) {
             return Err(StateError::Mismatch {
                 path: snap,
                 reason: format!(
-                    "expected job {} checkpoint {} participant {}, the snapshot names job {} checkpoint {} participant {}",
-                    expected.0, expected.1, expected.2, found.0, found.1, found.2
+                    "the snapshot's header names job {} checkpoint {} participant {}; its path says job {} checkpoint {checkpoint} participant {participant}",
+                    named.0,
+                    named.1,
+                    named.2,
+                    self.layout.job()
                 ),
             });
         }
         Ok(verified)
+    }
+
+    /// Reads a participant's sidecar of `checkpoint` alone (when the snapshot
+    /// is not at hand), checking that it names what its path says.
+    pub fn read_meta(&self, generation: u32, participant: &str, checkpoint: u64) -> Result<SnapshotMeta, StateError> {
+        let path = self.layout.snapshot_meta(generation, participant, checkpoint);
+        let meta = read_snapshot_meta(&path)?;
+        check_names(&meta, self.layout.job(), checkpoint, participant)
+            .map_err(|reason| StateError::Mismatch { path, reason: format!("the sidecar {reason}") })?;
+        Ok(meta)
     }
 
     /// Every checkpoint id any participant has a snapshot of.
@@ -185,6 +206,21 @@ pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> 
         });
     }
     Ok(meta)
+}
+
+/// Whether a sidecar names the job, checkpoint and participant its path says,
+/// and a participant whose operator and subtask are its own.
+fn check_names(meta: &SnapshotMeta, job: u64, checkpoint: u64, participant: &str) -> Result<(), String> {
+    let own = participant_name(OperatorId(parse_decimal_u64(&meta.operator).unwrap_or(u64::MAX)), meta.subtask);
+    let named = (meta.job.as_str(), meta.checkpoint, meta.participant.as_str(), own.as_str());
+    let expected = (job.to_string(), checkpoint, participant);
+    if named != (expected.0.as_str(), expected.1, expected.2, expected.2) {
+        return Err(format!(
+            "names job {} checkpoint {} participant {} (operator {} subtask {}); its path says job {job} checkpoint {checkpoint} participant {participant}",
+            meta.job, meta.checkpoint, meta.participant, meta.operator, meta.subtask
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a snapshot against its sidecar and decodes it.

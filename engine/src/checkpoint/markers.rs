@@ -16,13 +16,16 @@ use thiserror::Error;
 
 use super::backend::read_dir_names;
 use super::durable::{create_dir_durably, write_durably};
+use super::graph::GraphRef;
 use super::layout::{
     completed_marker_name, parse_completed_marker_name, parse_confirmed_marker_name, CheckpointLayout, RESTORED_NAME,
 };
 
 pub const COMPLETED_FORMAT: &str = "clink-completed-marker";
 pub const RESTORED_FORMAT: &str = "clink-restored-record";
-pub const MARKER_VERSION: u64 = 1;
+/// COMPLETED markers: version 2 names the job graph (version 1, read still, does not).
+pub const COMPLETED_VERSION: u64 = 2;
+pub const RESTORED_VERSION: u64 = 1;
 const MAX_MARKER_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Error)]
@@ -67,18 +70,29 @@ pub struct CompletedMarker {
     pub kind: CheckpointKind,
     /// Every participant that acked, by name (`op-<id>-<subtask>`).
     pub participants: Vec<String>,
+    /// The job graph the checkpoint was taken of (version 2 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphRef>,
 }
 
 impl CompletedMarker {
-    pub fn new(job: u64, checkpoint: u64, generation: u32, kind: CheckpointKind, participants: Vec<String>) -> Self {
+    pub fn new(
+        job: u64,
+        checkpoint: u64,
+        generation: u32,
+        kind: CheckpointKind,
+        participants: Vec<String>,
+        graph: Option<GraphRef>,
+    ) -> Self {
         Self {
             format: COMPLETED_FORMAT.into(),
-            version: MARKER_VERSION,
+            version: COMPLETED_VERSION,
             job: job.to_string(),
             checkpoint,
             generation,
             kind,
             participants,
+            graph,
         }
     }
 }
@@ -101,7 +115,7 @@ impl RestoredRecord {
     pub fn new(job: u64, restored_from: u64, next: u64) -> Self {
         Self {
             format: RESTORED_FORMAT.into(),
-            version: MARKER_VERSION,
+            version: RESTORED_VERSION,
             job: job.to_string(),
             restored_from,
             next,
@@ -170,14 +184,15 @@ pub fn read_completed(layout: &CheckpointLayout, checkpoint: u64) -> Result<Comp
 /// Parses a COMPLETED marker file without judging whom it names.
 pub fn parse_completed_marker(path: &Path) -> Result<CompletedMarker, MarkerError> {
     let marker: CompletedMarker = read_bounded_json(path)?;
-    if marker.format != COMPLETED_FORMAT || marker.version > MARKER_VERSION {
-        return Err(MarkerError::Invalid {
-            path: path.to_path_buf(),
-            reason: format!(
-                "format {:?} version {}; this build reads {COMPLETED_FORMAT:?} up to version {MARKER_VERSION}",
-                marker.format, marker.version
-            ),
-        });
+    let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
+    if marker.format != COMPLETED_FORMAT || !(1..=COMPLETED_VERSION).contains(&marker.version) {
+        return Err(invalid(format!(
+            "format {:?} version {}; this build reads {COMPLETED_FORMAT:?} versions 1 to {COMPLETED_VERSION}",
+            marker.format, marker.version
+        )));
+    }
+    if marker.version >= 2 && marker.graph.is_none() {
+        return Err(invalid("a version 2 marker names its job graph; this one does not".into()));
     }
     Ok(marker)
 }
@@ -190,7 +205,7 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
     }
     let record: RestoredRecord = read_bounded_json(&path)?;
     let invalid = |reason: String| MarkerError::Invalid { path: path.clone(), reason };
-    if record.format != RESTORED_FORMAT || record.version > MARKER_VERSION {
+    if record.format != RESTORED_FORMAT || record.version > RESTORED_VERSION {
         return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
     }
     if record.job != layout.job().to_string() {

@@ -182,7 +182,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = CheckpointLayout::new(dir.path(), 1);
         for c in [1, 2, 3] {
-            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![])).unwrap();
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![], None)).unwrap();
         }
         write_restored(&layout, &record(2, 4)).unwrap();
         // A marker half-written by a kill sits under a temporary name.
@@ -198,7 +198,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = CheckpointLayout::new(dir.path(), 1);
         for c in [1, 2] {
-            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![])).unwrap();
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![], None)).unwrap();
         }
         assert_eq!(epoch_start(&layout, 1, &[]).unwrap(), StartPoint::Empty);
         assert_eq!(epoch_start(&layout, 3, &[]).unwrap(), StartPoint::Checkpoint(2));

@@ -143,6 +143,13 @@ impl SinkFamily {
         }
     }
 
+    /// Whether the job must restore from a checkpoint whose commits the
+    /// sink's destination confirmed (the CONFIRMED restore rule). Neither
+    /// family of this engine does.
+    pub fn needs_commit_confirmation(self) -> bool {
+        false
+    }
+
     /// The delivery guarantee a sink of this family gives its destination.
     pub fn guarantee(self) -> &'static str {
         match self {

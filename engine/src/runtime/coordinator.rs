@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps};
+use crate::checkpoint::graph::{write_graph, GraphRef};
 use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
     next_checkpoint_id, restore_point_on_disk, CheckpointLayout, FileStateBackend, RestoredRecord, GENERATION,
@@ -44,6 +45,8 @@ pub struct Coordinator {
     /// Frames set aside while the coordinator waited for commits (a defect's path).
     deferred: VecDeque<ToCoordinator>,
     last_progress: Option<Instant>,
+    /// The job graph the markers name.
+    graph: Option<GraphRef>,
 }
 
 impl From<ProtocolError> for RunError {
@@ -81,12 +84,15 @@ impl Coordinator {
             deployment: None,
             deferred: VecDeque::new(),
             last_progress: None,
+            graph: None,
         })
     }
 
     /// Recovers or starts fresh, then coordinates until every subtask finished.
     pub fn run(mut self) -> Result<RunSummary, RunError> {
-        if self.has_history() {
+        let history = self.has_history();
+        self.graph = Some(self.record_graph()?);
+        if history {
             self.recover()?;
         } else {
             // The job's directory exists from the start, so a run killed
@@ -101,6 +107,16 @@ impl Coordinator {
         }
         result?;
         Ok(self.protocol.progress())
+    }
+
+    /// Writes the job graph beside the markers, which will name it.
+    fn record_graph(&self) -> Result<GraphRef, RunError> {
+        // Redacted like every copy of a graph that leaves the process.
+        let mut document = self.options.job.to_document();
+        clink_basics::redact::redact(&mut document);
+        let document =
+            serde_json::to_vec_pretty(&document).map_err(|e| RunError::Failed(format!("the job graph: {e}")))?;
+        write_graph(&self.layout, &document).map_err(|e| RunError::Failed(format!("recording the job graph: {e}")))
     }
 
     /// Whether an earlier run of this job left anything in the checkpoint directory.
@@ -279,7 +295,8 @@ impl Coordinator {
     fn write_marker(&mut self, checkpoint: u64, kind: CheckpointKind) -> Result<(), RunError> {
         kill_point(FaultPoint::CoordinatorBeforeCompletedMarker, checkpoint);
         let participants = self.participants.iter().map(|p| p.name.clone()).collect();
-        let marker = CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants);
+        let marker =
+            CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants, self.graph.clone());
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
         trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = 0u64);
         kill_point(FaultPoint::CoordinatorAfterCompletedMarker, checkpoint);

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod collect;
+pub mod graph;
 pub mod manifest;
 pub mod paths;
 

@@ -11,11 +11,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use clink_basics::fields::{FieldError, Fields};
+use clink_basics::digest::is_sha256_hex;
+use clink_basics::fields::{depth, FieldError, Fields};
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
 use serde::Serialize;
 use serde_json::Value as Json;
 use thiserror::Error;
+
+use clink_engine::checkpoint::layout::{parse_participant_name, participant_name};
 
 use super::paths::{check_form, link_on_path};
 
@@ -27,7 +30,7 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_ARTIFACTS: usize = 100_000;
 
 /// The artifact roles a bundle holds.
-pub const ROLES: [&str; 10] = [
+pub const ROLES: [&str; 11] = [
     "completed_marker",
     "confirmed_marker",
     "restored_record",
@@ -38,6 +41,7 @@ pub const ROLES: [&str; 10] = [
     "sink_evidence",
     "trace",
     "job_manifest",
+    "job_graph",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -76,8 +80,9 @@ pub struct JobInfo {
 pub struct Selection {
     /// The checkpoint the bundle is about.
     pub checkpoint: u64,
-    /// What the engine's restore rule chose over the markers at collection.
-    pub engine_choice: u64,
+    /// What the engine's restore rule chose over the markers at collection;
+    /// `None` when no rule was known (a checkpoint named without one).
+    pub engine_choice: Option<u64>,
     /// The checkpoint --checkpoint named, when one was.
     pub named: Option<u64>,
     pub rule: String,
@@ -111,6 +116,9 @@ pub struct Contents {
     pub captures: bool,
     pub traces: bool,
     pub job_manifest: bool,
+    /// The job graph the selected marker names (absent from bundles of
+    /// version 1 markers, which name none).
+    pub job_graph: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -145,7 +153,7 @@ pub struct Artifact {
     pub sha256: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Note {
     pub what: String,
     pub why: String,
@@ -275,22 +283,19 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<IncidentManifest, ManifestError> {
     let manifest = IncidentManifest {
         format: format.to_string(),
         version,
-        collector: collector(&Fields::object(root.value("collector")?, "collector")?)?,
-        job: job_info(&Fields::object(root.value("job")?, "job")?)?,
-        selection: selection(&Fields::object(root.value("selection")?, "selection")?)?,
-        delivery: list(&root, "delivery", sink_delivery)?,
-        contents: contents(&Fields::object(root.value("contents")?, "contents")?)?,
-        bounds: bounds(&Fields::object(root.value("bounds")?, "bounds")?)?,
-        epochs: list(&root, "epochs", epoch_entry)?,
-        artifacts: list(&root, "artifacts", artifact)?,
-        absent: list(&root, "absent", note)?,
-        excluded: list(&root, "excluded", note)?,
+        collector: collector(&root.child("collector")?)?,
+        job: job_info(&root.child("job")?)?,
+        selection: selection(&root.child("selection")?)?,
+        delivery: root.objects("delivery", sink_delivery)?,
+        contents: contents(&root.child("contents")?)?,
+        bounds: bounds(&root.child("bounds")?)?,
+        epochs: root.objects("epochs", epoch_entry)?,
+        artifacts: root.objects("artifacts", artifact)?,
+        absent: root.objects("absent", note)?,
+        excluded: root.objects("excluded", note)?,
     };
-    let mut seen = BTreeSet::new();
+    refuse_duplicates(&manifest)?;
     for (i, a) in manifest.artifacts.iter().enumerate() {
-        if !seen.insert(a.path.as_str()) {
-            return Err(refuse(format!("artifacts[{i}].path"), format!("{:?} is listed twice", a.path)));
-        }
         if a.role == "capture" && parse_capture_path(&a.path).is_none() {
             return Err(refuse(
                 format!("artifacts[{i}].path"),
@@ -301,56 +306,38 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<IncidentManifest, ManifestError> {
     Ok(manifest)
 }
 
-fn depth(v: &Json) -> usize {
-    match v {
-        Json::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        Json::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-fn list<T>(
-    root: &Fields<'_>,
-    field: &str,
-    parse: impl Fn(&Fields<'_>) -> Result<T, ManifestError>,
-) -> Result<Vec<T>, ManifestError> {
-    root.array(field)?
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse(&Fields::object(item, &format!("{field}[{i}]"))?))
-        .collect()
-}
-
-fn boolean(f: &Fields<'_>, field: &str) -> Result<bool, ManifestError> {
-    match f.value(field)? {
-        Json::Bool(b) => Ok(*b),
-        other => {
-            Err(f.error(field, format!("expected a boolean, found {}", clink_basics::fields::kind_name(other))).into())
+/// A list that names one thing twice is malformed: which entry counts would be a guess.
+fn refuse_duplicates(m: &IncidentManifest) -> Result<(), ManifestError> {
+    fn first_repeat<K: Ord>(keys: impl Iterator<Item = K>) -> Option<usize> {
+        let mut seen = BTreeSet::new();
+        for (i, key) in keys.enumerate() {
+            if !seen.insert(key) {
+                return Some(i);
+            }
         }
+        None
+    }
+    let checks: [(&str, Option<usize>); 6] = [
+        ("artifacts", first_repeat(m.artifacts.iter().map(|a| a.path.as_str()))),
+        ("epochs", first_repeat(m.epochs.iter().map(|e| e.path.as_str()))),
+        ("selection.participants", first_repeat(m.selection.participants.iter())),
+        ("delivery", first_repeat(m.delivery.iter().map(|d| d.operator.as_str()))),
+        ("absent", first_repeat(m.absent.iter())),
+        ("excluded", first_repeat(m.excluded.iter())),
+    ];
+    match checks.into_iter().find_map(|(list, at)| at.map(|i| (list, i))) {
+        Some((list, i)) => {
+            Err(refuse(format!("{list}[{i}]"), "repeats an earlier entry; a list names each thing once"))
+        }
+        None => Ok(()),
     }
 }
 
-fn optional<'a, T>(
-    f: &Fields<'a>,
-    field: &str,
-    read: impl Fn(&Fields<'a>, &str) -> Result<T, ManifestError>,
-) -> Result<Option<T>, ManifestError> {
-    match f.get(field) {
-        None | Some(Json::Null) => Ok(None),
-        Some(_) => read(f, field).map(Some),
-    }
-}
-
-fn u32_field(f: &Fields<'_>, field: &str) -> Result<u32, ManifestError> {
-    let v = f.u64(field)?;
-    u32::try_from(v).map_err(|_| f.error(field, format!("{v} does not fit 32 bits")).into())
-}
-
-fn decimal_text(f: &Fields<'_>, field: &str) -> Result<String, ManifestError> {
+fn decimal_text(f: &Fields<'_>, field: &str) -> Result<String, FieldError> {
     Ok(f.decimal_id(field)?.to_string())
 }
 
-fn collector(f: &Fields<'_>) -> Result<Collector, ManifestError> {
+fn collector(f: &Fields<'_>) -> Result<Collector, FieldError> {
     f.only(&["name", "version", "collected_at_ms"])?;
     Ok(Collector {
         name: f.str("name")?.into(),
@@ -359,16 +346,16 @@ fn collector(f: &Fields<'_>) -> Result<Collector, ManifestError> {
     })
 }
 
-fn job_info(f: &Fields<'_>) -> Result<JobInfo, ManifestError> {
+fn job_info(f: &Fields<'_>) -> Result<JobInfo, FieldError> {
     f.only(&["id", "name", "requires_commit_confirmation"])?;
     Ok(JobInfo {
         id: decimal_text(f, "id")?,
-        name: optional(f, "name", |f, k| Ok(f.str(k)?.to_string()))?,
-        requires_commit_confirmation: optional(f, "requires_commit_confirmation", boolean)?,
+        name: f.optional("name", |f, k| Ok(f.str(k)?.to_string()))?,
+        requires_commit_confirmation: f.optional("requires_commit_confirmation", |f, k| f.boolean(k))?,
     })
 }
 
-fn selection(f: &Fields<'_>) -> Result<Selection, ManifestError> {
+fn selection(f: &Fields<'_>) -> Result<Selection, FieldError> {
     f.only(&[
         "checkpoint",
         "engine_choice",
@@ -379,27 +366,35 @@ fn selection(f: &Fields<'_>) -> Result<Selection, ManifestError> {
         "restored",
         "participant_state",
     ])?;
-    let restored = match f.get("restored") {
-        None | Some(Json::Null) => None,
-        Some(v) => {
-            let r = Fields::object(v, "selection.restored")?;
-            r.only(&["restored_from", "next"])?;
-            Some(RestoredInfo { restored_from: r.u64("restored_from")?, next: r.u64("next")? })
+    let restored = f.optional("restored", |f, k| {
+        let r = f.child(k)?;
+        r.only(&["restored_from", "next"])?;
+        Ok(RestoredInfo { restored_from: r.u64("restored_from")?, next: r.u64("next")? })
+    })?;
+    let participants = f.str_list("participants")?;
+    for (i, p) in participants.iter().enumerate() {
+        // A participant's name becomes a directory name: only the canonical form.
+        let canonical = parse_participant_name(p).map(|(op, s)| participant_name(op, s));
+        if canonical.as_deref() != Some(p.as_str()) {
+            return Err(FieldError::new(
+                format!("selection.participants[{i}]"),
+                format!("{p:?} is not a participant name (op-<operator id>-<subtask>)"),
+            ));
         }
-    };
+    }
     Ok(Selection {
         checkpoint: f.u64("checkpoint")?,
-        engine_choice: f.u64("engine_choice")?,
-        named: optional(f, "named", |f, k| Ok(f.u64(k)?))?,
+        engine_choice: f.optional("engine_choice", |f, k| f.u64(k))?,
+        named: f.optional("named", |f, k| f.u64(k))?,
         rule: f.str("rule")?.into(),
-        generation: u32_field(f, "generation")?,
-        participants: f.str_list("participants")?,
+        generation: f.u32("generation")?,
+        participants,
         restored,
         participant_state: f.str("participant_state")?.into(),
     })
 }
 
-fn sink_delivery(f: &Fields<'_>) -> Result<SinkDelivery, ManifestError> {
+fn sink_delivery(f: &Fields<'_>) -> Result<SinkDelivery, FieldError> {
     f.only(&["operator", "uid", "type", "family", "guarantee"])?;
     Ok(SinkDelivery {
         operator: decimal_text(f, "operator")?,
@@ -410,26 +405,27 @@ fn sink_delivery(f: &Fields<'_>) -> Result<SinkDelivery, ManifestError> {
     })
 }
 
-fn contents(f: &Fields<'_>) -> Result<Contents, ManifestError> {
-    f.only(&["state", "captures", "traces", "job_manifest"])?;
+fn contents(f: &Fields<'_>) -> Result<Contents, FieldError> {
+    f.only(&["state", "captures", "traces", "job_manifest", "job_graph"])?;
     Ok(Contents {
-        state: boolean(f, "state")?,
-        captures: boolean(f, "captures")?,
-        traces: boolean(f, "traces")?,
-        job_manifest: boolean(f, "job_manifest")?,
+        state: f.boolean("state")?,
+        captures: f.boolean("captures")?,
+        traces: f.boolean("traces")?,
+        job_manifest: f.boolean("job_manifest")?,
+        job_graph: f.optional("job_graph", |f, k| f.boolean(k))?.unwrap_or(false),
     })
 }
 
-fn bounds(f: &Fields<'_>) -> Result<Bounds, ManifestError> {
+fn bounds(f: &Fields<'_>) -> Result<Bounds, FieldError> {
     f.only(&["max_bytes", "max_files", "timeout_s"])?;
     Ok(Bounds { max_bytes: f.u64("max_bytes")?, max_files: f.u64("max_files")?, timeout_s: f.u64("timeout_s")? })
 }
 
-fn epoch_entry(f: &Fields<'_>) -> Result<EpochEntry, ManifestError> {
+fn epoch_entry(f: &Fields<'_>) -> Result<EpochEntry, FieldError> {
     f.only(&["operator", "subtask", "epoch", "path", "role"])?;
     let entry = EpochEntry {
         operator: decimal_text(f, "operator")?,
-        subtask: u32_field(f, "subtask")?,
+        subtask: f.u32("subtask")?,
         epoch: f.u64("epoch")?,
         path: f.str("path")?.into(),
         role: f.str("role")?.into(),
@@ -437,17 +433,15 @@ fn epoch_entry(f: &Fields<'_>) -> Result<EpochEntry, ManifestError> {
     check_form(&entry.path).map_err(|e| f.error("path", e))?;
     let canonical = capture_path(entry.operator_id(), entry.subtask, entry.epoch);
     if entry.path != canonical {
-        return Err(f
-            .error("path", format!("{:?} is not where replay reads this epoch ({canonical:?})", entry.path))
-            .into());
+        return Err(f.error("path", format!("{:?} is not where replay reads this epoch ({canonical:?})", entry.path)));
     }
     if !["operator", "sink"].contains(&entry.role.as_str()) {
-        return Err(f.error("role", format!("{:?} is not operator or sink", entry.role)).into());
+        return Err(f.error("role", format!("{:?} is not operator or sink", entry.role)));
     }
     Ok(entry)
 }
 
-fn artifact(f: &Fields<'_>) -> Result<Artifact, ManifestError> {
+fn artifact(f: &Fields<'_>) -> Result<Artifact, FieldError> {
     f.only(&["path", "role", "size", "sha256"])?;
     let a = Artifact {
         path: f.str("path")?.into(),
@@ -457,15 +451,15 @@ fn artifact(f: &Fields<'_>) -> Result<Artifact, ManifestError> {
     };
     check_form(&a.path).map_err(|e| f.error("path", e))?;
     if !ROLES.contains(&a.role.as_str()) {
-        return Err(f.error("role", format!("unknown role {:?}", a.role)).into());
+        return Err(f.error("role", format!("unknown role {:?}", a.role)));
     }
-    if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return Err(f.error("sha256", "expected 64 lowercase hex digits").into());
+    if !is_sha256_hex(&a.sha256) {
+        return Err(f.error("sha256", "expected 64 lowercase hex digits"));
     }
     Ok(a)
 }
 
-fn note(f: &Fields<'_>) -> Result<Note, ManifestError> {
+fn note(f: &Fields<'_>) -> Result<Note, FieldError> {
     f.only(&["what", "why"])?;
     Ok(Note { what: f.str("what")?.into(), why: f.str("why")?.into() })
 }

@@ -5,10 +5,13 @@
 
 use std::collections::BTreeSet;
 
+use clink_basics::ids::OperatorId;
 use clink_bundle::paths::resolve;
 use clink_bundle::{Bundle, EpochEntry};
+use clink_engine::capture::spec::Neighbour;
 use clink_engine::capture::OpSpecFile;
 use clink_engine::checkpoint::{epoch_start, participant_name, CheckpointLayout, FileStateBackend, StartPoint};
+use clink_engine::job::JobGraph;
 use serde_json::Value as Json;
 
 use super::{check_capture_names, read_capture_file, replayable, EpochEvidence, EpochRef, ReplayError, StartState};
@@ -41,6 +44,43 @@ pub fn known_restores(bundle: &Bundle) -> Vec<(u64, u64)> {
     restores.into_iter().collect()
 }
 
+/// Whether a captured op.json describes what the job graph says this
+/// operator and subtask are: every field the graph also names, neighbours
+/// compared as sets. `Err` names the first field that differs.
+pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32) -> Result<(), String> {
+    let op = OperatorId(spec.operator_id());
+    let Some(planned) = graph.operator(op) else {
+        return Err(format!("the graph has no operator {op}"));
+    };
+    if subtask >= planned.spec.parallelism {
+        return Err(format!("subtask {subtask}, but operator {op} runs at parallelism {}", planned.spec.parallelism));
+    }
+    let mut expected = OpSpecFile::describe(graph, planned, subtask);
+    clink_basics::redact::redact(&mut expected.params);
+    let sorted = |n: &[Neighbour]| {
+        let mut n = n.to_vec();
+        n.sort_by(|a, b| a.operator.cmp(&b.operator));
+        n
+    };
+    let fields: [(&str, bool); 11] = [
+        ("job", spec.job == expected.job),
+        ("id", spec.id == expected.id),
+        ("uid", spec.uid == expected.uid),
+        ("type", spec.type_name == expected.type_name),
+        ("params", spec.params == expected.params),
+        ("parallelism", spec.parallelism == expected.parallelism),
+        ("subtask", spec.subtask == expected.subtask),
+        ("input_schema", spec.input_schema == expected.input_schema),
+        ("output_schema", spec.output_schema == expected.output_schema),
+        ("inputs", sorted(&spec.inputs) == sorted(&expected.inputs)),
+        ("outputs", sorted(&spec.outputs) == sorted(&expected.outputs)),
+    ];
+    match fields.iter().find(|(_, same)| !same) {
+        Some((field, _)) => Err(format!("{field} differs")),
+        None => Ok(()),
+    }
+}
+
 /// The bundle's entry for a captured epoch.
 pub fn epoch_entry<'a>(bundle: &'a Bundle, at: &EpochRef) -> Result<&'a EpochEntry, ReplayError> {
     let path = clink_bundle::manifest::capture_path(at.operator, at.subtask, at.epoch);
@@ -56,10 +96,13 @@ pub fn epoch_entry<'a>(bundle: &'a Bundle, at: &EpochRef) -> Result<&'a EpochEnt
 /// replayed: evidence the bundle lacks is unavailable, evidence that does not
 /// read or does not agree is refused, an operator this build cannot replay
 /// is unsupported.
+/// `graph` is the job graph the bundle names; when there is one, the
+/// captured op.json must describe the same operator.
 pub fn load_bundle_epoch(
     bundle: &Bundle,
     entry: &EpochEntry,
     restores: &[(u64, u64)],
+    graph: Option<&JobGraph>,
 ) -> Result<EpochEvidence, ReplayError> {
     let op = entry.operator_id();
     let at = EpochRef { operator: op, subtask: entry.subtask, epoch: entry.epoch };
@@ -68,6 +111,11 @@ pub fn load_bundle_epoch(
         return Err(ReplayError::Unavailable(format!("{spec_rel} is not in the bundle")));
     }
     let spec = OpSpecFile::read(&resolve(&bundle.root, &spec_rel)).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    if let Some(graph) = graph {
+        spec_agrees_with_graph(&spec, graph, entry.subtask).map_err(|why| {
+            ReplayError::Refused(format!("{spec_rel} and the job graph name different things: {why}"))
+        })?;
+    }
     if calls_out(&spec.type_name) {
         return Err(ReplayError::Unsupported(format!(
             "operator {op} ({}) calls an external system per record; verification replays nothing that leaves the process",

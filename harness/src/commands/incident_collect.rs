@@ -110,10 +110,10 @@ pub fn main(args: IncidentCollectArgs) -> Exit {
             });
             let text = || {
                 format!(
-                    "published {}: checkpoint {} (engine choice {}), {} files, {} bytes, {} captured epochs, in {:.2}s",
+                    "published {}: checkpoint {} ({}), {} files, {} bytes, {} captured epochs, in {:.2}s",
                     c.out.display(),
                     c.checkpoint,
-                    c.engine_choice,
+                    c.engine_choice.map_or("named; no restore rule was known".into(), |e| format!("engine choice {e}")),
                     c.files,
                     c.bytes,
                     c.epochs,

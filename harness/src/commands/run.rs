@@ -193,7 +193,7 @@ fn job_manifest_of(text: &str, job: &JobGraph, trigger: TriggerMode) -> job_mani
             TriggerMode::IntervalMs(ms) => format!("interval_ms:{ms}"),
             TriggerMode::OnlyFinal => "final_only".into(),
         },
-        requires_commit_confirmation: false,
+        requires_commit_confirmation: job.requires_commit_confirmation(),
         started_at_ms: wall_clock_ms() as u64,
     }
 }

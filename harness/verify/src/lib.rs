@@ -266,12 +266,14 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
         )
         .next("collect the bundle again, or find the copy that matches its manifest")
     };
+    // What the job is, read once; the checks cross-check against it.
+    let graph = bundle.job_graph();
     if profile.includes(Profile::Consistency) {
         if intact {
-            checks.push(state::marker(bundle));
+            checks.push(state::marker(bundle, &graph));
             checks.push(state::restore_rule(bundle));
-            checks.push(state::participants(bundle));
-            checks.push(state::decode(bundle));
+            checks.push(state::participants(bundle, &graph));
+            checks.push(state::decode(bundle, &graph));
         } else {
             for name in ["checkpoint.marker", "checkpoint.restore_rule", "checkpoint.participants", "state.decode"] {
                 checks.push(behind(name));
@@ -280,7 +282,7 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
     }
     if profile.includes(Profile::Replay) {
         if intact {
-            checks.extend(replay_checks::run(bundle, &options.selection, options.expected.as_deref())?);
+            checks.extend(replay_checks::run(bundle, &graph, &options.selection, options.expected.as_deref())?);
         } else {
             checks.push(behind("replay.determinism"));
             checks.push(behind("replay.recorded_output"));

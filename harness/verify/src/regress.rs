@@ -33,8 +33,13 @@ pub fn regress(
     }
     let at = EpochRef { operator: op, subtask, epoch };
     let entry = epoch_entry(bundle, &at).map_err(|e| RegressError(e.to_string()))?;
-    let evidence =
-        load_bundle_epoch(bundle, entry, &known_restores(bundle)).map_err(|e| RegressError(e.to_string()))?;
+    let graph = match bundle.job_graph() {
+        Ok(known) => Some(known.graph),
+        Err(clink_bundle::graph::GraphProblem::Absent(_)) => None,
+        Err(broken) => return Err(RegressError(format!("the job graph does not hold: {broken}"))),
+    };
+    let evidence = load_bundle_epoch(bundle, entry, &known_restores(bundle), graph.as_ref())
+        .map_err(|e| RegressError(e.to_string()))?;
     if clink_replay::bundle::calls_out(&evidence.spec.type_name) {
         return Err(RegressError(format!(
             "operator {op} ({}) calls an external system per record; a regression bundle would not be self-contained",

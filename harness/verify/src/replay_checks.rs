@@ -15,6 +15,7 @@ use std::path::Path;
 
 use clink_basics::ids::OperatorId;
 use clink_basics::multiset::multiset_diff;
+use clink_bundle::graph::{GraphProblem, KnownGraph};
 use clink_bundle::manifest::capture_path;
 use clink_bundle::paths::resolve;
 use clink_bundle::{Bundle, EpochEntry};
@@ -47,13 +48,19 @@ struct EpochResult {
     output_schema: Option<clink_engine::value::Schema>,
 }
 
-pub fn run(bundle: &Bundle, selection: &Selection, expected: Option<&Path>) -> Result<Vec<CheckResult>, UsageError> {
+pub fn run(
+    bundle: &Bundle,
+    graph: &Result<KnownGraph, GraphProblem>,
+    selection: &Selection,
+    expected: Option<&Path>,
+) -> Result<Vec<CheckResult>, UsageError> {
     let selected: Vec<&EpochEntry> = select(bundle, selection);
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
     let restores = known_restores(bundle);
-    let results: Vec<EpochResult> = checked.iter().map(|e| check_epoch(bundle, e, &restores)).collect();
+    let job = JobEvidence { graph, restores: &restores };
+    let results: Vec<EpochResult> = checked.iter().map(|e| check_epoch(bundle, e, &job)).collect();
     let counts_base = Counts {
         selected: selected.len(),
         checked: checked.len(),
@@ -109,13 +116,26 @@ fn status_of(e: ReplayError) -> EpochStatus {
     }
 }
 
-fn load(bundle: &Bundle, entry: &EpochEntry, restores: &[(u64, u64)]) -> Result<EpochEvidence, EpochStatus> {
-    load_bundle_epoch(bundle, entry, restores).map_err(status_of)
+/// What every epoch's load reads about the job: its graph and its restores.
+struct JobEvidence<'a> {
+    graph: &'a Result<KnownGraph, GraphProblem>,
+    restores: &'a [(u64, u64)],
 }
 
-fn check_epoch(bundle: &Bundle, entry: &EpochEntry, restores: &[(u64, u64)]) -> EpochResult {
+fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<EpochEvidence, EpochStatus> {
+    let graph = match job.graph {
+        Ok(known) => Some(&known.graph),
+        Err(GraphProblem::Absent(_)) => None,
+        Err(GraphProblem::Broken(why)) => {
+            return Err(EpochStatus::Failed(format!("the job graph does not hold: {why}")))
+        }
+    };
+    load_bundle_epoch(bundle, entry, job.restores, graph).map_err(status_of)
+}
+
+fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> EpochResult {
     let at = EpochRef { operator: entry.operator_id(), subtask: entry.subtask, epoch: entry.epoch };
-    let evidence = match load(bundle, entry, restores) {
+    let evidence = match load(bundle, entry, job) {
         Ok(e) => e,
         Err(status) => {
             return EpochResult { at, determinism: status.clone(), recorded: status, rows: None, output_schema: None }

@@ -1,55 +1,74 @@
 //! The consistency checks: checkpoint.marker, checkpoint.restore_rule,
 //! checkpoint.participants and state.decode, each run on the bundle's copy of
-//! the checkpoint directory with the engine's own readers.
+//! the checkpoint directory with the engine's own readers (the ones its
+//! restore runs). Where two pieces of evidence name the same thing (the
+//! marker and the manifest, a snapshot's header and its path and sidecar, the
+//! marker's participants and the job graph), the check requires them to agree.
 
 use std::collections::BTreeSet;
 
 use clink_basics::digest::sha256_hex;
 use clink_basics::ids::OperatorId;
+use clink_bundle::graph::{GraphProblem, KnownGraph};
+use clink_bundle::Bundle;
 use clink_engine::capture::OpSpecFile;
-use clink_engine::checkpoint::backend::{read_snapshot_meta, verify_snapshot};
-use clink_engine::checkpoint::layout::parse_participant_name;
+use clink_engine::checkpoint::layout::{parse_participant_name, participant_name};
 use clink_engine::checkpoint::markers::read_completed;
-use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
+use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, FileStateBackend, RestoreRule};
 use clink_engine::job::{JobGraph, PlannedOperator};
 
 use super::{CheckResult, Status};
-use clink_bundle::Bundle;
 
 fn layout(bundle: &Bundle) -> CheckpointLayout {
     CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id())
 }
 
-pub fn marker(bundle: &Bundle) -> CheckResult {
+pub fn marker(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let sel = &bundle.manifest.selection;
     let name = "checkpoint.marker";
-    match read_completed(&layout(bundle), sel.checkpoint) {
-        Err(e) => CheckResult::new(name, Status::Failed, format!("the selected marker is not valid: {e}")).next(
+    let m = match read_completed(&layout(bundle), sel.checkpoint) {
+        Ok(m) => m,
+        Err(e) => return CheckResult::new(name, Status::Failed, format!("the selected marker is not valid: {e}"))
+            .next(
             "the checkpoint directory the bundle came from is damaged or the bundle was altered; inspect the marker",
         ),
-        Ok(m) if m.generation != sel.generation => CheckResult::new(
+    };
+    if m.generation != sel.generation {
+        return CheckResult::new(
             name,
             Status::Failed,
             format!("the marker names generation {}, the manifest {}", m.generation, sel.generation),
-        ),
-        Ok(m) if m.participants.iter().collect::<BTreeSet<_>>() != sel.participants.iter().collect() => {
-            CheckResult::new(name, Status::Failed, "the marker's participants differ from the manifest's")
-                .details([format!("marker: {:?}", m.participants), format!("manifest: {:?}", sel.participants)])
+        );
+    }
+    if m.participants.iter().collect::<BTreeSet<_>>() != sel.participants.iter().collect() {
+        return CheckResult::new(name, Status::Failed, "the marker's participants differ from the manifest's")
+            .details([format!("marker: {:?}", m.participants), format!("manifest: {:?}", sel.participants)]);
+    }
+    let graph_evidence = match graph {
+        Ok(known) => format!("job graph: {}", known.source),
+        Err(GraphProblem::Absent(why)) => format!("job graph: none ({why})"),
+        Err(GraphProblem::Broken(why)) => {
+            return CheckResult::new(name, Status::Failed, format!("the job graph does not hold: {why}"))
+                .next("the bundle was altered, or the job changed between the marker and the manifest; collect again")
         }
-        Ok(m) => CheckResult::new(
-            name,
-            Status::Passed,
-            "the selected COMPLETED marker parses and names this job, this checkpoint and the manifest's generation",
-        )
-        .evidence([format!(
-            "COMPLETED-{}: job {}, generation {}, {} participants, kind {}",
+    };
+    CheckResult::new(
+        name,
+        Status::Passed,
+        "the selected COMPLETED marker parses and names this job, this checkpoint, the manifest's generation and participants, and a job graph that reads",
+    )
+    .evidence([
+        format!(
+            "COMPLETED-{}: job {}, generation {}, {} participants, kind {}, marker version {}",
             m.checkpoint,
             m.job,
             m.generation,
             m.participants.len(),
-            m.kind.as_str()
-        )]),
-    }
+            m.kind.as_str(),
+            m.version
+        ),
+        graph_evidence,
+    ])
 }
 
 pub fn restore_rule(bundle: &Bundle) -> CheckResult {
@@ -61,7 +80,15 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
             Status::Unsupported,
             "the bundle does not say whether the job's sinks need commit confirmation, so which rule applies is unknown",
         )
-        .next("collect with the job manifest (--ha-dir while the job runs) or --commit-confirmation");
+        .next("collect from a checkpoint directory whose markers name the job graph, or pass --commit-confirmation");
+    };
+    let Some(engine_choice) = sel.engine_choice else {
+        return CheckResult::new(
+            name,
+            Status::Unsupported,
+            "the collection named its checkpoint without a restore rule, so it recorded no engine choice to recompute",
+        )
+        .next("collect again without --checkpoint, or with the rule known");
     };
     let rule = RestoreRule::for_confirmation(confirmation);
     let point = match restore_point_on_disk_by(&layout(bundle), rule) {
@@ -79,15 +106,15 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         ));
     }
     if let Some(named) = sel.named {
-        evidence.push(format!("collected checkpoint {named} was named; the engine chose {}", sel.engine_choice));
+        evidence.push(format!("collected checkpoint {named} was named; the engine chose {engine_choice}"));
     }
-    if point.checkpoint != sel.engine_choice {
+    if point.checkpoint != engine_choice {
         return CheckResult::new(
             name,
             Status::Failed,
             format!(
-                "the restore rule over the bundle's markers chooses checkpoint {}, the manifest records {}",
-                point.checkpoint, sel.engine_choice
+                "the restore rule over the bundle's markers chooses checkpoint {}, the manifest records {engine_choice}",
+                point.checkpoint
             ),
         )
         .evidence(evidence)
@@ -107,7 +134,12 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
     result
 }
 
-pub fn participants(bundle: &Bundle) -> CheckResult {
+/// The participants a job graph deploys: every operator at its parallelism.
+fn deployed(graph: &JobGraph) -> BTreeSet<String> {
+    graph.operators.iter().flat_map(|o| (0..o.spec.parallelism).map(move |s| participant_name(o.spec.id, s))).collect()
+}
+
+pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let name = "checkpoint.participants";
     let sel = &bundle.manifest.selection;
     if sel.participants.is_empty() {
@@ -118,68 +150,72 @@ pub fn participants(bundle: &Bundle) -> CheckResult {
             "the manifest records no participant of the selected checkpoint",
         );
     }
-    let layout = layout(bundle);
     let mut problems = Vec::new();
+    match graph {
+        Ok(known) => {
+            let expected = deployed(&known.graph);
+            let listed: BTreeSet<String> = sel.participants.iter().cloned().collect();
+            for missing in expected.difference(&listed) {
+                problems.push(format!("{missing}: the job graph deploys it, the marker records no ack of it"));
+            }
+            for extra in listed.difference(&expected) {
+                problems.push(format!("{extra}: the marker records it, the job graph deploys no such subtask"));
+            }
+        }
+        Err(GraphProblem::Broken(why)) => problems.push(format!("the job graph does not hold: {why}")),
+        Err(GraphProblem::Absent(why)) => return CheckResult::new(
+            name,
+            Status::Unavailable,
+            format!(
+                "nothing says which subtasks the job deploys, so the marker's participants cannot be checked: {why}"
+            ),
+        )
+        .next("collect from a checkpoint directory written by a build whose markers name the job graph"),
+    }
+    let backend = FileStateBackend::new(layout(bundle));
     let mut verified = 0;
     for p in &sel.participants {
-        let meta_path = layout.snapshot_meta(sel.generation, p, sel.checkpoint);
-        let meta = match read_snapshot_meta(&meta_path) {
-            Ok(m) => m,
-            Err(e) => {
-                problems.push(format!("{p}: {e}"));
-                continue;
-            }
+        // The same readers the engine's restore runs: every name checked against the path.
+        let read = if bundle.manifest.contents.state {
+            backend.read(sel.generation, p, sel.checkpoint).map(|_| verified += 1)
+        } else {
+            backend.read_meta(sel.generation, p, sel.checkpoint).map(|_| ())
         };
-        if meta.participant != *p || meta.checkpoint != sel.checkpoint || meta.job != bundle.manifest.job.id {
-            problems.push(format!(
-                "{p}: the sidecar names job {} checkpoint {} participant {}",
-                meta.job, meta.checkpoint, meta.participant
-            ));
-            continue;
-        }
-        if bundle.manifest.contents.state {
-            match verify_snapshot(&layout.snapshot(sel.generation, p, sel.checkpoint), &meta_path) {
-                Ok(_) => verified += 1,
-                Err(e) => problems.push(format!("{p}: {e}")),
-            }
+        if let Err(e) = read {
+            problems.push(format!("{p}: {e}"));
         }
     }
     if !problems.is_empty() {
         return CheckResult::new(
             name,
             Status::Failed,
-            format!("{} participants' checkpoints do not hold", problems.len()),
+            format!("{} problems with the selected checkpoint's participants", problems.len()),
         )
         .details(problems);
     }
     CheckResult::new(
         name,
         Status::Passed,
-        "every participant the marker records has its checkpoint in the bundle under the marker's generation",
+        "the marker's participants are exactly the subtasks the job graph deploys, and each has its checkpoint in the bundle, naming what its path says",
     )
     .evidence([format!(
-        "{} sidecars; {verified} snapshots verified against them{}",
+        "{} sidecars; {verified} snapshots verified against them and their headers{}",
         sel.participants.len(),
         if bundle.manifest.contents.state { "" } else { " (snapshots not included)" }
     )])
 }
 
-/// The job's graph, from the bundle's job manifest.
-pub fn graph(bundle: &Bundle) -> Option<JobGraph> {
-    let manifest = clink_engine::job_manifest::read(&bundle.root.join("job/manifest.json")).ok()?;
-    clink_engine::job::parse_job(&manifest.graph.to_string()).ok()
-}
-
-/// The planned operator for a participant: from the graph, else from a captured op.json.
+/// The planned operator for a participant: from the job graph, else (a bundle
+/// of version 1 markers without a manifest) from a captured op.json.
 fn operator_for(bundle: &Bundle, graph: Option<&JobGraph>, op: OperatorId, subtask: u32) -> Option<PlannedOperator> {
-    if let Some(o) = graph.and_then(|g| g.operator(op)) {
-        return Some(o.clone());
+    if let Some(graph) = graph {
+        return graph.operator(op).cloned();
     }
     let spec = clink_engine::capture::subtask_dir(&bundle.capture_dir(), op, subtask).join("op.json");
     OpSpecFile::read(&spec).ok()?.plan().ok()
 }
 
-pub fn decode(bundle: &Bundle) -> CheckResult {
+pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let name = "state.decode";
     if !bundle.manifest.contents.state {
         return CheckResult::new(
@@ -189,26 +225,38 @@ pub fn decode(bundle: &Bundle) -> CheckResult {
         )
         .next("collect with --include-state to decode the state");
     }
-    let graph = graph(bundle);
+    if let Err(GraphProblem::Broken(why)) = graph {
+        return CheckResult::new(name, Status::Failed, format!("the job graph does not hold: {why}"));
+    }
+    let graph = graph.as_ref().ok().map(|k| &k.graph);
+    let backend = FileStateBackend::new(layout(bundle));
+    let sel = &bundle.manifest.selection;
     let mut decoded = Vec::new();
     let mut problems = Vec::new();
     let mut unknown = Vec::new();
     for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "snapshot") {
-        let snap = clink_bundle::paths::resolve(&bundle.root, &a.path);
-        let meta = snap.with_extension("snap.meta");
-        let verified = match verify_snapshot(&snap, &meta) {
+        let Some((participant, checkpoint)) = snapshot_of(&a.path, &bundle.manifest.job.id, sel.generation) else {
+            problems.push(format!("{}: not at _state/<job>/v<generation>/<participant>/checkpoint-<id>.snap", a.path));
+            continue;
+        };
+        let verified = match backend.read(sel.generation, &participant, checkpoint) {
             Ok(v) => v,
             Err(e) => {
                 problems.push(format!("{}: {e}", a.path));
                 continue;
             }
         };
-        let Some((op, subtask)) = parse_participant_name(&verified.meta.participant) else {
-            problems.push(format!("{}: participant {:?} is not a participant name", a.path, verified.meta.participant));
+        let Some((op, subtask)) = parse_participant_name(&participant) else {
+            problems.push(format!("{}: participant {participant:?} is not a participant name", a.path));
             continue;
         };
-        let Some(planned) = operator_for(bundle, graph.as_ref(), op, subtask) else {
-            unknown.push(format!("{}: no job graph or op.json says what operator {op} is", a.path));
+        let Some(planned) = operator_for(bundle, graph, op, subtask) else {
+            let why = if graph.is_some() {
+                "the job graph has no operator"
+            } else {
+                "no job graph or op.json says what operator"
+            };
+            unknown.push(format!("{}: {why} {op}", a.path));
             continue;
         };
         match planned.decode_state(&verified.slots) {
@@ -220,9 +268,7 @@ pub fn decode(bundle: &Bundle) -> CheckResult {
                     .map(|(n, s)| format!("{n} v{} {}", s.version, &sha256_hex(&s.bytes)[..16]))
                     .collect();
                 decoded.push(format!(
-                    "{} checkpoint {} ({}): {}",
-                    verified.meta.participant,
-                    verified.meta.checkpoint,
+                    "{participant} checkpoint {checkpoint} ({}): {}",
                     planned.spec.type_name,
                     slots.join(", ")
                 ));
@@ -238,15 +284,21 @@ pub fn decode(bundle: &Bundle) -> CheckResult {
         return CheckResult::new(name, Status::Unavailable, "the bundle lists no snapshot to decode");
     }
     if !unknown.is_empty() {
-        return CheckResult::new(
-            name,
-            Status::Unavailable,
-            "some snapshots belong to operators the bundle does not describe",
-        )
-        .next("collect while the job runs (--ha-dir) so the bundle holds the job graph")
-        .details(unknown.into_iter().chain(decoded));
+        let status = if graph.is_some() { Status::Failed } else { Status::Unavailable };
+        return CheckResult::new(name, status, "some snapshots belong to operators the bundle does not describe")
+            .next("collect from a checkpoint directory whose markers name the job graph")
+            .details(unknown.into_iter().chain(decoded));
     }
     CheckResult::new(name, Status::Passed, "every included snapshot restores through the production restore path")
         .evidence([format!("{} snapshots decoded (state names, versions, fingerprints in details)", decoded.len())])
         .details(decoded)
+}
+
+/// The participant and checkpoint a snapshot artifact's path names.
+fn snapshot_of(path: &str, job: &str, generation: u32) -> Option<(String, u64)> {
+    let rest = path.strip_prefix(&format!("checkpoint/_state/{job}/v{generation}/"))?;
+    let (participant, file) = rest.split_once('/')?;
+    let checkpoint = clink_engine::checkpoint::layout::parse_snapshot_name(file)?;
+    (parse_participant_name(participant).map(|(o, s)| participant_name(o, s)).as_deref() == Some(participant))
+        .then(|| (participant.to_string(), checkpoint))
 }

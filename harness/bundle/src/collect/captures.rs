@@ -14,8 +14,8 @@ use clink_engine::registry;
 use crate::manifest::{capture_path, EpochEntry, Note, RestoredInfo};
 
 use super::copy::{Builder, Need};
-use super::redact::redact;
 use super::refusal::{refusal, Refusal, RefusalKind};
+use clink_basics::redact::redact;
 
 pub(super) fn gather_captures(
     b: &mut Builder<'_>,

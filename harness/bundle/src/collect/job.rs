@@ -1,15 +1,22 @@
-//! What the collector learns about the job itself: its manifest from the HA
-//! directory while it runs, and the sinks' delivery guarantees from its graph.
+//! What the collector learns about the job itself: the job graph its markers
+//! name (recorded with the checkpoints, so it is there even after the job
+//! ended), its manifest in the HA directory while it runs, which restore rule
+//! applies, and the sinks' delivery guarantees.
 
-use std::fs;
+use std::collections::BTreeMap;
+use std::io;
 
-use serde_json::Value as Json;
-
+use clink_engine::checkpoint::graph::{read_graph, GraphRef};
+use clink_engine::checkpoint::layout::parse_completed_marker_name;
+use clink_engine::checkpoint::markers::{read_completed, CompletedMarker, MarkerError};
+use clink_engine::checkpoint::CheckpointLayout;
+use clink_engine::job::{parse_job, JobGraph};
 use clink_engine::job_manifest;
+use serde_json::Value as Json;
 
 use crate::manifest::{Note, SinkDelivery};
 
-use super::copy::Builder;
+use super::copy::{Builder, Stamp};
 use super::refusal::{refusal, Refusal, RefusalKind};
 
 pub(super) fn read_job_manifest(b: &mut Builder<'_>) -> Result<Option<job_manifest::JobManifest>, Refusal> {
@@ -19,10 +26,10 @@ pub(super) fn read_job_manifest(b: &mut Builder<'_>) -> Result<Option<job_manife
     };
     let dir = job_manifest::job_dir(ha, b.options.job);
     let path = dir.join(job_manifest::MANIFEST_NAME);
-    if !path.exists() {
-        let status = fs::read_to_string(dir.join(job_manifest::STATUS_NAME))
+    if std::fs::symlink_metadata(&path).is_err() {
+        let status = clink_basics::files::read_bounded(&dir.join(job_manifest::STATUS_NAME), 1 << 20)
             .ok()
-            .and_then(|t| serde_json::from_str::<Json>(&t).ok())
+            .and_then(|t| serde_json::from_slice::<Json>(&t).ok())
             .and_then(|v| v["terminal"].as_str().map(str::to_string));
         let why = match status {
             Some(s) => format!("the job ended ({s}); its manifest is removed at the end"),
@@ -34,19 +41,80 @@ pub(super) fn read_job_manifest(b: &mut Builder<'_>) -> Result<Option<job_manife
     job_manifest::read(&path).map(Some).map_err(|e| refusal(RefusalKind::Other, e))
 }
 
-/// The sinks and the guarantee each gives, from the job's graph (or, without
-/// it, from the captured sinks' specs).
-pub(super) fn delivery(
-    b: &mut Builder<'_>,
-    manifest: Option<&job_manifest::JobManifest>,
-) -> Result<Vec<SinkDelivery>, Refusal> {
-    let Some(m) = manifest else {
-        b.absent.push(Note { what: "delivery report".into(), why: "no job manifest to read the sinks from".into() });
-        return Ok(Vec::new());
+/// Reads a marker the collection relies on: one that vanished was pruned by
+/// the running job (`missing`, which the caller may turn into `changed`); one
+/// that is there and does not read is `other`, never retried.
+pub(super) fn read_marker(layout: &CheckpointLayout, checkpoint: u64) -> Result<CompletedMarker, Refusal> {
+    read_completed(layout, checkpoint).map_err(|e| match &e {
+        MarkerError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+            refusal(RefusalKind::Missing, e.to_string())
+        }
+        _ => refusal(RefusalKind::Other, format!("the selected marker does not read: {e}")),
+    })
+}
+
+/// The job graph a marker names, read and planned; `None` for a version 1
+/// marker, which names none.
+pub(super) fn marker_graph(layout: &CheckpointLayout, marker: &CompletedMarker) -> Result<Option<JobGraph>, Refusal> {
+    let Some(graph) = &marker.graph else { return Ok(None) };
+    planned(layout, graph).map(Some)
+}
+
+fn planned(layout: &CheckpointLayout, graph: &GraphRef) -> Result<JobGraph, Refusal> {
+    let bytes = read_graph(layout, graph).map_err(|e| refusal(RefusalKind::Other, format!("the job graph: {e}")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| refusal(RefusalKind::Other, format!("the job graph {} is not UTF-8", graph.file)))?;
+    parse_job(&text).map_err(|e| refusal(RefusalKind::Other, format!("the job graph {}: {e}", graph.file)))
+}
+
+/// The graph the newest COMPLETED marker names: what the job is now.
+pub(super) fn newest_graph(
+    layout: &CheckpointLayout,
+    markers: &BTreeMap<String, Stamp>,
+) -> Result<Option<JobGraph>, Refusal> {
+    let Some(newest) = markers.keys().filter_map(|n| parse_completed_marker_name(n)).max() else {
+        return Ok(None);
     };
-    let graph = clink_engine::job::parse_job(&m.graph.to_string())
-        .map_err(|e| refusal(RefusalKind::Other, format!("the job manifest's graph: {e}")))?;
-    Ok(graph
+    marker_graph(layout, &read_marker(layout, newest)?)
+}
+
+/// Whether the job's sinks need commit confirmation, from every source that
+/// says: the job graph, the job manifest, `--commit-confirmation`. When two
+/// say different things the collection is refused: which restore rule applies
+/// would be a guess.
+pub(super) fn commit_confirmation(
+    graph: Option<&JobGraph>,
+    manifest: Option<&job_manifest::JobManifest>,
+    option: Option<bool>,
+) -> Result<Option<bool>, Refusal> {
+    let said: Vec<(&str, bool)> = [
+        graph.map(|g| ("the job graph", g.requires_commit_confirmation())),
+        manifest.map(|m| ("the job manifest", m.requires_commit_confirmation)),
+        option.map(|o| ("--commit-confirmation", o)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let [(first, a), rest @ ..] = said.as_slice() {
+        if let Some((other, b)) = rest.iter().find(|(_, b)| b != a) {
+            return Err(refusal(
+                RefusalKind::Other,
+                format!(
+                    "{first} says commit confirmation is {a}, {other} says {b}: which restore rule applies is unknown"
+                ),
+            ));
+        }
+    }
+    Ok(said.first().map(|(_, v)| *v))
+}
+
+/// The sinks and the guarantee each gives, from the job's graph.
+pub(super) fn delivery(b: &mut Builder<'_>, graph: Option<&JobGraph>) -> Vec<SinkDelivery> {
+    let Some(graph) = graph else {
+        b.absent.push(Note { what: "delivery report".into(), why: "no job graph to read the sinks from".into() });
+        return Vec::new();
+    };
+    graph
         .operators
         .iter()
         .filter_map(|o| {
@@ -60,5 +128,5 @@ pub(super) fn delivery(
                 guarantee: family.guarantee().into(),
             })
         })
-        .collect())
+        .collect()
 }

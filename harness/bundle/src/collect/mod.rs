@@ -11,7 +11,6 @@
 mod captures;
 mod copy;
 mod job;
-mod redact;
 mod refusal;
 
 use std::collections::BTreeMap;
@@ -23,7 +22,6 @@ use std::time::Instant;
 use clink_basics::ids::OperatorId;
 use clink_engine::checkpoint::backend::read_dir_names;
 use clink_engine::checkpoint::layout::RESTORED_NAME;
-use clink_engine::checkpoint::markers::read_completed;
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
 use crate::manifest::{
@@ -31,8 +29,8 @@ use crate::manifest::{
     VERSION,
 };
 
+pub use clink_basics::redact::{redact, REDACTED};
 use copy::{list_markers, Builder, Need, Stamp};
-pub use redact::{redact, REDACTED};
 use refusal::refusal;
 pub use refusal::{Refusal, RefusalKind};
 
@@ -85,7 +83,7 @@ pub struct CollectOptions {
 pub struct Collected {
     pub out: PathBuf,
     pub checkpoint: u64,
-    pub engine_choice: u64,
+    pub engine_choice: Option<u64>,
     pub files: u64,
     pub bytes: u64,
     pub epochs: usize,
@@ -195,35 +193,43 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             format!("{} holds no job {}", options.checkpoint_dir.display(), options.job),
         ));
     }
-    // The job manifest: the graph and the restore rule, while the job runs.
+    // What the job is: the graph its newest marker names, and its manifest
+    // while it runs. Together with --commit-confirmation they say which
+    // restore rule applies; they must not disagree.
     let job_manifest = job::read_job_manifest(b)?;
-    let confirmation = job_manifest.as_ref().map(|m| m.requires_commit_confirmation).or(options.commit_confirmation);
+    let newest_graph = job::newest_graph(&layout, markers_before)?;
+    let confirmation =
+        job::commit_confirmation(newest_graph.as_ref(), job_manifest.as_ref(), options.commit_confirmation)?;
     let rule = confirmation.map(RestoreRule::for_confirmation);
     let (engine_choice, rule_name, restored) = match rule {
         Some(rule) => {
             let point = restore_point_on_disk_by(&layout, rule).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-            (point.checkpoint, rule.name().to_string(), point.restored)
+            (Some(point.checkpoint), rule.name().to_string(), point.restored)
         }
         None if options.checkpoint.is_some() => {
+            // No rule is known, so the engine made no choice to record.
             let restored = clink_engine::checkpoint::markers::read_restored(&layout)
                 .map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-            (0, "unknown".to_string(), restored)
+            (None, "unknown".to_string(), restored)
         }
         None => {
             return Err(refusal(
                 RefusalKind::Other,
-                "no job manifest says whether the sinks need commit confirmation; pass --commit-confirmation=yes|no, or --checkpoint",
+                "nothing says whether the sinks need commit confirmation (no marker names a job graph, no job manifest); pass --commit-confirmation=yes|no, or --checkpoint",
             ))
         }
     };
-    let selected = options.checkpoint.unwrap_or(engine_choice);
-    if selected == 0 {
-        return Err(refusal(
-            RefusalKind::Missing,
-            format!("job {} has no completed checkpoint to collect", options.job),
-        ));
-    }
-    let marker = read_completed(&layout, selected).map_err(|e| refusal(RefusalKind::Missing, e.to_string()))?;
+    let selected = match options.checkpoint.or(engine_choice) {
+        Some(c) if c > 0 => c,
+        _ => {
+            return Err(refusal(
+                RefusalKind::Missing,
+                format!("job {} has no completed checkpoint to collect", options.job),
+            ))
+        }
+    };
+    let marker = job::read_marker(&layout, selected)?;
+    let graph = job::marker_graph(&layout, &marker)?;
 
     // Markers and the RESTORED record.
     let jobs_rel = format!("checkpoint/_jobs/{}", options.job);
@@ -237,6 +243,30 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         };
         b.copy(&layout.jobs_dir().join(name), &format!("{jobs_rel}/{name}"), role, Need::Required)?;
     }
+
+    // The job graph the selected marker names: always collected, it says
+    // what every participant is.
+    let job_graph = match &marker.graph {
+        Some(g) => {
+            let rel = format!("{jobs_rel}/{}", g.file);
+            b.copy(&layout.jobs_dir().join(&g.file), &rel, "job_graph", Need::Required)?;
+            let copied = b.artifacts.last().map(|a| a.sha256.as_str());
+            if copied != Some(g.sha256.as_str()) {
+                return Err(refusal(
+                    RefusalKind::Other,
+                    format!("{rel} does not hash to the SHA-256 COMPLETED-{selected} names ({})", g.sha256),
+                ));
+            }
+            true
+        }
+        None => {
+            b.absent.push(Note {
+                what: "the job graph".into(),
+                why: format!("COMPLETED-{selected} is a version {} marker, which names none", marker.version),
+            });
+            false
+        }
+    };
 
     // Every participant's sidecar (and snapshot) of the selected checkpoint.
     let generation = marker.generation;
@@ -277,7 +307,14 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     }
 
     // The job manifest, redacted.
-    let delivery = job::delivery(b, job_manifest.as_ref())?;
+    let manifest_graph = match &job_manifest {
+        Some(m) => Some(
+            clink_engine::job::parse_job(&m.graph.to_string())
+                .map_err(|e| refusal(RefusalKind::Other, format!("the job manifest's graph: {e}")))?,
+        ),
+        None => None,
+    };
+    let delivery = job::delivery(b, graph.as_ref().or(manifest_graph.as_ref()));
     let mut job_manifest_included = false;
     if let Some(m) = &job_manifest {
         let mut doc = serde_json::to_value(m).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
@@ -326,6 +363,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             captures: options.include_captures,
             traces,
             job_manifest: job_manifest_included,
+            job_graph,
         },
         bounds: Bounds { max_bytes: options.max_bytes, max_files: options.max_files, timeout_s: options.timeout_s },
         epochs,
