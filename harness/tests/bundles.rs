@@ -111,7 +111,8 @@ fn apply(dir: &Path, action: &Json) {
         "truncate" => {
             let rel = pick_for(&m, action);
             let bytes = fs::read(dir.join(&rel)).unwrap();
-            fs::write(dir.join(&rel), &bytes[..bytes.len() * 2 / 3]).unwrap();
+            let keep = action["keep_percent"].as_u64().unwrap_or(66) as usize;
+            fs::write(dir.join(&rel), &bytes[..bytes.len() * keep / 100]).unwrap();
             if action["revouch"] == true {
                 revouch(dir, &rel);
             }
@@ -171,8 +172,81 @@ fn apply(dir: &Path, action: &Json) {
             fs::write(dir.join(&rel), serde_json::to_vec_pretty(&marker).unwrap()).unwrap();
             revouch(dir, &rel);
         }
+        "remove_trace" => {
+            // Removes the trace files of the first or last process (by its
+            // start time), of the roles named, from disk and manifest.
+            for rel in trace_files(&m, action["process"].as_str().unwrap(), action["roles"].as_array().unwrap()) {
+                fs::remove_file(dir.join(&rel)).unwrap();
+                unlist(dir, &rel);
+            }
+        }
+        "trace_lines" => {
+            // Sets fields on every line of every trace file, re-vouched for.
+            for rel in trace_files(&m, "all", &[]) {
+                let text = fs::read_to_string(dir.join(&rel)).unwrap();
+                let mut out = String::new();
+                for line in text.lines() {
+                    let mut v: Json = serde_json::from_str(line).unwrap();
+                    for (k, value) in action["set"].as_object().unwrap() {
+                        v[k] = value.clone();
+                    }
+                    out.push_str(&v.to_string());
+                    out.push('\n');
+                }
+                fs::write(dir.join(&rel), out).unwrap();
+                revouch(dir, &rel);
+            }
+        }
+        "append_bytes" => {
+            // Appends bytes (hex) to an artifact and re-vouches for it.
+            let rel = pick_for(&m, action);
+            let hex = action["hex"].as_str().unwrap();
+            let bytes: Vec<u8> =
+                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            let mut all = fs::read(dir.join(&rel)).unwrap();
+            all.extend(bytes);
+            fs::write(dir.join(&rel), all).unwrap();
+            revouch(dir, &rel);
+        }
+        "note" => {
+            // Adds a note to the manifest's absent or excluded list.
+            let mut m = m;
+            m[action["list"].as_str().unwrap()].as_array_mut().unwrap().push(action["note"].clone());
+            save_manifest(dir, &m);
+        }
         other => panic!("unknown action {other}"),
     }
+}
+
+/// The trace artifacts of the first or last process (by the start time in
+/// their names), restricted to some roles; `all`: every trace artifact.
+fn trace_files(m: &Json, process: &str, roles: &[Json]) -> Vec<String> {
+    let traces: Vec<String> = m["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["role"] == "trace")
+        .map(|a| a["path"].as_str().unwrap().to_string())
+        .collect();
+    let start = |p: &str| p.rsplit('-').next().unwrap().trim_end_matches(".ndjson").parse::<u64>().unwrap();
+    let chosen = match process {
+        "all" => return traces,
+        "first" => traces.iter().map(|p| start(p)).min().unwrap(),
+        "last" => traces.iter().map(|p| start(p)).max().unwrap(),
+        other => panic!("unknown process {other}"),
+    };
+    traces
+        .into_iter()
+        .filter(|p| start(p) == chosen)
+        .filter(|p| roles.is_empty() || roles.iter().any(|r| p.contains(&format!("/{}-", r.as_str().unwrap()))))
+        .collect()
+}
+
+/// Removes an artifact's entry from the manifest.
+fn unlist(dir: &Path, path: &str) {
+    let mut m = manifest(dir);
+    m["artifacts"].as_array_mut().unwrap().retain(|a| a["path"] != path);
+    save_manifest(dir, &m);
 }
 
 /// A recipe's path with `{job}` and `{checkpoint}` filled in from the
@@ -255,11 +329,14 @@ fn run_case(case: &Case) -> Result<(), Failed> {
             (recipe["profile"].as_str().unwrap().to_string(), recipe["expected_exit"].as_u64().unwrap() as i32)
         }
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_clink"))
-        .args(["incident-verify", "--json", "--profile", &profile])
-        .arg(&bundle)
-        .output()
-        .map_err(|e| e.to_string())?;
+    // A recipe may ask for the text report (what a person reads) instead of JSON.
+    let text = matches!(&case.recipe, Some(Ok(r)) if r["text"] == true);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
+    cmd.args(["incident-verify", "--profile", &profile]).arg(&bundle);
+    if !text {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().map_err(|e| e.to_string())?;
     let code = out.status.code().unwrap_or(-1);
     // With --json every outcome, a refusal too, is one JSON document on stdout.
     let snapshot = String::from_utf8_lossy(&out.stdout).replace(&bundle.display().to_string(), "<bundle>");

@@ -24,4 +24,6 @@ pub mod files;
 pub mod ids;
 pub mod multiset;
 pub mod names;
+pub mod ndjson;
 pub mod redact;
+pub mod text;

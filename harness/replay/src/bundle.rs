@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use clink_basics::ids::OperatorId;
+use clink_basics::ndjson::read_objects;
 use clink_bundle::paths::resolve;
 use clink_bundle::{Bundle, EpochEntry};
 use clink_engine::capture::spec::Neighbour;
@@ -21,27 +22,52 @@ pub fn calls_out(type_name: &str) -> bool {
     type_name.contains("lookup") || type_name.contains("predict")
 }
 
-/// The restores the bundle records, as (restored_from, next): the RESTORED
-/// record's, and the Redeploy events of the bundle's traces (which name
-/// restores the RESTORED record has since been overwritten for).
-pub fn known_restores(bundle: &Bundle) -> Vec<(u64, u64)> {
-    let mut restores: BTreeSet<(u64, u64)> = BTreeSet::new();
+/// A trace file larger than this is refused unread.
+pub const MAX_TRACE_BYTES: u64 = 256 << 20;
+
+/// The restores a bundle records, and what could not be read to know them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restores {
+    /// (restored_from, next) pairs.
+    pub known: Vec<(u64, u64)>,
+    /// Trace files that did not read: a restore they name is unknown, so an
+    /// epoch whose start only a restore could explain cannot be placed.
+    pub unread: Vec<String>,
+}
+
+/// The restores the bundle records: the RESTORED record's, and the Redeploy
+/// events of the bundle's traces (which name restores the RESTORED record
+/// has since been overwritten for). A trace that does not read is listed,
+/// never skipped.
+pub fn known_restores(bundle: &Bundle) -> Restores {
+    let mut known: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut unread = Vec::new();
     if let Some(r) = bundle.manifest.selection.restored {
-        restores.insert((r.restored_from, r.next));
+        known.insert((r.restored_from, r.next));
     }
     let job = bundle.job_id();
     for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
-        let text = std::fs::read_to_string(resolve(&bundle.root, &a.path)).unwrap_or_default();
-        for line in text.lines() {
-            let Ok(v) = serde_json::from_str::<Json>(line) else { continue };
-            if v["event"] == "Redeploy" && v["job"].as_u64() == Some(job) {
-                if let (Some(r), Some(n)) = (v["restore"].as_u64(), v["next"].as_u64()) {
-                    restores.insert((r, n));
+        let lines = match read_objects(&resolve(&bundle.root, &a.path), MAX_TRACE_BYTES) {
+            Ok(lines) => lines,
+            Err(e) => {
+                unread.push(format!("{}: {e}", a.path));
+                continue;
+            }
+        };
+        for (_, v) in lines {
+            if v.get("event").and_then(Json::as_str) == Some("Redeploy")
+                && v.get("job").and_then(Json::as_u64) == Some(job)
+            {
+                match (v.get("restore").and_then(Json::as_u64), v.get("next").and_then(Json::as_u64)) {
+                    (Some(r), Some(n)) => {
+                        known.insert((r, n));
+                    }
+                    _ => unread.push(format!("{}: a Redeploy without restore and next", a.path)),
                 }
             }
         }
     }
-    restores.into_iter().collect()
+    Restores { known: known.into_iter().collect(), unread }
 }
 
 /// Whether a captured op.json describes what the job graph says this
@@ -101,7 +127,7 @@ pub fn epoch_entry<'a>(bundle: &'a Bundle, at: &EpochRef) -> Result<&'a EpochEnt
 pub fn load_bundle_epoch(
     bundle: &Bundle,
     entry: &EpochEntry,
-    restores: &[(u64, u64)],
+    restores: &Restores,
     graph: Option<&JobGraph>,
 ) -> Result<EpochEvidence, ReplayError> {
     let op = entry.operator_id();
@@ -127,9 +153,17 @@ pub fn load_bundle_epoch(
         read_capture_file(&resolve(&bundle.root, &entry.path)).map_err(|e| ReplayError::Refused(e.to_string()))?;
     check_capture_names(&capture, bundle.job_id(), &at)?;
     let layout = CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
-    let start = match epoch_start(&layout, entry.epoch, restores)
-        .map_err(|e| ReplayError::Unavailable(e.to_string()))?
-    {
+    let start =
+        epoch_start(&layout, entry.epoch, &restores.known).map_err(|e| ReplayError::Unavailable(e.to_string()))?;
+    let placed_by_a_restore = restores.known.iter().any(|&(_, next)| next == entry.epoch);
+    if !restores.unread.is_empty() && !placed_by_a_restore && entry.epoch > 1 {
+        return Err(ReplayError::Unavailable(format!(
+            "where epoch {} starts depends on restores the traces would name, and some did not read: {}",
+            entry.epoch,
+            restores.unread.join("; ")
+        )));
+    }
+    let start = match start {
         StartPoint::Empty => StartState::Empty,
         StartPoint::Checkpoint(c) => {
             let participant = participant_name(op, entry.subtask);

@@ -68,11 +68,8 @@ pub fn decode_dump(bytes: &[u8]) -> Result<Dump, String> {
 }
 
 pub fn read_dump(path: &Path) -> Result<Dump, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.len() > MAX_DUMP_BYTES {
-        return Err(format!("{}: larger than {MAX_DUMP_BYTES} bytes", path.display()));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes =
+        clink_basics::files::read_bounded(path, MAX_DUMP_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
     decode_dump(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 

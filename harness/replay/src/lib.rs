@@ -259,14 +259,13 @@ pub struct Verification {
 /// operator, subtask, epoch order.
 pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, String> {
     let mut found = Vec::new();
+    // An entry that cannot be listed is an error, never a capture skipped.
     let read = |dir: &Path| -> Result<Vec<String>, String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        Ok(names)
+        let listing = clink_basics::files::list_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        match listing.not_utf8.first() {
+            Some(name) => Err(format!("{}: an entry whose name is not UTF-8: {name:?}", dir.display())),
+            None => Ok(listing.names),
+        }
     };
     for op_name in read(capture_dir)? {
         let Some(op) = op_name.strip_prefix("op-").and_then(OperatorId::parse) else {

@@ -195,11 +195,11 @@ fn read_listed(dir: &Path, manifest: &BundleManifest, name: &str) -> Result<Vec<
         .find(|f| f.path == name)
         .ok_or_else(|| BundleError::Refused(format!("the manifest lists no {name}")))?;
     let path = dir.join(name);
-    let meta = fs::symlink_metadata(&path).map_err(|e| BundleError::Refused(format!("{name}: {e}")))?;
-    if !meta.is_file() || meta.len() != entry.size || meta.len() > MAX_FILE_BYTES {
-        return Err(BundleError::Refused(format!("{name}: {} bytes, the manifest lists {}", meta.len(), entry.size)));
+    let bytes = clink_basics::files::read_bounded(&path, entry.size.min(MAX_FILE_BYTES))
+        .map_err(|e| BundleError::Refused(format!("{name}: {e} (the manifest lists {} bytes)", entry.size)))?;
+    if bytes.len() as u64 != entry.size {
+        return Err(BundleError::Refused(format!("{name}: {} bytes, the manifest lists {}", bytes.len(), entry.size)));
     }
-    let bytes = fs::read(&path).map_err(|e| BundleError::Refused(format!("{name}: {e}")))?;
     let digest = sha256_hex(&bytes);
     if digest != entry.sha256 {
         return Err(BundleError::Refused(format!("{name}: SHA-256 {digest}, the manifest lists {}", entry.sha256)));

@@ -49,7 +49,7 @@ impl Output {
             });
             println!("{doc}");
         } else {
-            eprintln!("clink {}: {reason}", self.command);
+            eprintln!("clink {}: {}", self.command, clink_basics::text::escape(&reason.to_string()));
         }
         exit
     }

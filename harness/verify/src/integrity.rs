@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use clink_basics::digest::sha256_hex;
+use clink_basics::digest::sha256_file;
 
 use super::{CheckResult, Status};
 use clink_bundle::paths::{resolve, EVIDENCE_DIRS};
@@ -38,14 +38,17 @@ pub fn artifacts(bundle: &Bundle) -> CheckResult {
             Err(e) => problems.push(format!("{}: missing ({e})", a.path)),
             Ok(m) if !m.is_file() => problems.push(format!("{}: not a regular file", a.path)),
             Ok(m) if m.len() != a.size => problems.push(format!("{}: {} bytes, listed as {}", a.path, m.len(), a.size)),
-            Ok(_) => match fs::read(&path) {
+            // Streamed, and never past the listed size: an artifact that grew
+            // is reported as what it is, whatever it now holds.
+            Ok(_) => match sha256_file(&path, a.size) {
                 Err(e) => problems.push(format!("{}: unreadable ({e})", a.path)),
-                Ok(bytes) => {
-                    let digest = sha256_hex(&bytes);
-                    if digest != a.sha256 {
-                        problems.push(format!("{}: SHA-256 {digest}, listed as {}", a.path, a.sha256));
-                    }
+                Ok(d) if d.bytes != a.size => {
+                    problems.push(format!("{}: {} bytes read, listed as {}", a.path, d.bytes, a.size))
                 }
+                Ok(d) if d.sha256 != a.sha256 => {
+                    problems.push(format!("{}: SHA-256 {}, listed as {}", a.path, d.sha256, a.sha256))
+                }
+                Ok(_) => {}
             },
         }
     }

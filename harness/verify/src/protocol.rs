@@ -1,83 +1,233 @@
 //! The protocol checks: protocol.trace_structure and protocol.conformance.
+//!
+//! Structure is judged file by file: every file reads whole (UTF-8, not
+//! empty, its last line not cut), holds one process, numbers its lines from 1
+//! without a gap and stamps them strictly increasing. Conformance is judged
+//! only on evidence that is complete: a trace the collector excluded or could
+//! not list, a process whose coordinator acted without its worker file, a
+//! trace switched on only for a resumed run, a run of another job or of a sink
+//! family the specification does not model are each unavailable or
+//! unsupported, never a failure. Only a complete trace of a modelled run can
+//! fail, and then naming the first event no step of the specification can take.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value as Json;
-
+use clink_basics::ndjson::{read_objects, Line};
 use clink_bundle::paths::resolve;
 use clink_bundle::Bundle;
 use clink_formal::{trace, FormalTools};
+use serde_json::Value as Json;
 
 use super::{CheckResult, Status};
 
-pub fn trace_structure(bundle: &Bundle) -> CheckResult {
-    let name = "protocol.trace_structure";
-    let traces: Vec<_> = bundle.manifest.artifacts.iter().filter(|a| a.role == "trace").collect();
-    if traces.is_empty() {
-        return CheckResult::new(name, Status::Unavailable, "the bundle holds no protocol trace")
-            .next("run the job with CLINK_PROTOCOL_TRACE_DIR and collect with --trace-dir");
+/// A trace file larger than this is refused unread.
+const MAX_TRACE_BYTES: u64 = 256 << 20;
+
+/// One trace file of the bundle, read and checked line by line.
+struct TraceFile {
+    path: String,
+    lines: Vec<Line>,
+}
+
+impl TraceFile {
+    fn events(&self) -> impl Iterator<Item = (&str, &serde_json::Map<String, Json>)> {
+        self.lines.iter().map(|(_, v)| (v.get("event").and_then(Json::as_str).unwrap_or(""), v))
     }
+
+    /// `coordinator` or `worker`, and the process's key (pid and start), from the file's name.
+    fn role_and_process(&self) -> Option<(&str, &str)> {
+        let name = self.path.rsplit('/').next()?.strip_suffix(".ndjson")?;
+        name.split_once('-')
+    }
+}
+
+/// Reads every trace file of the bundle; `Err` lists every file that does
+/// not read or is malformed, with the line.
+fn read_traces(bundle: &Bundle) -> Result<Vec<TraceFile>, Vec<String>> {
+    let mut files = Vec::new();
     let mut problems = Vec::new();
-    let mut lines = 0;
-    for a in &traces {
-        match check_file(&std::fs::read_to_string(resolve(&bundle.root, &a.path)).unwrap_or_default()) {
-            Ok(n) => lines += n,
+    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
+        match read_objects(&resolve(&bundle.root, &a.path), MAX_TRACE_BYTES) {
+            Ok(lines) => match check_lines(&lines) {
+                Ok(()) => files.push(TraceFile { path: a.path.clone(), lines }),
+                Err(e) => problems.push(format!("{}: {e}", a.path)),
+            },
             Err(e) => problems.push(format!("{}: {e}", a.path)),
         }
     }
     if problems.is_empty() {
-        CheckResult::new(
-            name,
-            Status::Passed,
-            "every trace file holds one process, its lines parse, and its sequence numbers run from 1 without a gap",
-        )
-        .evidence([format!("{} files, {lines} events", traces.len())])
+        Ok(files)
     } else {
-        CheckResult::new(name, Status::Failed, format!("{} trace files are malformed", problems.len()))
-            .details(problems)
+        Err(problems)
     }
 }
 
-/// Checks one trace file; returns its line count.
-pub fn check_file(text: &str) -> Result<usize, String> {
+/// One file's lines: `seq` from 1 without a gap, `ts` strictly increasing,
+/// one process, an event and a job on every line.
+fn check_lines(lines: &[Line]) -> Result<(), String> {
     let mut procs = BTreeSet::new();
-    let mut n = 0;
-    for (i, line) in text.lines().enumerate() {
-        let at = i + 1;
-        let v: Json = serde_json::from_str(line).map_err(|e| format!("line {at}: not JSON: {e}"))?;
-        let seq = v["seq"].as_u64().ok_or_else(|| format!("line {at}: no seq"))?;
-        if seq != at as u64 {
+    let mut last_ts = None;
+    for (at, v) in lines {
+        let seq = v.get("seq").and_then(Json::as_u64).ok_or_else(|| format!("line {at}: no seq"))?;
+        if seq != *at as u64 {
             return Err(format!("line {at}: seq {seq}, expected {at} (sequence numbers run from 1 without gaps)"));
         }
-        v["ts"].as_u64().ok_or_else(|| format!("line {at}: no ts"))?;
-        v["event"].as_str().ok_or_else(|| format!("line {at}: no event"))?;
-        procs.insert(v["proc"].as_str().ok_or_else(|| format!("line {at}: no proc"))?.to_string());
-        n = at;
+        let ts = v.get("ts").and_then(Json::as_u64).ok_or_else(|| format!("line {at}: no ts"))?;
+        if last_ts.is_some_and(|last| ts <= last) {
+            return Err(format!("line {at}: ts {ts} does not increase (a process stamps strictly increasing times)"));
+        }
+        last_ts = Some(ts);
+        v.get("event").and_then(Json::as_str).ok_or_else(|| format!("line {at}: no event"))?;
+        v.get("job").and_then(Json::as_u64).ok_or_else(|| format!("line {at}: no job"))?;
+        procs.insert(v.get("proc").and_then(Json::as_str).ok_or_else(|| format!("line {at}: no proc"))?.to_string());
     }
     if procs.len() > 1 {
         return Err(format!("{} processes in one file: {procs:?}", procs.len()));
     }
-    Ok(n)
+    Ok(())
+}
+
+pub fn trace_structure(bundle: &Bundle) -> CheckResult {
+    let name = "protocol.trace_structure";
+    let count = bundle.manifest.artifacts.iter().filter(|a| a.role == "trace").count();
+    if count == 0 {
+        return CheckResult::new(name, Status::Unavailable, "the bundle holds no protocol trace")
+            .next("run the job with CLINK_PROTOCOL_TRACE_DIR and collect with --trace-dir");
+    }
+    let files = match read_traces(bundle) {
+        Ok(files) => files,
+        Err(problems) => {
+            return CheckResult::new(name, Status::Failed, format!("{} trace files are malformed", problems.len()))
+                .details(problems)
+        }
+    };
+    if let Some(why) = trace_notes(bundle) {
+        return CheckResult::new(
+            name,
+            Status::Unavailable,
+            format!("the files the bundle holds are well formed, but {why}"),
+        )
+        .next("collect again with bounds that keep every trace file");
+    }
+    let lines: usize = files.iter().map(|f| f.lines.len()).sum();
+    CheckResult::new(
+        name,
+        Status::Passed,
+        "every trace file reads whole, holds one process, numbers its lines from 1 without a gap and stamps them strictly increasing",
+    )
+    .evidence([format!("{count} files, {lines} events")])
+}
+
+/// What the collector noted about trace files it did not bring: excluded by
+/// a bound, or present and not listable.
+fn trace_notes(bundle: &Bundle) -> Option<String> {
+    let m = &bundle.manifest;
+    let about_traces = |what: &str| what.starts_with("traces/") || what.starts_with("trace file");
+    let excluded: Vec<String> =
+        m.excluded.iter().filter(|n| about_traces(&n.what)).map(|n| format!("{} ({})", n.what, n.why)).collect();
+    let absent: Vec<String> =
+        m.absent.iter().filter(|n| about_traces(&n.what)).map(|n| format!("{} ({})", n.what, n.why)).collect();
+    match (excluded.is_empty(), absent.is_empty()) {
+        (true, true) => None,
+        _ => Some(format!(
+            "the collection left trace files out: {}",
+            excluded.into_iter().chain(absent).collect::<Vec<_>>().join("; ")
+        )),
+    }
 }
 
 pub fn conformance(bundle: &Bundle, tools: Option<&FormalTools>) -> CheckResult {
     let name = "protocol.conformance";
+    let unavailable = |why: String| CheckResult::new(name, Status::Unavailable, why);
     if !bundle.manifest.artifacts.iter().any(|a| a.role == "trace") {
-        return CheckResult::new(name, Status::Unavailable, "the bundle holds no protocol trace")
+        return unavailable("the bundle holds no protocol trace".into())
             .next("run the job with CLINK_PROTOCOL_TRACE_DIR and collect with --trace-dir");
     }
+    let files = match read_traces(bundle) {
+        Ok(files) => files,
+        Err(problems) => {
+            return unavailable(format!(
+                "the traces do not read ({}), so nothing can be said of the run they record",
+                problems.join("; ")
+            ))
+            .next("see protocol.trace_structure")
+        }
+    };
+    if let Some(why) = trace_notes(bundle) {
+        return unavailable(format!("the trace is incomplete: {why}"))
+            .next("collect again with bounds that keep every trace file");
+    }
+    if let Some(why) = incomplete(&files, bundle.job_id()) {
+        return unavailable(format!("the trace is incomplete: {why}"))
+            .next("validate a trace recorded from the job's first start, with every process's files");
+    }
+    if let Some(why) = unmodelled(&files, bundle.job_id()) {
+        return CheckResult::new(name, Status::Unsupported, why)
+            .next("the specification models the recoverable sink family only; nothing can be concluded for this run");
+    }
     match tools {
-        None => CheckResult::new(
-            name,
-            Status::Unavailable,
-            "the formal tools (Java and the pinned TLA+ jar) are not available",
-        )
-        .next("run gates/fetch-tools, or pass --formal-dir and --formal-tools-dir"),
+        None => unavailable("the formal tools (Java and the pinned TLA+ jar) are not available".into())
+            .next("run gates/fetch-tools, or pass --formal-dir and --formal-tools-dir"),
         Some(tools) => validate_bundle_traces(bundle, tools),
     }
 }
 
-/// protocol.conformance on a bundle's traces: this job's events, merged from
+/// Why the bundle's trace is not the whole of the job's history, if it is not.
+fn incomplete(files: &[TraceFile], job: u64) -> Option<String> {
+    let of_job = |f: &TraceFile| f.lines.iter().any(|(_, v)| v.get("job").and_then(Json::as_u64) == Some(job));
+    if !files.iter().any(of_job) {
+        let jobs: BTreeSet<u64> =
+            files.iter().flat_map(|f| f.lines.iter().filter_map(|(_, v)| v.get("job")?.as_u64())).collect();
+        return Some(format!("it holds no event of job {job}, only of jobs {jobs:?}"));
+    }
+    // Every process that deployed (a Redeploy) or triggered has a worker file.
+    let mut roles: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for f in files {
+        match f.role_and_process() {
+            Some((role, process)) => {
+                roles.entry(process).or_default().insert(role);
+            }
+            None => return Some(format!("{} is not named <role>-<pid>-<start>.ndjson", f.path)),
+        }
+    }
+    for f in files {
+        let Some(("coordinator", process)) = f.role_and_process() else { continue };
+        let deployed = f.events().any(|(e, _)| matches!(e, "Redeploy" | "Trigger"));
+        if deployed && !roles.get(process).is_some_and(|r| r.contains("worker")) {
+            return Some(format!("process {process}'s coordinator deployed subtasks, but its worker file is missing"));
+        }
+    }
+    // The first event of the job is not a recovery: tracing was on from the start.
+    let first = files
+        .iter()
+        .flat_map(|f| f.lines.iter())
+        .filter(|(_, v)| v.get("job").and_then(Json::as_u64) == Some(job))
+        .min_by_key(|(_, v)| v.get("ts").and_then(Json::as_u64).unwrap_or(u64::MAX));
+    if let Some((_, v)) = first {
+        if v.get("event").and_then(Json::as_str) == Some("CoordRecovers") {
+            return Some(
+                "its first event is a recovery (CoordRecovers): tracing was switched on for a resumed run, so the history before it is unknown"
+                    .into(),
+            );
+        }
+    }
+    None
+}
+
+/// A run the specification does not model: a sink of another family.
+fn unmodelled(files: &[TraceFile], job: u64) -> Option<String> {
+    let families: BTreeSet<(&str, &str)> = files
+        .iter()
+        .flat_map(|f| f.events())
+        .filter(|(e, v)| *e == "SinkOpens" && v.get("job").and_then(Json::as_u64) == Some(job))
+        .filter_map(|(_, v)| Some((v.get("sub")?.as_str()?, v.get("family")?.as_str()?)))
+        .filter(|(_, family)| *family != "recoverable")
+        .collect();
+    let (sub, family) = families.first()?;
+    Some(format!("sink subtask {sub} is of the {family} family; the specification models the recoverable family only"))
+}
+
+/// protocol.conformance on a complete trace: this job's events, merged from
 /// a copy of the trace files in a fresh temporary directory, validated by TLC
 /// against the specification. A rejection keeps the validator's directory so
 /// its TLC output can be read.
@@ -96,7 +246,7 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
     }
     let merged = match trace::read_run(copy.path()).and_then(|lines| trace::merge(lines, Some(bundle.job_id()))) {
         Ok(m) => m,
-        Err(e) => return CheckResult::new(name, Status::Failed, format!("the traces cannot be merged: {e}")),
+        Err(e) => return unavailable(format!("the traces cannot be merged: {e}")),
     };
     if let Some(why) = outside_the_model(&merged) {
         return CheckResult::new(name, Status::Unsupported, why)
@@ -129,7 +279,7 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
 
 /// A run the specification does not model, so the validator would check nothing.
 fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
-    let mut opened = std::collections::BTreeSet::new();
+    let mut opened = BTreeSet::new();
     for e in &trace.events {
         let sub = e.fields.get("sub").and_then(|s| s.as_str());
         match (e.event(), sub) {
@@ -148,21 +298,33 @@ fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clink_basics::ndjson::parse_objects;
     use proptest::prelude::*;
 
+    fn line(seq: u64, ts: u64, proc_: &str) -> String {
+        format!("{{\"seq\":{seq},\"ts\":{ts},\"proc\":\"{proc_}\",\"event\":\"Trigger\",\"job\":1}}\n")
+    }
+
+    fn check(text: &str) -> Result<(), String> {
+        check_lines(&parse_objects(text.as_bytes()).map_err(|e| e.to_string())?)
+    }
+
     #[test]
-    fn a_gap_or_a_second_process_is_refused() {
-        let line =
-            |seq: u64, proc_: &str| format!("{{\"seq\":{seq},\"ts\":1,\"proc\":\"{proc_}\",\"event\":\"Trigger\"}}\n");
-        assert_eq!(check_file(&(line(1, "c:1") + &line(2, "c:1"))), Ok(2));
-        assert!(check_file(&(line(1, "c:1") + &line(3, "c:1"))).unwrap_err().contains("seq 3"));
-        assert!(check_file(&(line(1, "c:1") + &line(2, "w:1"))).unwrap_err().contains("2 processes"));
+    fn a_gap_a_second_process_or_a_stamp_that_does_not_increase_is_refused() {
+        assert_eq!(check(&(line(1, 1, "c:1") + &line(2, 2, "c:1"))), Ok(()));
+        assert!(check(&(line(1, 1, "c:1") + &line(3, 2, "c:1"))).unwrap_err().contains("seq 3"));
+        assert!(check(&(line(1, 1, "c:1") + &line(2, 2, "w:1"))).unwrap_err().contains("2 processes"));
+        assert!(check(&(line(1, 5, "c:1") + &line(2, 5, "c:1"))).unwrap_err().contains("does not increase"));
+        let no_job = "{\"seq\":1,\"ts\":1,\"proc\":\"c\",\"event\":\"Trigger\"}\n";
+        assert!(check(no_job).unwrap_err().contains("no job"));
+        assert!(check("").is_err(), "an empty file is not a trace");
+        assert!(check(line(1, 1, "c:1").trim_end()).unwrap_err().contains("cut short"));
     }
 
     proptest! {
         #[test]
         fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
-            let _ = check_file(&text);
+            let _ = check(&text);
         }
     }
 }

@@ -23,12 +23,15 @@ use clink_engine::capture::CAPTURE_VERSION;
 use clink_engine::event::Event;
 use clink_engine::routing::Route;
 use clink_engine::value::{row_bytes, value_from_json, Row};
-use clink_replay::bundle::{known_restores, load_bundle_epoch};
+use clink_replay::bundle::{known_restores, load_bundle_epoch, Restores};
 use clink_replay::compare::keyed_order_diff;
 use clink_replay::{read_capture_file, verify, EpochEvidence, EpochRef, ReplayError};
 use serde_json::Value as Json;
 
 use super::{CheckResult, Counts, Selection, Status, UsageError};
+
+/// An expectation file larger than this is refused unread.
+const MAX_EXPECTED_BYTES: u64 = 256 << 20;
 
 /// What one epoch came to for one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +87,7 @@ pub fn run(
         ),
     ];
     if let Some(path) = expected {
-        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &restores)?);
+        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &restores.known)?);
     }
     Ok(checks)
 }
@@ -119,7 +122,7 @@ fn status_of(e: ReplayError) -> EpochStatus {
 /// What every epoch's load reads about the job: its graph and its restores.
 struct JobEvidence<'a> {
     graph: &'a Result<KnownGraph, GraphProblem>,
-    restores: &'a [(u64, u64)],
+    restores: &'a Restores,
 }
 
 fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<EpochEvidence, EpochStatus> {
@@ -376,7 +379,8 @@ fn expected_output(
             ops.len()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
+    let text = clink_basics::files::read_bounded_text(path, MAX_EXPECTED_BYTES)
+        .map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
     let Some(schema) = results.iter().find_map(|r| r.output_schema.clone()) else {
         return Ok(CheckResult::new(
             name,

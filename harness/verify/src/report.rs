@@ -1,5 +1,7 @@
 //! The verification report: text for people, versioned JSON for machines.
 
+use clink_basics::text::escape;
+
 use super::{Conclusion, Report};
 
 pub fn render_json(report: &Report) -> String {
@@ -9,8 +11,8 @@ pub fn render_json(report: &Report) -> String {
 pub fn render_text(report: &Report) -> String {
     let mut out = format!(
         "incident-verify: bundle {}: job {}, checkpoint {}, profile {}\n",
-        report.bundle,
-        report.job,
+        escape(&report.bundle),
+        escape(&report.job),
         report.checkpoint,
         report.profile.as_str()
     );
@@ -21,18 +23,18 @@ pub fn render_text(report: &Report) -> String {
         ));
     }
     for check in &report.checks {
-        out.push_str(&format!("  {:<12} {:<26} {}\n", check.status.as_str(), check.name, check.reason));
+        out.push_str(&format!("  {:<12} {:<26} {}\n", check.status.as_str(), check.name, escape(&check.reason)));
         for e in &check.evidence {
-            out.push_str(&format!("  {:<12} {:<26} {e}\n", "", ""));
+            out.push_str(&format!("  {:<12} {:<26} {}\n", "", "", escape(e)));
         }
         for d in check.details.iter().take(8) {
-            out.push_str(&format!("  {:<12} {:<26} - {d}\n", "", ""));
+            out.push_str(&format!("  {:<12} {:<26} - {}\n", "", "", escape(d)));
         }
         if check.details.len() > 8 {
             out.push_str(&format!("  {:<12} {:<26} - ... {} more (see --json)\n", "", "", check.details.len() - 8));
         }
         if !check.next_action.is_empty() {
-            out.push_str(&format!("  {:<12} {:<26} next: {}\n", "", "", check.next_action));
+            out.push_str(&format!("  {:<12} {:<26} next: {}\n", "", "", escape(&check.next_action)));
         }
     }
     let verdict = match report.result {

@@ -163,14 +163,16 @@ pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -
             }
         }
         Err(GraphProblem::Broken(why)) => problems.push(format!("the job graph does not hold: {why}")),
-        Err(GraphProblem::Absent(why)) => return CheckResult::new(
-            name,
-            Status::Unavailable,
-            format!(
+        Err(GraphProblem::Absent(why)) => {
+            return CheckResult::new(
+                name,
+                Status::Unavailable,
+                format!(
                 "nothing says which subtasks the job deploys, so the marker's participants cannot be checked: {why}"
             ),
-        )
-        .next("collect from a checkpoint directory written by a build whose markers name the job graph"),
+            )
+            .next("collect from a checkpoint directory written by a build whose markers name the job graph")
+        }
     }
     let backend = FileStateBackend::new(layout(bundle));
     let mut verified = 0;

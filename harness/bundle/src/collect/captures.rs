@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
-use clink_engine::capture::{subtask_dir, OpSpecFile};
+use clink_engine::capture::{subtask_dir, OpSpecFile, OP_SPEC_NAME};
 use clink_engine::checkpoint::backend::read_dir_names;
 use clink_engine::checkpoint::{epoch_start, CheckpointLayout, StartPoint};
+use clink_engine::job::JobGraph;
 use clink_engine::operators::OperatorKind;
 use clink_engine::registry;
 
@@ -23,6 +24,7 @@ pub(super) fn gather_captures(
     selected: u64,
     restored: Option<RestoredInfo>,
     generation: u32,
+    graph: Option<&JobGraph>,
 ) -> Result<Vec<EpochEntry>, Refusal> {
     let options = b.options;
     let Some(capture_dir) = &options.capture_dir else {
@@ -42,9 +44,12 @@ pub(super) fn gather_captures(
     let known_restores: Vec<(u64, u64)> = restored.map(|r| (r.restored_from, r.next)).into_iter().collect();
     let mut entries = Vec::new();
     let ops = read_dir_names(capture_dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+    // --op keeps the consumers' captures too: replay.recorded_output compares
+    // an operator's replay with what its consumers received.
+    let kept = options.ops.as_ref().map(|ops| with_consumers(ops, graph, capture_dir));
     for op_name in ops {
         let Some(op) = op_name.strip_prefix("op-").and_then(OperatorId::parse) else { continue };
-        if options.ops.as_ref().is_some_and(|ops| !ops.contains(&op)) {
+        if kept.as_ref().is_some_and(|kept| !kept.contains(&op)) {
             b.excluded.push(Note { what: format!("capture/{op_name}"), why: "outside --op".into() });
             continue;
         }
@@ -114,6 +119,28 @@ pub(super) fn gather_captures(
         }
     }
     Ok(entries)
+}
+
+/// The operators `--op` names and their direct consumers, from the job graph
+/// (or, without one, from each named operator's captured op.json).
+fn with_consumers(ops: &[OperatorId], graph: Option<&JobGraph>, capture_dir: &std::path::Path) -> BTreeSet<OperatorId> {
+    let mut kept: BTreeSet<OperatorId> = ops.iter().copied().collect();
+    for &op in ops {
+        match graph {
+            Some(g) => kept.extend(g.outputs_of(op).map(|e| e.to)),
+            None => {
+                let specs = read_dir_names(&capture_dir.join(format!("op-{op}"))).unwrap_or_default();
+                for sub in specs {
+                    if let Ok(spec) =
+                        OpSpecFile::read(&capture_dir.join(format!("op-{op}")).join(sub).join(OP_SPEC_NAME))
+                    {
+                        kept.extend(spec.outputs.iter().filter_map(|n| OperatorId::parse(&n.operator)));
+                    }
+                }
+            }
+        }
+    }
+    kept
 }
 
 /// Copies the snapshot a captured epoch's replay starts from.

@@ -166,7 +166,12 @@ pub(super) fn list_markers(layout: &CheckpointLayout) -> Result<BTreeMap<String,
             || parse_confirmed_marker_name(&name).is_some()
             || name == RESTORED_NAME;
         if is_marker {
-            let s = stamp(&dir.join(&name)).map_err(|e| refusal(RefusalKind::Changed, format!("{name}: {e}")))?;
+            // Vanished since the listing: the job moved on (changed, worth a
+            // retry). There and not a regular file: no retry will help (other).
+            let s = stamp(&dir.join(&name)).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => refusal(RefusalKind::Changed, format!("{name}: {e}")),
+                _ => refusal(RefusalKind::Other, format!("{name}: {e}; a marker is a regular file")),
+            })?;
             markers.insert(name, s);
         }
     }

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clink_basics::ids::OperatorId;
-use clink_engine::checkpoint::backend::read_dir_names;
 use clink_engine::checkpoint::layout::RESTORED_NAME;
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
@@ -286,7 +285,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     // Captured epochs, their operator specs, and their starting state.
     let restored_info = restored.as_ref().map(|r| RestoredInfo { restored_from: r.restored_from, next: r.next });
     let epochs = if options.include_captures {
-        captures::gather_captures(b, &layout, selected, restored_info, generation)?
+        captures::gather_captures(b, &layout, selected, restored_info, generation, graph.as_ref())?
     } else {
         b.absent.push(Note { what: "captures".into(), why: "not asked for (--include-captures)".into() });
         Vec::new()
@@ -295,9 +294,17 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     // Traces.
     let mut traces = false;
     if let Some(dir) = &options.trace_dir {
-        let names = read_dir_names(dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-        for name in names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
+        let listing = clink_basics::files::list_dir(dir)
+            .map_err(|e| refusal(RefusalKind::Other, format!("--trace-dir {}: {e}", dir.display())))?;
+        for name in listing.names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
             traces |= b.copy(&dir.join(name), &format!("traces/{name}"), "trace", Need::Optional)?;
+        }
+        // A file whose name is not UTF-8 cannot be named in a bundle: say it was there.
+        for name in &listing.not_utf8 {
+            b.absent.push(Note {
+                what: format!("traces/{name}"),
+                why: "its name is not UTF-8; it could not be listed".into(),
+            });
         }
         if !traces {
             b.absent.push(Note { what: "traces".into(), why: format!("{} holds no trace file", dir.display()) });
