@@ -49,7 +49,7 @@ pub fn parse_objects(bytes: &[u8]) -> Result<Vec<Line>, NdjsonError> {
         .map(|(i, line)| match serde_json::from_str::<Json>(line) {
             Ok(Json::Object(map)) => Ok((i + 1, map)),
             Ok(other) => {
-                Err(NdjsonError::NotAnObject { line: i + 1, reason: format!("{}", crate::fields::kind_name(&other)) })
+                Err(NdjsonError::NotAnObject { line: i + 1, reason: crate::fields::kind_name(&other).to_string() })
             }
             Err(e) => Err(NdjsonError::NotAnObject { line: i + 1, reason: e.to_string() }),
         })
