@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use clink_basics::multiset::{describe, multiset_diff};
+use clink_engine::fault::FaultPoint;
 use clink_reference::example::{compute, ReferenceOutput, ReferenceParams};
 use clink_reference::output::read_output_lines;
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -131,6 +132,31 @@ impl Scenario {
         Ok((missing, unexpected))
     }
 
+    /// Every trace file the runs left: lines numbered from 1 without a gap,
+    /// stamps strictly increasing, as `engine/src/trace.rs` documents.
+    fn check_traces(&self) -> Result<(), String> {
+        let entries = std::fs::read_dir(&self.traces).map_err(|e| format!("{}: {e}", self.traces.display()))?;
+        let mut files = 0;
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let lines =
+                clink_basics::ndjson::read_objects(&path, 1 << 30).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut last_ts = 0;
+            for (at, v) in lines {
+                let (seq, ts) = (v["seq"].as_u64(), v["ts"].as_u64().unwrap_or(0));
+                if seq != Some(at as u64) || ts <= last_ts {
+                    return Err(format!("{}: line {at}: seq {seq:?}, ts {ts} after {last_ts}", path.display()));
+                }
+                last_ts = ts;
+            }
+            files += 1;
+        }
+        if files == 0 {
+            return Err(format!("{} holds no trace file", self.traces.display()));
+        }
+        Ok(())
+    }
+
     fn last_completed(&self) -> u64 {
         let dir = self.dir.path().join("ck/_jobs/1");
         std::fs::read_dir(dir)
@@ -217,8 +243,13 @@ fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
         let c = at.id();
         let fault = format!("{point}@{c}");
         let resumed = if point == "checkpoint.snapshot_fails" {
-            // Not a kill: the job rewinds in-process and runs on.
-            s.run(&[("CLINK_FAULT", &fault)])
+            // Not a kill: the job rewinds in-process and runs on, and says so.
+            let out = s.run(&[("CLINK_FAULT", &fault)]);
+            let restarted = format!("restarting (checkpoint {c} failed:");
+            if !stderr(&out).contains(&restarted) || !stderr(&out).contains("injected snapshot failure") {
+                return Err(format!("the snapshot of checkpoint {c} did not fail as armed:\n{}", stderr(&out)).into());
+            }
+            out
         } else if point == "coordinator.before_restored_record" {
             // Needs a restore at c: first a kill right after c's marker.
             let first = format!("coordinator.after_completed_marker@{c}");
@@ -229,6 +260,7 @@ fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
         if !resumed.status.success() {
             return Err(format!("the resumed run failed: {:?}\n{}", resumed.status, stderr(&resumed)).into());
         }
+        s.check_traces()?;
         s.check_output().map_err(Failed::from)
     })
 }
@@ -259,15 +291,16 @@ impl Checkpoint {
     }
 }
 
-/// What a defect must do to the committed output under its fault.
+/// What a defect must do under its fault: each symptom exact, never "any
+/// failure".
 #[derive(Clone, Copy, Debug)]
 enum Symptom {
-    /// Rows published twice (and none lost).
+    /// The resume succeeds with rows published twice (and none lost).
     Duplicates,
-    /// Rows never published (and none twice).
+    /// The resume succeeds with rows never published (and none twice).
     Loss,
-    /// Rows never published, or the resume refusing to run on.
-    LossOrFailedResume,
+    /// The resume fails (exit 1), its message naming this.
+    FailedResume(&'static str),
 }
 
 /// A defect switched back on, under the fault that exposes it: the
@@ -286,8 +319,9 @@ fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> 
         let caught = match symptom {
             Symptom::Duplicates => resumed.status.success() && unexpected > 0 && missing == 0,
             Symptom::Loss => resumed.status.success() && missing > 0 && unexpected == 0,
-            Symptom::LossOrFailedResume => !resumed.status.success() || (missing > 0 && unexpected == 0),
+            Symptom::FailedResume(message) => resumed.status.code() == Some(1) && stderr(&resumed).contains(message),
         };
+        s.check_traces()?;
         if caught {
             Ok(())
         } else {
@@ -302,18 +336,8 @@ fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> 
 
 fn main() {
     let args = Arguments::from_args();
-    let points = [
-        "source.after_position_snapshot",
-        "sink.before_prepare",
-        "sink.after_prepare",
-        "coordinator.before_completed_marker",
-        "coordinator.after_completed_marker",
-        "coordinator.before_commit_broadcast",
-        "sink.before_commit",
-        "sink.after_commit",
-        "coordinator.before_restored_record",
-        "checkpoint.snapshot_fails",
-    ];
+    // Every fault point the engine has, from the engine's own list.
+    let points: Vec<&'static str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
     let mut trials: Vec<Trial> = points.iter().map(|p| fault_trial(p, Checkpoint::Second)).collect();
     // Killed inside the first checkpoint: nothing has completed yet.
     for p in [
@@ -336,9 +360,25 @@ fn main() {
     trials.push(defect_trial(
         "ack_before_durable",
         "coordinator.after_completed_marker@2",
-        Symptom::LossOrFailedResume,
+        Symptom::FailedResume("which is neither staged nor published"),
     ));
     trials.push(defect_trial("commit_at_barrier", "coordinator.before_completed_marker@2", Symptom::Duplicates));
     trials.push(defect_trial("no_rewind_on_failed_checkpoint", "checkpoint.snapshot_fails@2", Symptom::Loss));
+    trials.push(coverage_trial(&trials));
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// Fails when a fault point of the engine has no trial at checkpoint 2: a
+/// point added to the engine is never left untested.
+fn coverage_trial(trials: &[Trial]) -> Trial {
+    let names: Vec<String> = trials.iter().map(|t| t.name().to_string()).collect();
+    Trial::test("fault::every_point_has_a_trial", move || {
+        let missing: Vec<&str> =
+            FaultPoint::ALL.iter().map(|p| p.name()).filter(|p| !names.contains(&format!("fault::{p}@2"))).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("fault points with no trial: {}", missing.join(", ")).into())
+        }
+    })
 }

@@ -130,6 +130,17 @@ fn add(sum: &Value, v: &Value) -> Result<Value, OperatorError> {
     }
 }
 
+/// The end a fired window's row names: exclusive, `start + size`. A build
+/// with the `defect-window-end-inclusive` feature names `start + size - 1`,
+/// a subtly wrong engine the regression suite and the replay checks must catch.
+fn window_end(start: i64, size: i64) -> i64 {
+    if cfg!(feature = "defect-window-end-inclusive") {
+        start + size - 1
+    } else {
+        start + size
+    }
+}
+
 impl Transform for TumblingWindow {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
@@ -167,7 +178,7 @@ impl Transform for TumblingWindow {
         let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(WINDOWS_SLOT, e))?;
         row.extend([
             Value::Timestamp(timer.namespace),
-            Value::Timestamp(timer.namespace + self.plan.size_ms),
+            Value::Timestamp(window_end(timer.namespace, self.plan.size_ms)),
             Value::Int(acc.count),
             acc.sum,
         ]);
