@@ -103,12 +103,18 @@ impl Defects {
     /// Reads `CLINK_TEST_DEFECT`; an unknown name is an error, not ignored,
     /// and so is any value in a build without the switches.
     pub fn from_env() -> Result<Self, String> {
-        match std::env::var(ENV_VAR) {
-            Ok(value) if COMPILED_IN => Self::parse(&value),
-            Ok(_) => Err(format!(
+        Self::from_setting(std::env::var(ENV_VAR).ok(), COMPILED_IN)
+    }
+
+    /// The rule [`Defects::from_env`] applies: a setting is read only by a
+    /// build that has the switches, and refused by one that does not.
+    fn from_setting(value: Option<String>, compiled_in: bool) -> Result<Self, String> {
+        match value {
+            Some(value) if compiled_in => Self::parse(&value),
+            Some(_) => Err(format!(
                 "{ENV_VAR} is set, but this build has no test defect switches (it was built without the `defects` feature)"
             )),
-            Err(_) => Ok(Self::none()),
+            None => Ok(Self::none()),
         }
     }
 
@@ -150,5 +156,14 @@ mod tests {
         assert!(Defects::parse("no_recommit_at_open, ack_before_durable").unwrap().has(Defect::AckBeforeDurable));
         assert!(Defects::parse("typo").is_err());
         assert!(Defects::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_build_without_the_switches_refuses_a_setting_rather_than_ignore_it() {
+        let set = Some("broadcast_before_marker".to_string());
+        assert!(Defects::from_setting(set.clone(), true).unwrap().has(Defect::BroadcastBeforeMarker));
+        let refused = Defects::from_setting(set, false).unwrap_err();
+        assert!(refused.contains("built without the `defects` feature"), "{refused}");
+        assert!(Defects::from_setting(None, false).unwrap().is_empty());
     }
 }

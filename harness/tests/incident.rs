@@ -4,6 +4,8 @@
 //! epoch fails replay.determinism even when other epochs are unavailable;
 //! incident-regress freezes an epoch that then runs as a test.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 
@@ -185,10 +187,22 @@ fn a_divergence_in_one_epoch_fails_determinism_while_another_is_unavailable() {
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse::<u64>().ok())
         .max()
         .unwrap();
-    // Epoch 3 starts from checkpoint 2, whose snapshots were pruned long ago;
-    // the epoch before the final one holds records and clock ticks.
+    // Epoch 3 starts from checkpoint 2, whose snapshots were pruned long ago.
+    // The other is a late epoch whose replay emits rows (fired processing-time
+    // timers): which one depends on how fast this run went, so ask replay.
+    let fires = |epoch: u64| {
+        let out = clink()
+            .args(["replay", "epoch", "--json", "--op", "3", "--epoch", &epoch.to_string(), "--capture-dir"])
+            .arg(live.path("capture"))
+            .arg("--checkpoint-dir")
+            .arg(live.path("ck"))
+            .output()
+            .unwrap();
+        json(&out)["emissions"].as_u64().unwrap_or(0)
+    };
+    let late = (last.saturating_sub(3)..last).rev().find(|&e| fires(e) > 0).expect("a late epoch that fires timers");
     let out = live.path("bundle");
-    let epochs = format!("3,{}", last - 1);
+    let epochs = format!("3,{late}");
     let collected =
         live.collect(&out, &["--commit-confirmation", "no", "--epochs", &epochs, "--op", "3"]).output().unwrap();
     assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stderr));
@@ -400,4 +414,153 @@ fn expected_output_compares_one_operators_epochs_as_multisets() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("line 1"));
+}
+
+#[test]
+fn a_bundle_collected_right_after_a_crash_verifies_under_every_profile() {
+    let live = Live::new("12000");
+    // Killed before checkpoint 3's marker: every subtask closed epoch 3, but
+    // its checkpoint never completed (checkpoint 2 did: acks arrive in order).
+    let crashed = live
+        .run("example", &["--checkpoint-every-records", "3000"])
+        .env("CLINK_FAULT", "coordinator.before_completed_marker@3")
+        .output()
+        .unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&crashed.status), Some(9));
+    let out = live.path("bundle");
+    let collected = live.collect(&out, &[]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
+    let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["selection"]["checkpoint"], 2, "{}", manifest["selection"]);
+    assert!(manifest["epochs"].as_array().unwrap().iter().any(|e| e["epoch"] == 3), "epoch 3 was captured");
+    for profile in ["integrity", "consistency", "replay", "full"] {
+        let verified = clink().args(["incident-verify", "--json", "--profile", profile]).arg(&out).output().unwrap();
+        assert_eq!(verified.status.code(), Some(0), "{profile}: {}", String::from_utf8_lossy(&verified.stdout));
+    }
+    // Asked for explicitly, the cut epoch is unavailable, saying why and what can be checked.
+    let asked =
+        clink().args(["incident-verify", "--json", "--profile", "replay", "--epoch", "3"]).arg(&out).output().unwrap();
+    assert_eq!(asked.status.code(), Some(3));
+    let report = json(&asked);
+    let details = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "replay.determinism").unwrap()
+        ["details"]
+        .to_string();
+    assert!(details.contains("checkpoint 3 did not complete") && details.contains("can be checked: {2}"), "{details}");
+}
+
+#[test]
+fn a_huge_sparse_artifact_is_reported_as_what_it_is_without_allocating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    common::copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good"), &bundle);
+    let manifest_path = bundle.join("manifest.json");
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    const HUGE: u64 = 2 << 30;
+    let artifact = manifest["artifacts"].as_array_mut().unwrap().iter_mut().find(|a| a["role"] == "snapshot").unwrap();
+    // A sparse file of 2 GiB, and a manifest that vouches for its size (not its hash).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(bundle.join(artifact["path"].as_str().unwrap()))
+        .unwrap()
+        .set_len(HUGE)
+        .unwrap();
+    artifact["size"] = HUGE.into();
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let mut cmd = clink();
+    cmd.args(["incident-verify", "--json", "--profile", "integrity"]).arg(&bundle);
+    // At most 1 GiB of address space: reading the artifact whole could not fit.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let limit = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let artifacts = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "bundle.artifacts").unwrap();
+    assert!(artifacts["details"].to_string().contains("SHA-256"), "{artifacts}");
+}
+
+#[test]
+fn the_collectors_refusal_kinds_are_exact() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    let jobs = live.path("ck/_jobs/1");
+    // A COMPLETED-* entry that is not a regular file: no retry helps, so `other`, never `changed`.
+    std::fs::create_dir(jobs.join("COMPLETED-99")).unwrap();
+    let out = live.path("b1");
+    let refused = live.collect(&out, &[]).output().unwrap();
+    assert_eq!((refused.status.code(), json(&refused)["kind"].clone()), (Some(1), Json::from("other")));
+    std::fs::remove_dir(jobs.join("COMPLETED-99")).unwrap();
+    // A selected marker that does not parse: `other`.
+    let newest = std::fs::read_dir(&jobs)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    let marker = jobs.join(format!("COMPLETED-{newest}"));
+    let good = std::fs::read(&marker).unwrap();
+    std::fs::write(&marker, b"{ not json").unwrap();
+    let refused = live.collect(&out, &[]).output().unwrap();
+    assert_eq!(
+        (refused.status.code(), json(&refused)["kind"].clone()),
+        (Some(1), Json::from("other")),
+        "{}",
+        json(&refused)
+    );
+    std::fs::write(&marker, good).unwrap();
+    // A trace file whose name is not UTF-8 is recorded as absent, not skipped.
+    let odd: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(b"worker-\xff.ndjson");
+    std::fs::write(live.path("traces").join(odd), b"").unwrap();
+    // --op keeps the captures of the operator's consumers.
+    let collected = live.collect(&out, &["--op", "3"]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
+    let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["absent"].to_string().contains("its name is not UTF-8"), "{}", manifest["absent"]);
+    let ops: std::collections::BTreeSet<String> =
+        manifest["epochs"].as_array().unwrap().iter().map(|e| e["operator"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ops, ["3", "5"].map(String::from).into(), "operator 3 and its consumer, the windows sink");
+}
+
+#[test]
+fn a_checkpoint_named_without_a_known_rule_records_no_engine_choice() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    // Markers of a build that named no graph, and no job manifest: no rule is known.
+    for entry in std::fs::read_dir(live.path("ck/_jobs/1")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_str().unwrap().starts_with("COMPLETED-") {
+            let mut marker: Json = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            marker["version"] = 1.into();
+            marker.as_object_mut().unwrap().remove("graph");
+            std::fs::write(&path, serde_json::to_vec(&marker).unwrap()).unwrap();
+        }
+    }
+    let newest = std::fs::read_dir(live.path("ck/_jobs/1"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse::<u64>().ok())
+        .max()
+        .unwrap()
+        .to_string();
+    let out = live.path("b");
+    let collected = live.collect(&out, &["--checkpoint", &newest]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
+    let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["selection"]["engine_choice"], Json::Null);
+    let verified = clink().args(["incident-verify", "--json"]).arg(&out).output().unwrap();
+    let report = json(&verified);
+    let rule = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "checkpoint.restore_rule").unwrap();
+    assert_eq!(rule["status"], "unsupported", "{rule}");
+    assert_eq!(verified.status.code(), Some(3));
 }

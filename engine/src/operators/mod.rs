@@ -275,6 +275,12 @@ pub struct Descriptor {
     pub key_columns: fn(params: &Json, output: &Schema) -> Vec<usize>,
     /// What it checks before the job starts (a source's whole input).
     pub preflight: fn(setup: &Setup<'_>) -> Result<(), OperatorError>,
+    /// Whether a replay emits exactly what production emitted. False for an
+    /// operator that reads the clock while handling a record (registering a
+    /// timer at now + delay): replay's clock sits at the last captured fire
+    /// there, so rows carrying that reading differ live against replay, while
+    /// two replays still agree.
+    pub replays_as_live: bool,
 }
 
 impl PartialEq for Descriptor {
@@ -305,6 +311,7 @@ impl Descriptor {
             state: StateDecoding::Restore,
             key_columns: defaults::no_key_columns,
             preflight: defaults::no_preflight,
+            replays_as_live: true,
         }
     }
 
@@ -322,7 +329,14 @@ impl Descriptor {
             state,
             key_columns: defaults::no_key_columns,
             preflight: defaults::no_preflight,
+            replays_as_live: true,
         }
+    }
+
+    /// The same descriptor, for an operator that reads the clock while it
+    /// handles a record: replays agree with each other, not with production.
+    pub const fn reads_the_clock_on_records(self) -> Descriptor {
+        Descriptor { replays_as_live: false, ..self }
     }
 
     /// The same descriptor, with the key columns its output rows carry.

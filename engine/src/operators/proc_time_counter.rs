@@ -96,8 +96,9 @@ impl Transform for ProcTimeCounter {
 }
 
 
-pub const DESCRIPTOR: Descriptor =
-    Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema)
+    .keyed_by(defaults::leading_key_columns)
+    .reads_the_clock_on_records();
 
 fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
     plan(params, defaults::input(input)?).map(|p| p.output)

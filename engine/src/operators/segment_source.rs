@@ -350,6 +350,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     state: StateDecoding::Decode(decode_state),
     key_columns: defaults::no_key_columns,
     preflight,
+    replays_as_live: true,
 };
 
 fn plan(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {

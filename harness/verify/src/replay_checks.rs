@@ -57,12 +57,13 @@ pub fn run(
     selection: &Selection,
     expected: Option<&Path>,
 ) -> Result<Vec<CheckResult>, UsageError> {
-    let selected: Vec<&EpochEntry> = select(bundle, selection);
+    let completed = completed_checkpoints(bundle);
+    let (selected, cut) = select(bundle, selection, &completed);
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
     let restores = known_restores(bundle);
-    let job = JobEvidence { graph, restores: &restores };
+    let job = JobEvidence { graph, restores: &restores, completed: &completed };
     let results: Vec<EpochResult> = checked.iter().map(|e| check_epoch(bundle, e, &job)).collect();
     let counts_base = Counts {
         selected: selected.len(),
@@ -89,6 +90,9 @@ pub fn run(
     if let Some(path) = expected {
         checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &restores.known)?);
     }
+    for check in &mut checks {
+        check.details.extend(cut.iter().cloned());
+    }
     Ok(checks)
 }
 
@@ -96,7 +100,21 @@ fn describe(e: &EpochEntry) -> String {
     format!("operator {} subtask {} epoch {}", e.operator, e.subtask, e.epoch)
 }
 
-fn select<'a>(bundle: &'a Bundle, selection: &Selection) -> Vec<&'a EpochEntry> {
+/// The checkpoints whose COMPLETED marker the bundle holds: an epoch is whole
+/// only when its checkpoint completed.
+fn completed_checkpoints(bundle: &Bundle) -> BTreeSet<u64> {
+    let layout = clink_engine::checkpoint::CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
+    clink_engine::checkpoint::markers::list_completed(&layout).map(|c| c.into_iter().collect()).unwrap_or_default()
+}
+
+/// The captured operator epochs the selection names. Without `--epoch`, an
+/// epoch whose checkpoint did not complete is left out (the run stopped
+/// within it, so its evidence may be cut), and said to be.
+fn select<'a>(
+    bundle: &'a Bundle,
+    selection: &Selection,
+    completed: &BTreeSet<u64>,
+) -> (Vec<&'a EpochEntry>, Vec<String>) {
     let mut selected: Vec<&EpochEntry> = bundle
         .manifest
         .epochs
@@ -107,7 +125,25 @@ fn select<'a>(bundle: &'a Bundle, selection: &Selection) -> Vec<&'a EpochEntry> 
         .filter(|e| selection.epochs.as_ref().is_none_or(|s| s.contains(&e.epoch)))
         .collect();
     selected.sort_by_key(|e| (e.operator_id(), e.subtask, e.epoch));
-    selected
+    let mut cut = BTreeSet::new();
+    if selection.epochs.is_none() {
+        selected.retain(|e| {
+            let whole = completed.contains(&e.epoch);
+            if !whole {
+                cut.insert(e.epoch);
+            }
+            whole
+        });
+    }
+    let notes = cut
+        .iter()
+        .map(|epoch| {
+            format!(
+                "not selected by default: epoch {epoch}: checkpoint {epoch} did not complete (the run stopped within it), so its evidence may be cut; --epoch {epoch} says why it cannot be checked"
+            )
+        })
+        .collect();
+    (selected, notes)
 }
 
 /// What a replay error means for one epoch's checks.
@@ -123,9 +159,18 @@ fn status_of(e: ReplayError) -> EpochStatus {
 struct JobEvidence<'a> {
     graph: &'a Result<KnownGraph, GraphProblem>,
     restores: &'a Restores,
+    completed: &'a BTreeSet<u64>,
 }
 
 fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<EpochEvidence, EpochStatus> {
+    if !job.completed.contains(&entry.epoch) {
+        let checkable: BTreeSet<u64> =
+            bundle.manifest.epochs.iter().map(|e| e.epoch).filter(|e| job.completed.contains(e)).collect();
+        return Err(EpochStatus::Unavailable(format!(
+            "checkpoint {} did not complete: the run stopped (or crashed) within epoch {}, so its evidence may be cut; the bundle's epochs that can be checked: {checkable:?}",
+            entry.epoch, entry.epoch
+        )));
+    }
     let graph = match job.graph {
         Ok(known) => Some(&known.graph),
         Err(GraphProblem::Absent(_)) => None,
@@ -190,6 +235,12 @@ fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -
     let Ok(planned) = spec.plan() else {
         return EpochStatus::Unsupported(format!("{at}: the operator cannot be planned"));
     };
+    if !planned.spec.descriptor.replays_as_live {
+        return EpochStatus::Unsupported(format!(
+            "{at}: {} reads the clock while handling records, so its replay agrees with other replays, not with production",
+            planned.spec.type_name
+        ));
+    }
     if spec.outputs.is_empty() {
         return EpochStatus::Unsupported(format!("{at}: the operator has no consumer to compare with"));
     }
