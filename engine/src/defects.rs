@@ -87,6 +87,11 @@ pub fn active() -> &'static Defects {
     ACTIVE.get_or_init(|| Defects::from_env().unwrap_or_default())
 }
 
+/// A defect setting this build refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DefectError(pub String);
+
 /// The defects switched on for this process (normally none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Defects(BTreeSet<Defect>);
@@ -102,28 +107,28 @@ impl Defects {
 
     /// Reads `CLINK_TEST_DEFECT`; an unknown name is an error, not ignored,
     /// and so is any value in a build without the switches.
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, DefectError> {
         Self::from_setting(std::env::var(ENV_VAR).ok(), COMPILED_IN)
     }
 
     /// The rule [`Defects::from_env`] applies: a setting is read only by a
     /// build that has the switches, and refused by one that does not.
-    fn from_setting(value: Option<String>, compiled_in: bool) -> Result<Self, String> {
+    fn from_setting(value: Option<String>, compiled_in: bool) -> Result<Self, DefectError> {
         match value {
             Some(value) if compiled_in => Self::parse(&value),
-            Some(_) => Err(format!(
+            Some(_) => Err(DefectError(format!(
                 "{ENV_VAR} is set, but this build has no test defect switches (it was built without the `defects` feature)"
-            )),
+            ))),
             None => Ok(Self::none()),
         }
     }
 
-    pub fn parse(list: &str) -> Result<Self, String> {
+    pub fn parse(list: &str) -> Result<Self, DefectError> {
         let mut set = BTreeSet::new();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let defect = Defect::parse(name).ok_or_else(|| {
                 let known: Vec<_> = Defect::ALL.iter().map(|d| d.name()).collect();
-                format!("{ENV_VAR}: unknown defect {name:?}; known: {}", known.join(", "))
+                DefectError(format!("{ENV_VAR}: unknown defect {name:?}; known: {}", known.join(", ")))
             })?;
             set.insert(defect);
         }
@@ -163,7 +168,7 @@ mod tests {
         let set = Some("broadcast_before_marker".to_string());
         assert!(Defects::from_setting(set.clone(), true).unwrap().has(Defect::BroadcastBeforeMarker));
         let refused = Defects::from_setting(set, false).unwrap_err();
-        assert!(refused.contains("built without the `defects` feature"), "{refused}");
+        assert!(refused.0.contains("built without the `defects` feature"), "{refused}");
         assert!(Defects::from_setting(None, false).unwrap().is_empty());
     }
 }

@@ -75,12 +75,27 @@ pub fn retire(ha_dir: &Path, job: u64, terminal: &str, ended_at_ms: u64) -> io::
     }
 }
 
+/// Why a job manifest was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JobManifestError {
+    #[error("{path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: std::path::PathBuf, reason: String },
+}
+
 /// Reads a job manifest: bounded, a known format and version.
-pub fn read(path: &Path) -> Result<JobManifest, String> {
-    let bytes = clink_basics::files::read_bounded(path, 16 << 20).map_err(|e| format!("{}: {e}", path.display()))?;
-    let manifest: JobManifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read(path: &Path) -> Result<JobManifest, JobManifestError> {
+    let invalid = |reason: String| JobManifestError::Invalid { path: path.to_path_buf(), reason };
+    let bytes = clink_basics::files::read_bounded(path, 16 << 20)
+        .map_err(|source| JobManifestError::Read { path: path.to_path_buf(), source })?;
+    let manifest: JobManifest = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
     if manifest.format != FORMAT || manifest.version > VERSION {
-        return Err(format!("{}: format {:?} version {}", path.display(), manifest.format, manifest.version));
+        return Err(invalid(format!("format {:?} version {}", manifest.format, manifest.version)));
     }
     Ok(manifest)
 }

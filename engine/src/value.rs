@@ -44,7 +44,7 @@ impl Decimal {
 
     /// Parses `-?digits[.digits]` with at most `max_scale` fraction digits. The
     /// result's scale is `max_scale`, so every value of a column shares one scale.
-    pub fn parse(text: &str, max_scale: u8) -> Result<Decimal, String> {
+    pub fn parse(text: &str, max_scale: u8) -> Result<Decimal, DecimalError> {
         let (negative, body) = match text.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, text),
@@ -55,13 +55,16 @@ impl Decimal {
         };
         let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
         if int_part.is_empty() || !digits_only(int_part) || !digits_only(frac_part) {
-            return Err(format!("{text:?} is not a decimal number"));
+            return Err(DecimalError(format!("{text:?} is not a decimal number")));
         }
         if body.contains('.') && frac_part.is_empty() {
-            return Err(format!("{text:?} has a decimal point and no fraction digits"));
+            return Err(DecimalError(format!("{text:?} has a decimal point and no fraction digits")));
         }
         if frac_part.len() > usize::from(max_scale) {
-            return Err(format!("{text:?} has {} fraction digits; at most {max_scale} are allowed", frac_part.len()));
+            return Err(DecimalError(format!(
+                "{text:?} has {} fraction digits; at most {max_scale} are allowed",
+                frac_part.len()
+            )));
         }
         let mut unscaled: i128 = 0;
         let padded = frac_part.bytes().chain(std::iter::repeat(b'0')).take(max_scale.into());
@@ -69,11 +72,16 @@ impl Decimal {
             unscaled = unscaled
                 .checked_mul(10)
                 .and_then(|v| v.checked_add(i128::from(digit - b'0')))
-                .ok_or_else(|| format!("{text:?} is too large"))?;
+                .ok_or_else(|| DecimalError(format!("{text:?} is too large")))?;
         }
         Ok(Decimal::new(if negative { -unscaled } else { unscaled }, max_scale))
     }
 }
+
+/// Why text is not a decimal of the column's scale.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecimalError(pub String);
 
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -47,8 +47,13 @@ pub enum Line {
     End,
 }
 
+/// Why an input line is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LineError(pub String);
+
 /// Parses one line (without its newline).
-pub fn parse_line(line: &str) -> Result<Line, String> {
+pub fn parse_line(line: &str) -> Result<Line, LineError> {
     let line = line.strip_suffix('\r').unwrap_or(line);
     if line == "END" {
         return Ok(Line::End);
@@ -58,13 +63,16 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
         ["E", time, account, amount] => {
             let time = parse_time(time)?;
             if account.is_empty() {
-                return Err("the account is empty".into());
+                return Err(LineError("the account is empty".into()));
             }
-            let amount = Decimal::parse(amount, AMOUNT_SCALE)?;
+            let amount = Decimal::parse(amount, AMOUNT_SCALE).map_err(|e| LineError(e.to_string()))?;
             Ok(Line::Event { time, account: (*account).to_string(), amount })
         }
         ["W", time] => Ok(Line::Watermark(parse_time(time)?)),
-        _ => Err(format!("{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END", truncate(line, 80))),
+        _ => Err(LineError(format!(
+            "{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END",
+            truncate(line, 80)
+        ))),
     }
 }
 
@@ -72,13 +80,16 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
 /// enough below `i64::MAX` that window ends and timer times cannot overflow.
 pub const MAX_TIME_MS: i64 = 1 << 60;
 
-fn parse_time(text: &str) -> Result<i64, String> {
+fn parse_time(text: &str) -> Result<i64, LineError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("time {:?} is not a non-negative integer number of milliseconds", truncate(text, 40)));
+        return Err(LineError(format!(
+            "time {:?} is not a non-negative integer number of milliseconds",
+            truncate(text, 40)
+        )));
     }
     match text.parse::<i64>() {
         Ok(t) if t <= MAX_TIME_MS => Ok(t),
-        _ => Err(format!("time {} is out of range (0 to {MAX_TIME_MS})", truncate(text, 40))),
+        _ => Err(LineError(format!("time {} is out of range (0 to {MAX_TIME_MS})", truncate(text, 40)))),
     }
 }
 
@@ -136,7 +147,7 @@ pub fn validate_input(dir: &Path) -> Result<InputSummary, OperatorError> {
             if summary.has_end {
                 return Err(input_error(&path, line_no, "a line after END"));
             }
-            match parse_line(&buf).map_err(|e| input_error(&path, line_no, &e))? {
+            match parse_line(&buf).map_err(|e| input_error(&path, line_no, &e.0))? {
                 Line::Event { .. } => summary.events += 1,
                 Line::Watermark(_) => summary.watermarks += 1,
                 Line::End => summary.has_end = true,
@@ -311,7 +322,7 @@ impl Source for SegmentSource {
                 continue;
             }
             self.position.line = line_no;
-            let parsed = parse_line(&self.buf).map_err(|e| input_error(&path, line_no, &e))?;
+            let parsed = parse_line(&self.buf).map_err(|e| input_error(&path, line_no, &e.0))?;
             return Ok(match parsed {
                 Line::Event { time, account, amount } => {
                     SourceItem::Record(vec![Value::Timestamp(time), Value::Str(account), Value::Decimal(amount)])

@@ -430,7 +430,7 @@ fn epoch_entry(f: &Fields<'_>) -> Result<EpochEntry, FieldError> {
         path: f.str("path")?.into(),
         role: f.str("role")?.into(),
     };
-    check_form(&entry.path).map_err(|e| f.error("path", e))?;
+    check_form(&entry.path).map_err(|e| f.error("path", e.0))?;
     let canonical = capture_path(entry.operator_id(), entry.subtask, entry.epoch);
     if entry.path != canonical {
         return Err(f.error("path", format!("{:?} is not where replay reads this epoch ({canonical:?})", entry.path)));
@@ -449,7 +449,7 @@ fn artifact(f: &Fields<'_>) -> Result<Artifact, FieldError> {
         size: f.u64("size")?,
         sha256: f.str("sha256")?.into(),
     };
-    check_form(&a.path).map_err(|e| f.error("path", e))?;
+    check_form(&a.path).map_err(|e| f.error("path", e.0))?;
     if !ROLES.contains(&a.role.as_str()) {
         return Err(f.error("role", format!("unknown role {:?}", a.role)));
     }

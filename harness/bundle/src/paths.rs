@@ -6,31 +6,39 @@ use std::path::{Path, PathBuf};
 /// The directories evidence may sit in.
 pub const EVIDENCE_DIRS: [&str; 4] = ["checkpoint", "capture", "traces", "job"];
 
+/// A path that breaks the rules, and which rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PathRuleError(pub String);
+
 /// Checks a manifest path's form: relative, `/`-separated, no empty, `.` or
 /// `..` component, no backslash or NUL, under an evidence directory.
-pub fn check_form(path: &str) -> Result<(), String> {
+pub fn check_form(path: &str) -> Result<(), PathRuleError> {
     if path.is_empty() {
-        return Err("the path is empty".into());
+        return Err(PathRuleError("the path is empty".into()));
     }
     if path.starts_with('/') {
-        return Err(format!("{path:?} is absolute"));
+        return Err(PathRuleError(format!("{path:?} is absolute")));
     }
     if path.contains('\\') {
-        return Err(format!("{path:?} contains a backslash"));
+        return Err(PathRuleError(format!("{path:?} contains a backslash")));
     }
     if path.contains('\0') {
-        return Err(format!("{path:?} contains a NUL"));
+        return Err(PathRuleError(format!("{path:?} contains a NUL")));
     }
     for component in path.split('/') {
         match component {
-            "" => return Err(format!("{path:?} has an empty component")),
-            "." | ".." => return Err(format!("{path:?} has a {component:?} component")),
+            "" => return Err(PathRuleError(format!("{path:?} has an empty component"))),
+            "." | ".." => return Err(PathRuleError(format!("{path:?} has a {component:?} component"))),
             _ => {}
         }
     }
     let first = path.split('/').next().unwrap_or("");
     if !EVIDENCE_DIRS.contains(&first) || !path.contains('/') {
-        return Err(format!("{path:?} is not inside an evidence directory ({})", EVIDENCE_DIRS.join(", ")));
+        return Err(PathRuleError(format!(
+            "{path:?} is not inside an evidence directory ({})",
+            EVIDENCE_DIRS.join(", ")
+        )));
     }
     Ok(())
 }

@@ -70,16 +70,24 @@ pub fn known_restores(bundle: &Bundle) -> Restores {
     Restores { known: known.into_iter().collect(), unread }
 }
 
+/// How an op.json and the job graph differ.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecMismatch(pub String);
+
 /// Whether a captured op.json describes what the job graph says this
 /// operator and subtask are: every field the graph also names, neighbours
 /// compared as sets. `Err` names the first field that differs.
-pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32) -> Result<(), String> {
+pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32) -> Result<(), SpecMismatch> {
     let op = OperatorId(spec.operator_id());
     let Some(planned) = graph.operator(op) else {
-        return Err(format!("the graph has no operator {op}"));
+        return Err(SpecMismatch(format!("the graph has no operator {op}")));
     };
     if subtask >= planned.spec.parallelism {
-        return Err(format!("subtask {subtask}, but operator {op} runs at parallelism {}", planned.spec.parallelism));
+        return Err(SpecMismatch(format!(
+            "subtask {subtask}, but operator {op} runs at parallelism {}",
+            planned.spec.parallelism
+        )));
     }
     let mut expected = OpSpecFile::describe(graph, planned, subtask);
     clink_basics::redact::redact(&mut expected.params);
@@ -102,7 +110,7 @@ pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32)
         ("outputs", sorted(&spec.outputs) == sorted(&expected.outputs)),
     ];
     match fields.iter().find(|(_, same)| !same) {
-        Some((field, _)) => Err(format!("{field} differs")),
+        Some((field, _)) => Err(SpecMismatch(format!("{field} differs"))),
         None => Ok(()),
     }
 }

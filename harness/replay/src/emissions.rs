@@ -42,22 +42,27 @@ pub struct Dump {
     pub rows: Vec<Row>,
 }
 
-pub fn decode_dump(bytes: &[u8]) -> Result<Dump, String> {
+/// Why an emission dump was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DumpError(pub String);
+
+pub fn decode_dump(bytes: &[u8]) -> Result<Dump, DumpError> {
     let mut r = Reader::new(bytes);
-    let err = |e: clink_engine::codec::DecodeError| e.to_string();
+    let err = |e: clink_engine::codec::DecodeError| DumpError(e.to_string());
     if r.take(8).map_err(err)? != EMIT_MAGIC {
-        return Err("not an emission dump (bad magic)".into());
+        return Err(DumpError("not an emission dump (bad magic)".into()));
     }
     let version = r.u32().map_err(err)?;
     if version != EMIT_VERSION {
-        return Err(format!("dump version {version}; this build reads {EMIT_VERSION}"));
+        return Err(DumpError(format!("dump version {version}; this build reads {EMIT_VERSION}")));
     }
     let operator = r.u64().map_err(err)?;
     let subtask = r.u32().map_err(err)?;
     let epoch = r.u64().map_err(err)?;
     let count = r.u64().map_err(err)?;
     if count > r.remaining() as u64 / 4 {
-        return Err(format!("the dump claims {count} rows, more than its bytes can hold"));
+        return Err(DumpError(format!("the dump claims {count} rows, more than its bytes can hold")));
     }
     let mut rows = Vec::new();
     for _ in 0..count {
@@ -67,10 +72,10 @@ pub fn decode_dump(bytes: &[u8]) -> Result<Dump, String> {
     Ok(Dump { operator, subtask, epoch, rows })
 }
 
-pub fn read_dump(path: &Path) -> Result<Dump, String> {
-    let bytes =
-        clink_basics::files::read_bounded(path, MAX_DUMP_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
-    decode_dump(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
+    let bytes = clink_basics::files::read_bounded(path, MAX_DUMP_BYTES)
+        .map_err(|e| DumpError(format!("{}: {e}", path.display())))?;
+    decode_dump(&bytes).map_err(|e| DumpError(format!("{}: {e}", path.display())))
 }
 
 /// The first place two emission sequences differ.

@@ -38,7 +38,7 @@ pub(super) fn read_job_manifest(b: &mut Builder<'_>) -> Result<Option<job_manife
         b.absent.push(Note { what: "job/manifest.json".into(), why });
         return Ok(None);
     }
-    job_manifest::read(&path).map(Some).map_err(|e| refusal(RefusalKind::Other, e))
+    job_manifest::read(&path).map(Some).map_err(|e| refusal(RefusalKind::Other, e.to_string()))
 }
 
 /// Reads a marker the collection relies on: one that vanished was pruned by
