@@ -19,7 +19,7 @@ use crate::value::{ColumnType, Row, Schema, Value};
 
 use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
 use super::window::{column, key_columns, typed_column};
-use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "idle_detector";
 pub const LAST_SEEN_SLOT: &str = "last_seen";
@@ -107,17 +107,10 @@ impl Transform for IdleDetector {
     }
 }
 
-
 pub const DESCRIPTOR: Descriptor =
     Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
 
-fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
-    plan(params, defaults::input(input)?).map(|p| p.output)
-}
-
-fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
-    Ok(Box::new(IdleDetector::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
-}
+planned_transform!(IdleDetector::new);
 
 #[cfg(test)]
 mod tests {

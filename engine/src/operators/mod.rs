@@ -29,6 +29,24 @@ macro_rules! registered_operators {
     };
 }
 
+/// The descriptor functions of a transform planned by its module's
+/// `plan(params, input)` into a plan with an `output` schema, and built from
+/// that plan by `$new`: `plan_schema` and `build`, for `Descriptor::transform`.
+macro_rules! planned_transform {
+    ($new:expr) => {
+        fn plan_schema(
+            params: &serde_json::Value,
+            input: Option<&crate::value::Schema>,
+        ) -> Result<crate::value::Schema, clink_basics::fields::FieldError> {
+            plan(params, super::defaults::input(input)?).map(|p| p.output)
+        }
+
+        fn build(setup: &super::Setup<'_>) -> Result<Box<dyn super::Transform>, super::OperatorError> {
+            Ok(Box::new($new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
+        }
+    };
+}
+
 registered_operators!(segment_source, filter, project, key_by, window, idle, proc_time_counter, line_sink, staged_sink,);
 
 use std::io;

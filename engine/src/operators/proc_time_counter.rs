@@ -17,7 +17,7 @@ use crate::value::{ColumnType, Row, Schema, Value};
 
 use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
 use super::window::{column, key_columns};
-use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "proc_time_counter";
 pub const COUNTS_SLOT: &str = "counts";
@@ -95,18 +95,11 @@ impl Transform for ProcTimeCounter {
     }
 }
 
-
 pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema)
     .keyed_by(defaults::leading_key_columns)
     .reads_the_clock_on_records();
 
-fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
-    plan(params, defaults::input(input)?).map(|p| p.output)
-}
-
-fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
-    Ok(Box::new(ProcTimeCounter::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
-}
+planned_transform!(ProcTimeCounter::new);
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ use serde_json::Value as Json;
 use clink_basics::fields::{FieldError, Fields};
 use crate::value::{Row, Schema, Value};
 
-use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
+use super::{Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "project";
 
@@ -54,16 +54,9 @@ impl Transform for Project {
     }
 }
 
-
 pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema);
 
-fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
-    plan(params, defaults::input(input)?).map(|p| p.output)
-}
-
-fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
-    Ok(Box::new(Project::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
-}
+planned_transform!(Project::new);
 
 #[cfg(test)]
 mod tests {

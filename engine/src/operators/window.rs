@@ -17,7 +17,7 @@ use crate::timers::Timer;
 use crate::value::{decode_value, encode_value, Column, ColumnType, Decimal, Row, Schema, Value};
 
 use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
-use super::{defaults, Context, Descriptor, OperatorError, Setup, Transform};
+use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "tumbling_window";
 pub const WINDOWS_SLOT: &str = "windows";
@@ -213,17 +213,10 @@ impl Transform for TumblingWindow {
     }
 }
 
-
 pub const DESCRIPTOR: Descriptor =
     Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
 
-fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
-    plan(params, defaults::input(input)?).map(|p| p.output)
-}
-
-fn build(setup: &Setup<'_>) -> Result<Box<dyn Transform>, OperatorError> {
-    Ok(Box::new(TumblingWindow::new(plan(setup.params, setup.input()?).map_err(setup.params_error())?)))
-}
+planned_transform!(TumblingWindow::new);
 
 #[cfg(test)]
 mod tests {
