@@ -34,13 +34,14 @@
       # PATH; `fetch = true` runs gates/fetch-tools first. The shape test
       # reads this table, so keep it a plain attribute set of literals.
       # Still to come, one line each as their gates land: upgrade-gate
-      # (like formal-check), reconcile-gate and services (clickhouse
-      # apacheKafka python3 util-linux).
+      # (like formal-check) and reconcile-gate (like services).
       gates = pkgs: with pkgs; {
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ python3 python3Packages.pip ]; };
+        regression-sensitivity = { fetch = false; tools = [ python3 ]; };
+        services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
       };
 
       app = pkgs: name: gate: {

@@ -32,6 +32,11 @@ const INTERNAL: &[&str] = &[
     "record-traces",
     // Builds the prior release that upgrade-gate compares against.
     "build-release",
+    // Installs the services with apt and cargo on machines without Nix;
+    // under Nix the services app takes them from nixpkgs.
+    "install-services",
+    // Sourced by the gates, never run.
+    "lib.sh",
 ];
 /// Prefixes of internal scripts: refresh-* re-make committed fixtures.
 const INTERNAL_PREFIXES: &[&str] = &["refresh-"];
@@ -1810,14 +1815,14 @@ fn st_tools_services(ctx: &Ctx) -> Result<(), String> {
     let script = "#!/usr/bin/env bash\n# kafka in a comment is not a call\nclickhouse-server --config-file x\n\
                   exec kafka-server-start.sh y\n"
         .to_string();
-    gates.insert("services".into(), Gate { executable: true, text: script });
-    let table = table_with(ctx, "services = { fetch = false; tools = [ clickhouse ]; };")?;
+    gates.insert("broker-demo".into(), Gate { executable: true, text: script });
+    let table = table_with(ctx, "broker-demo = { fetch = false; tools = [ clickhouse ]; };")?;
     let result = check_tools(&table, &gates);
     expect_failure(
         result,
-        &["app `services` needs `kafka` (gates/services calls `kafka-server-start.sh`)", "apacheKafka"],
+        &["app `broker-demo` needs `kafka` (gates/broker-demo calls `kafka-server-start.sh`)", "apacheKafka"],
     )?;
-    let table = table_with(ctx, "services = { fetch = false; tools = [ clickhouse apacheKafka ]; };")?;
+    let table = table_with(ctx, "broker-demo = { fetch = false; tools = [ clickhouse apacheKafka ]; };")?;
     check_tools(&table, &gates).map_err(|e| format!("the fixed table should pass: {e}"))
 }
 
