@@ -49,6 +49,9 @@ pub fn main(args: TraceValidateArgs) -> u8 {
         Ok(v) => v,
         Err(e) => return refuse(format!("{}: {e}", args.trace.display())),
     };
+    for tie in &validation.ties {
+        eprintln!("clink: {}: timestamp tie (ordered by file name): {tie}", args.trace.display());
+    }
     match &validation.verdict {
         Verdict::Accepted { events } => {
             println!(
@@ -61,6 +64,17 @@ pub fn main(args: TraceValidateArgs) -> u8 {
         Verdict::Rejected { k, event } => {
             println!(
                 "{}: REJECTED at event {k} of {}: no step of the specification produces {event}",
+                args.trace.display(),
+                validation.events
+            );
+            if let Some(dir) = &validation.modules_dir {
+                println!("  the generated modules and TLC's output are kept in {}", dir.display());
+            }
+            EXIT_FAILED
+        }
+        Verdict::Violated { invariant, k } => {
+            println!(
+                "{}: VIOLATED: the state after event {k} of {} breaks the invariant {invariant}",
                 args.trace.display(),
                 validation.events
             );

@@ -39,8 +39,11 @@ pub fn run(tools: &FormalTools, job: &TlcJob<'_>) -> Result<TlcRun, String> {
         tempfile::Builder::new().prefix("clink-tlc-").tempdir().map_err(|e| format!("a TLC work directory: {e}"))?;
     let library: Vec<String> = job.library.iter().map(|p| p.display().to_string()).collect();
     let mut cmd = Command::new(&tools.java);
+    // The client compiler and the serial collector: these runs are short (a
+    // trace, or a model of at most a few hundred thousand states), and the
+    // server compiler's warm-up costs more than it wins there.
     cmd.current_dir(job.dir)
-        .arg("-XX:+UseParallelGC")
+        .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
         .arg(format!("-DTLA-Library={}", library.join(":")))
         .arg("-cp")
         .arg(&tools.jar)
