@@ -193,8 +193,14 @@ Produce(e) ==
        /\ LiveEpoch(e)
        /\ \/ e.outcome = "completed" /\ CoordCompleted(e.ckpt)
           \/ e.outcome = "failed" /\ CoordFailed(e.ckpt)
-          \* decided together with the failed checkpoint below it, or at a restart
-          \/ e.outcome = "discarded" /\ e.ckpt \in discarded /\ UNCHANGED vars
+          \* decided together with the failed checkpoint below it, or at a
+          \* restart: one line per discarded checkpoint, a stutter
+          \/ /\ e.outcome = "discarded"
+             /\ e.ckpt \in discarded
+             /\ discarded' = discarded \ {e.ckpt}
+             /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig,
+                            runRestore, restoreTo, restarts, inflight, failedAt,
+                            errorDue, acked, nacked, pipeC, pipeStage, tasks, faults>>
        /\ UNCHANGED traceOnly
     \/ /\ e.event = "WriteCompleted"
        /\ LiveEpoch(e)
