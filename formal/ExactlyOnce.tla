@@ -706,9 +706,11 @@ Supersede ==
     /\ ProcessGone
     /\ UNCHANGED <<disk, input, runRestore, deaths, snapFails, taskErrors>>
 
-\* A superseded coordinator's COMPLETED put lands, at any later time: the
-\* marker is on disk, with the vintage it was decided at; nothing is
-\* broadcast for it (its sinks fail their epoch check before any commit).
+\* A superseded coordinator's COMPLETED put lands, at any later time
+\* (engine/src/runtime/coordinator.rs, Coordinator::write_marker, in the
+\* superseded process, past its epoch check): the marker is on disk, with
+\* the vintage it was decided at; nothing is published for it (its sinks
+\* fail their epoch check before any commit).
 StaleMarkerLands ==
     \E z \in zPuts :
         /\ markV' = [markV EXCEPT ![z[1]] = z[2]]
