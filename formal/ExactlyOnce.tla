@@ -14,21 +14,25 @@
 (* rewinds the source to the restore point's cut, so a replayed position   *)
 (* is cut again by a checkpoint with a fresh id.                           *)
 (*                                                                         *)
-(* One process hosts the coordinator, the source and the sink subtasks;    *)
-(* its death takes every in-memory variable with it, and only the disk     *)
-(* (the variables marked DISK below) survives.  Non-sink subtasks          *)
-(* (key_by, windows) snapshot and ack like the sink but have no commit     *)
-(* step; their acks are stutters and are not represented.                  *)
+(* One process (`clink run`) hosts the coordinator, the source and the     *)
+(* sink subtasks; its death takes every in-memory variable with it, and    *)
+(* only the disk (the variables marked DISK below) survives.  A second run *)
+(* over the same directory may also take the job over while the first is   *)
+(* still alive (Supersede): the first is then a superseded coordinator,    *)
+(* fenced at every durable step by the epoch the second claimed, except    *)
+(* for a COMPLETED put that had passed its check (zPuts).  Non-sink        *)
+(* subtasks (key_by, windows) snapshot and ack like the sink but have no   *)
+(* commit step; their acks are stutters and are not represented.           *)
 (*                                                                         *)
 (* Family selects the sink family.  Only "recoverable" (staged-file sinks  *)
-(* that re-commit persisted handles at open) is specified.  A              *)
-(* commit-confirmed family (Kafka) would add its CONFIRMED marker,         *)
-(* receipts and in-doubt resolution behind the same constant: see          *)
-(* RestorePoint, SinkOpens and the Family CASEs.                           *)
+(* that re-commit persisted handles at open) is specified.                 *)
 (*                                                                         *)
 (* Bug switches one rule back to a defective form, at the rule itself.     *)
 (* "none" is the protocol the engine implements; every other value is a    *)
 (* mutant under mutants/ and is calibrated against mutants/expected.txt.   *)
+(* Unguarded removes guards (named by the invariant each establishes, see  *)
+(* Guards): it is how the suite shows that an accepted mutant is harmless  *)
+(* because of that guard and of nothing else.                              *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
@@ -37,12 +41,14 @@ CONSTANTS
     MaxCkpt,        \* checkpoint ids are 1..MaxCkpt over the whole behaviour
     MaxInFlight,    \* checkpoints triggered and not yet decided, at most
     MaxDeaths,      \* fault budget: process deaths (kill at any step)
+    MaxSupersede,   \* fault budget: runs that take the job over from a live run
     MaxSnapFails,   \* fault budget: sink snapshots that fail (checkpoint.snapshot_fails)
     RestartBudget,  \* in-process restarts (failed checkpoint or subtask error), per process
     MaxTaskErrors,  \* fault budget: subtask errors (a Failed frame) that restart the job
     MaxEmpty,       \* (sink, position) pairs whose interval brought the sink no rows
     Family,         \* "recoverable"
-    Bug             \* "none", or the name of one mutant
+    Bug,            \* "none", or the name of one mutant
+    Unguarded       \* a subset of Guards: guards taken out (see Guards)
 
 Families == {"recoverable"}
 
@@ -52,19 +58,35 @@ Bugs == {"none",
          "ack_before_durable",             \* step 5 acks before step 4's file exists
          "complete_above_failed",          \* step 6 lets a checkpoint above a failed one complete
          "no_rewind_on_failed_checkpoint", \* a failed checkpoint does not restart the job
-         "restore_ignores_restored",       \* recovery step 1 ignores the RESTORED record
+         "restore_ignores_restored",       \* a restart's restore ignores the RESTORED record
+         "restore_from_superseded",        \* a takeover's restore ignores the RESTORED record
          "restore_without_marker",         \* recovery step 1 restores from snapshots with no marker
          "commit_at_barrier",              \* step 4 publishes instead of staging
          "commit_above_checkpoint",        \* step 9 publishes handles above c as well
          "recommit_unheld_at_open",        \* recovery step 5 re-commits every staged file
          "no_cleanup_at_open",             \* recovery step 5 leaves unheld staged files
-         "sail_on_without_budget"}         \* a failed checkpoint with no budget left does not fail the job
+         "sail_on_without_budget",         \* a failed checkpoint with no budget left does not fail the job
+         "id_reuse",                       \* a redeploy numbers from the restore point plus one
+         "restart_numbers_from_disk",      \* a restart ignores the ids it triggered itself
+         "no_restored_record",             \* a redeploy writes no RESTORED record
+         "broadcast_during_drain",         \* checkpoints are decided and broadcast while a restart drains
+         "close_aborts_prepared"}          \* a cancelled sink deletes its sealed staged files
+
+\* The guards an accepted mutant may name (mutants/expected.txt), each the
+\* invariant of the same name and the rule that establishes it:
+\*   RestoredPassesOverNothing: a restart chooses its restore point after the
+\*     drain, when nothing can complete any more (RestartDrained); unguarded,
+\*     it chooses at RestartOnError, before the drain.
+Guards == {"RestoredPassesOverNothing"}
 
 ASSUME Family \in Families
 ASSUME Bug \in Bugs
+ASSUME Unguarded \subseteq Guards
 ASSUME MaxCkpt \in Nat /\ MaxInFlight \in Nat \ {0}
-ASSUME {MaxDeaths, MaxSnapFails, RestartBudget, MaxTaskErrors, MaxEmpty} \subseteq Nat
+ASSUME {MaxDeaths, MaxSupersede, MaxSnapFails, RestartBudget, MaxTaskErrors, MaxEmpty} \subseteq Nat
 ASSUME Sinks # {}
+
+Guarded(g) == g \notin Unguarded
 
 Ids == 1..MaxCkpt           \* checkpoint ids
 Positions == 1..MaxCkpt     \* one position per interval, so never more than ids
@@ -80,22 +102,29 @@ VARIABLES
     \* ---------------- DISK: survives a process death ----------------
     cutOf,       \* [0..MaxCkpt -> Nat]: the source's durable position snapshot of c
                  \*   (0: none; cutOf[0] = 0 is the start of the input)
-    sinkSnap,    \* [Sinks -> SUBSET Ids]: checkpoints the sink's snapshot is durable for
+    dlv,         \* [Ids -> 0..2]: how many times the source delivered barrier c
+                 \*   (wrote its position snapshot), over the job's whole history: the
+                 \*   vintage of c's state.  Ghost; cutOf[c] # 0 iff dlv[c] # 0
+    snapV,       \* [Sinks -> [Ids -> 0..2]]: the vintage (dlv) of c when the sink's
+                 \*   snapshot of c was written; 0: no snapshot of c
     snapHold,    \* [Sinks -> [Ids -> SUBSET Ids]]: the handles that snapshot holds
     staged,      \* [Sinks -> SUBSET Ids]: sealed staged files .staged/part-<s>-<c>
     published,   \* [Sinks -> SUBSET Ids]: published files part-<s>-<c> (the output)
-    markers,     \* SUBSET Ids: durable COMPLETED-<c> markers
+    markV,       \* [Ids -> 0..2]: the vintage of c when COMPLETED-<c> was written; 0: no marker
     restored,    \* <<>> or <<restored_from, next>>: the durable RESTORED record
     \* ---------------- the environment ----------------
     input,       \* [Sinks -> [Positions -> {"?", "rows", "empty"}]]: whether a
                  \*   position's interval brings the sink rows; decided the first
                  \*   time the sink prepares it, and the same on every replay
+    zPuts,       \* SUBSET (Ids \X 0..2): COMPLETED puts of superseded coordinators
+                 \*   that passed their epoch check and have not landed yet
     \* ---------------- PROCESS MEMORY: lost at a death ----------------
     phase,       \* "running" | "draining" | "deploying" | "down" | "failed"
     runBase,     \* the first checkpoint id of the current deploy
     nextId,      \* the coordinator's next checkpoint id
+    lastTrig,    \* the last id this process triggered (0: none).  Ghost
     runRestore,  \* the restore point the current (or last) deploy restored from
-    restoreTo,   \* the restore point chosen, while "deploying"
+    restoreTo,   \* the restore point chosen, while "deploying" (and, unguarded, draining)
     restarts,    \* in-process restarts this process has made
     inflight,    \* checkpoints triggered and not yet decided
     failedAt,    \* the failed checkpoint awaiting the restart (0: none)
@@ -114,17 +143,18 @@ VARIABLES
     pending,     \* [Sinks -> SUBSET Ids]: handles the sink holds in memory, sealed and unpublished
     commitQ,     \* [Sinks -> Seq(Ids)]: CommitCheckpoint frames not yet taken, in order
     committedC,  \* [Ids -> SUBSET Sinks]: Committed(c) frames received (read by one mutant only)
-    \* ---------------- fault budgets spent, and ghosts ----------------
+    \* ---------------- fault budgets spent ----------------
     deaths,      \* process deaths so far
+    supersessions, \* takeovers from a live run so far
     snapFails,   \* snapshot failures so far
     taskErrors   \* subtask errors so far
 
-disk   == <<cutOf, sinkSnap, snapHold, staged, published, markers, restored>>
-coord  == <<phase, runBase, nextId, runRestore, restoreTo, restarts, inflight,
+disk   == <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored>>
+coord  == <<phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
             failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage>>
 tasks  == <<srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC>>
-faults == <<deaths, snapFails, taskErrors>>
-vars   == <<disk, input, coord, tasks, faults>>
+faults == <<deaths, supersessions, snapFails, taskErrors>>
+vars   == <<disk, input, zPuts, coord, tasks, faults>>
 
 -----------------------------------------------------------------------------
 (* Derived views                                                           *)
@@ -132,35 +162,54 @@ vars   == <<disk, input, coord, tasks, faults>>
 \* The position a handle carries.
 Pos(c) == cutOf[c]
 
+\* The checkpoints with a durable COMPLETED marker.
+markers == {c \in Ids : markV[c] # 0}
+
+\* The checkpoints a sink's snapshot is durable for.
+SnapIds(s) == {c \in Ids : snapV[s][c] # 0}
+
 \* The RESTORED record passes over c: the newest deploy restored below c and
 \* numbers its checkpoints above it.
 PassedOver(c) == restored # <<>> /\ restored[1] < c /\ c < restored[2]
 
-\* The restore rule (engine/src/checkpoint/restore.rs, restore_point_on_disk):
-\* one function for the engine's recovery, its in-process restart and the
-\* harness's checkpoint.restore_rule.
-RecoverableRestorePoint ==
-    CASE Bug = "restore_ignores_restored" ->
+\* The restore rule (engine/src/checkpoint/restore.rs, choose_restore_point
+\* through restore_point_on_disk): one function for the engine's recovery,
+\* its in-process restart and the harness's checkpoint.restore_rule.
+\* takeover: chosen by a new run (CoordRecovers), not by a restart.
+RecoverableRestorePoint(takeover) ==
+    CASE \/ Bug = "restore_ignores_restored" /\ ~takeover
+         \/ Bug = "restore_from_superseded" /\ takeover ->
+            \* MUTANT: the newest marker, even one the RESTORED record passes over.
             Max(markers)
       [] Bug = "restore_without_marker" ->
-            \* the newest checkpoint any participant has a snapshot of
-            Max({c \in Ids : cutOf[c] # 0} \cup UNION {sinkSnap[s] : s \in Sinks})
+            \* MUTANT: the newest checkpoint any participant has a snapshot of.
+            Max({c \in Ids : cutOf[c] # 0} \cup UNION {SnapIds(s) : s \in Sinks})
       [] OTHER ->
             Max({c \in markers : ~PassedOver(c)})
 
-RestorePoint == CASE Family = "recoverable" -> RecoverableRestorePoint
+RestorePoint(takeover) == CASE Family = "recoverable" -> RecoverableRestorePoint(takeover)
 
 \* What the disk vouches for, whatever rule a restore applies: the newest
-\* COMPLETED marker the RESTORED record does not pass over.  (The
-\* commit-confirmed family would vouch with its CONFIRMED markers.)
+\* COMPLETED marker the RESTORED record does not pass over.
 Vouched == CASE Family = "recoverable" -> Max({c \in markers : ~PassedOver(c)})
 
-\* Recovery step 2: one above every checkpoint id the disk knows.
+\* Recovery step 2 (engine/src/checkpoint/restore.rs, next_checkpoint_id):
+\* one above every checkpoint id the disk knows.
 NextFromDisk ==
     1 + Max(markers
             \cup {c \in Ids : cutOf[c] # 0}
-            \cup UNION {sinkSnap[s] : s \in Sinks}
+            \cup UNION {SnapIds(s) : s \in Sinks}
             \cup (IF restored = <<>> THEN {} ELSE {restored[2] - 1}))
+
+\* The first id a redeploy numbers (engine/src/runtime/coordinator.rs,
+\* redeploy): one above every id the disk knows, and never below the
+\* coordinator's own next id, so a restart does not trigger again an id it
+\* triggered before the restart and the disk never saw (a new process has
+\* none: nextId = 0).  R is the restore point.
+RedeployNext(R) ==
+    CASE Bug = "id_reuse" -> R + 1                     \* MUTANT: from the restore point
+      [] Bug = "restart_numbers_from_disk" -> NextFromDisk  \* MUTANT: the disk only
+      [] OTHER -> IF NextFromDisk >= nextId THEN NextFromDisk ELSE nextId
 
 \* A restart is due: a checkpoint was decided failed, or a subtask failed.
 RestartDue == failedAt # 0 \/ errorDue
@@ -172,12 +221,18 @@ BarrierWaiting(s) == NextBarrier(s) < srcNext
 EmptyCount == Cardinality({<<s, p>> \in Sinks \X Positions : input[s][p] = "empty"})
 
 \* The handles a sink's snapshot of R holds (none for R = 0 or no snapshot).
-Held(s, R) == IF R # 0 /\ R \in sinkSnap[s] THEN snapHold[s][R] ELSE {}
+Held(s, R) == IF R # 0 /\ snapV[s][R] # 0 THEN snapHold[s][R] ELSE {}
 
 \* No acks (or Committed frames) received yet.  Memory is reset to these
 \* canonical values at every death and deploy, so dead runs do not multiply
 \* states.
 FreshAcks == [c \in Ids |-> {}]
+
+\* The coordinator decides, marks and broadcasts while the job runs; under
+\* the mutant broadcast_during_drain also while a restart drains.
+CoordActs ==
+    \/ phase = "running"
+    \/ Bug = "broadcast_during_drain" /\ phase = "draining"
 
 -----------------------------------------------------------------------------
 (* Initial state: a fresh start.  No job directory, no RESTORED record,    *)
@@ -186,16 +241,19 @@ FreshAcks == [c \in Ids |-> {}]
 
 Init ==
     /\ cutOf = [c \in 0..MaxCkpt |-> 0]
-    /\ sinkSnap = [s \in Sinks |-> {}]
+    /\ dlv = [c \in Ids |-> 0]
+    /\ snapV = [s \in Sinks |-> [c \in Ids |-> 0]]
     /\ snapHold = [s \in Sinks |-> [c \in Ids |-> {}]]
     /\ staged = [s \in Sinks |-> {}]
     /\ published = [s \in Sinks |-> {}]
-    /\ markers = {}
+    /\ markV = [c \in Ids |-> 0]
     /\ restored = <<>>
     /\ input = [s \in Sinks |-> [p \in Positions |-> IF MaxEmpty = 0 THEN "rows" ELSE "?"]]
+    /\ zPuts = {}
     /\ phase = "running"
     /\ runBase = 1
     /\ nextId = 1
+    /\ lastTrig = 0
     /\ runRestore = 0
     /\ restoreTo = 0
     /\ restarts = 0
@@ -217,13 +275,14 @@ Init ==
     /\ commitQ = [s \in Sinks |-> <<>>]
     /\ committedC = FreshAcks
     /\ deaths = 0
+    /\ supersessions = 0
     /\ snapFails = 0
     /\ taskErrors = 0
 
 -----------------------------------------------------------------------------
 (* Checkpoint steps 1-9 (PROTOCOL.md "Steps of a checkpoint c")            *)
 
-\* Step 1, Trigger.  engine/src/runtime/coordinator.rs: the trigger loop
+\* Step 1, Trigger.  engine/src/runtime/coordinator.rs, Coordinator::trigger:
 \* allocates nextId and sends TriggerCheckpoint(c) to the source subtask.
 \* Not while a restart is due (the coordinator thread goes from a failed
 \* decision or a Failed frame straight to RestartOnError).
@@ -234,25 +293,28 @@ Trigger ==
     /\ Cardinality(inflight) < MaxInFlight
     /\ inflight' = inflight \cup {nextId}
     /\ nextId' = nextId + 1
-    /\ UNCHANGED <<disk, input, phase, runBase, runRestore, restoreTo, restarts,
+    /\ lastTrig' = nextId
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, runRestore, restoreTo, restarts,
                    failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, tasks,
                    faults>>
 
-\* Step 2, DeliverBarrier.  engine/src/runtime/task.rs, the source subtask on
-\* TriggerCheckpoint(c): cuts the input after the one position of interval c,
-\* writes its position snapshot durably, acks (a stutter here: the source's ack
-\* is this step) and emits barrier c after every record of the interval.
-\* The next state is fault point source.after_position_snapshot@c, and, for
-\* every sink that has not prepared c yet, sink.before_prepare@c.  Sinks may
-\* still be opening: the barrier waits in their input.
+\* Step 2, DeliverBarrier.  engine/src/runtime/task.rs, SourceTask::checkpoint,
+\* the source subtask on TriggerCheckpoint(c): cuts the input after the one
+\* position of interval c, writes its position snapshot durably, acks (a
+\* stutter here: the source's ack is this step) and emits barrier c after
+\* every record of the interval.  The next state is fault point
+\* source.after_position_snapshot@c, and, for every sink that has not
+\* prepared c yet, sink.before_prepare@c.  Sinks may still be opening: the
+\* barrier waits in their input.
 DeliverBarrier ==
     /\ phase \in TasksRun
     /\ srcNext < nextId
     /\ cutOf' = [cutOf EXCEPT ![srcNext] = srcPos + 1]
+    /\ dlv' = [dlv EXCEPT ![srcNext] = IF @ < 2 THEN @ + 1 ELSE 2]
     /\ srcPos' = srcPos + 1
     /\ srcNext' = srcNext + 1
-    /\ UNCHANGED <<sinkSnap, snapHold, staged, published, markers, restored,
-                   input, coord, sinkUp, lastBar, prepC, comC, pending, commitQ,
+    /\ UNCHANGED <<snapV, snapHold, staged, published, markV, restored,
+                   input, zPuts, coord, sinkUp, lastBar, prepC, comC, pending, commitQ,
                    committedC, faults>>
 
 \* A sink subtask's thread is free: open, and not between a prepare and its
@@ -263,9 +325,11 @@ SinkFree(s) ==
     /\ prepC[s] = 0
     /\ comC[s] = 0
 
-\* Step 4, sink prepare with rows.  engine/src/operators/staged_sink.rs, at the
-\* aligned barrier c: seals interval c into .staged/part-<s>-<c> durably; the
-\* handle of c.  Next state: fault point sink.after_prepare@c.
+\* Step 4, sink prepare with rows.  engine/src/operators/staged_sink.rs,
+\* StagedFileSink::prepare, called from SinkTask::prepare_and_ack
+\* (engine/src/runtime/task.rs) at the aligned barrier c: seals interval c
+\* into .staged/part-<s>-<c> durably; the handle of c.  Next state: fault
+\* point sink.after_prepare@c.
 SinkPrepare(s) ==
     LET c == NextBarrier(s)
         p == Pos(c)
@@ -288,12 +352,13 @@ SinkPrepare(s) ==
               /\ staged' = [staged EXCEPT ![s] = @ \cup {c}]
               /\ pending' = [pending EXCEPT ![s] = @ \cup {c}]
               /\ UNCHANGED published
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, markers, restored, coord, srcNext,
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, zPuts, coord, srcNext,
                    srcPos, sinkUp, comC, commitQ, committedC, faults>>
 
-\* Step 4, empty prepare.  engine/src/operators/staged_sink.rs: interval c
-\* brought the sink no rows; it seals nothing.  The input decides, so a
-\* position found empty is empty on every replay.
+\* Step 4, empty prepare.  engine/src/operators/staged_sink.rs,
+\* StagedFileSink::prepare returning Prepared::EMPTY: interval c brought the
+\* sink no rows; it seals nothing.  The input decides, so a position found
+\* empty is empty on every replay.
 SinkPrepareEmpty(s) ==
     LET c == NextBarrier(s)
         p == Pos(c)
@@ -305,34 +370,35 @@ SinkPrepareEmpty(s) ==
     /\ input' = [input EXCEPT ![s][p] = "empty"]
     /\ lastBar' = [lastBar EXCEPT ![s] = c]
     /\ prepC' = [prepC EXCEPT ![s] = c]
-    /\ UNCHANGED <<disk, coord, srcNext, srcPos, sinkUp, comC, pending, commitQ,
+    /\ UNCHANGED <<disk, zPuts, coord, srcNext, srcPos, sinkUp, comC, pending, commitQ,
                    committedC, faults>>
 
 \* Record an ack at the coordinator; acks of a checkpoint already decided
 \* (discarded), and every frame after a restart's cancel, are dropped.
 RecordAck(set, s, c) ==
-    IF phase = "running" /\ c \in inflight THEN [set EXCEPT ![c] = @ \cup {s}] ELSE set
+    IF CoordActs /\ c \in inflight THEN [set EXCEPT ![c] = @ \cup {s}] ELSE set
 
-\* Step 5, sink ack.  engine/src/operators/staged_sink.rs then
-\* engine/src/runtime/task.rs: the sink's snapshot, holding every handle it
+\* Step 5, sink ack.  engine/src/runtime/task.rs, SinkTask::prepare_and_ack:
+\* the sink's snapshot (StagedFileSink::snapshot), holding every handle it
 \* has sealed and not published, is written durably, then the ack frame
 \* (SubtaskAck ok=true) is sent.
 SinkAck(s) ==
     LET c == prepC[s] IN
     /\ phase \in TasksRun
     /\ c # 0
-    /\ sinkSnap' = [sinkSnap EXCEPT ![s] = @ \cup {c}]
+    /\ snapV' = [snapV EXCEPT ![s][c] = dlv[c]]
     /\ snapHold' = [snapHold EXCEPT ![s][c] = pending[s]]
     /\ acked' = RecordAck(acked, s, c)
     /\ prepC' = [prepC EXCEPT ![s] = 0]
-    /\ UNCHANGED <<cutOf, staged, published, markers, restored, input, phase,
-                   runBase, nextId, runRestore, restoreTo, restarts, inflight,
+    /\ UNCHANGED <<cutOf, dlv, staged, published, markV, restored, input, zPuts, phase,
+                   runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
                    failedAt, errorDue, discarded, nacked, pipeC, pipeStage, srcNext, srcPos,
                    sinkUp, lastBar, comC, pending, commitQ, committedC, faults>>
 
-\* Step 5 under fault point checkpoint.snapshot_fails@c (budgeted).
-\* engine/src/operators/staged_sink.rs: the snapshot fails, the sink deletes
-\* the staged file of c, forgets its handle, and acks ok=false.
+\* Step 5 when the snapshot write fails (an I/O error, or fault point
+\* checkpoint.snapshot_fails@c; budgeted).  engine/src/runtime/task.rs,
+\* SinkTask::prepare_and_ack, the Err arm: StagedFileSink::abort deletes the
+\* staged file of c and forgets its handle, and the sink acks ok=false.
 SinkPrepareFails(s) ==
     LET c == prepC[s] IN
     /\ phase \in TasksRun
@@ -343,19 +409,19 @@ SinkPrepareFails(s) ==
     /\ pending' = [pending EXCEPT ![s] = @ \ {c}]
     /\ nacked' = RecordAck(nacked, s, c)
     /\ prepC' = [prepC EXCEPT ![s] = 0]
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, published, markers, restored, input,
-                   phase, runBase, nextId, runRestore, restoreTo, restarts,
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
+                   phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, pipeC, pipeStage, srcNext,
                    srcPos, sinkUp, lastBar, comC, commitQ, committedC, deaths,
-                   taskErrors>>
+                   supersessions, taskErrors>>
 
 \* Step 6 applies to the lowest checkpoint in flight once its last ack is in
 \* (acks from one subtask arrive in id order, so checkpoints complete in id
 \* order) and the coordinator has finished the previous completion.
 Decidable(c) ==
-    /\ phase = "running"
+    /\ CoordActs
     /\ pipeC = 0
-    /\ ~errorDue
+    /\ (~errorDue \/ phase = "draining")
     /\ (failedAt = 0 \/ Bug = "complete_above_failed")
     /\ inflight # {}
     /\ c = Min(inflight)
@@ -363,7 +429,7 @@ Decidable(c) ==
     /\ acked[c] \cup nacked[c] = Sinks    \* every sink has acked
 
 \* Step 6, all ok: CoordComplete(outcome=completed).
-\* engine/src/runtime/coordinator.rs, on the last ack of c.
+\* engine/src/runtime/coordinator.rs, Coordinator::on_ack then complete.
 \* Next state: fault point coordinator.before_completed_marker@c.
 CoordCompleted(c) ==
     /\ Decidable(c)
@@ -371,14 +437,17 @@ CoordCompleted(c) ==
     /\ inflight' = inflight \ {c}
     /\ pipeC' = c
     /\ pipeStage' = "decided"
-    /\ UNCHANGED <<disk, input, phase, runBase, nextId, runRestore, restoreTo,
-                   restarts, failedAt, errorDue, discarded, acked, nacked, tasks, faults>>
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
+                   restoreTo, restarts, failedAt, errorDue, discarded, acked, nacked, tasks,
+                   faults>>
 
 \* Step 6, some ack failed: CoordComplete(outcome=failed), and every
 \* checkpoint above c still in flight CoordComplete(outcome=discarded), all in
-\* the one handler of coordinator.rs.  No marker is ever written for them.
+\* the one handler (engine/src/runtime/coordinator.rs, Coordinator::fail).
+\* No marker is ever written for them.
 CoordFailed(c) ==
     /\ Decidable(c)
+    /\ phase = "running"
     /\ nacked[c] # {}
     /\ IF Bug = "complete_above_failed"
           \* MUTANT: the checkpoints above stay in flight and may complete
@@ -391,19 +460,20 @@ CoordFailed(c) ==
                                     \* MUTANT: the job carries on.
                      [] failedAt # 0 -> failedAt
                      [] OTHER -> c
-    /\ UNCHANGED <<disk, input, phase, runBase, nextId, runRestore, restoreTo,
-                   restarts, errorDue, acked, nacked, pipeC, pipeStage, tasks,
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
+                   restoreTo, restarts, errorDue, acked, nacked, pipeC, pipeStage, tasks,
                    faults>>
 
 \* Step 6 as events.txt names it: CoordComplete, whatever the outcome.
 CoordComplete(c) == CoordCompleted(c) \/ CoordFailed(c)
 
-\* Step 7, durable marker.  engine/src/runtime/coordinator.rs writes
-\* COMPLETED-<c> (temporary name, fsync, rename, directory fsync), then emits
-\* WriteCompleted.  Next state: coordinator.after_completed_marker@c, which
-\* is also coordinator.before_commit_broadcast@c.
+\* Step 7, durable marker.  engine/src/runtime/coordinator.rs,
+\* Coordinator::write_marker: COMPLETED-<c> (temporary name, fsync, rename,
+\* directory fsync), then the WriteCompleted line.  Next state:
+\* coordinator.after_completed_marker@c, which is also
+\* coordinator.before_commit_broadcast@c.
 WriteCompleted ==
-    /\ phase = "running"
+    /\ CoordActs
     /\ pipeC # 0
     /\ IF Bug = "broadcast_before_marker"
           \* MUTANT: the marker follows the broadcast and every Committed(c).
@@ -414,16 +484,16 @@ WriteCompleted ==
           ELSE /\ pipeStage = "decided"
                /\ pipeStage' = "marked"
                /\ UNCHANGED pipeC
-    /\ markers' = markers \cup {pipeC}
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, staged, published, restored, input,
-                   phase, runBase, nextId, runRestore, restoreTo, restarts,
+    /\ markV' = [markV EXCEPT ![pipeC] = dlv[pipeC]]
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, restored, input, zPuts,
+                   phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, nacked, tasks, faults>>
 
-\* Step 8, broadcast.  engine/src/runtime/coordinator.rs sends
-\* CommitCheckpoint(c) to every sink subtask, only once COMPLETED-<c> is
-\* durable.
+\* Step 8, broadcast.  engine/src/runtime/coordinator.rs,
+\* Coordinator::broadcast: CommitCheckpoint(c) to every sink subtask, only
+\* once COMPLETED-<c> is durable.
 Broadcast ==
-    /\ phase = "running"
+    /\ CoordActs
     /\ pipeC # 0
     /\ IF Bug = "broadcast_before_marker"
           THEN /\ pipeStage = "decided"
@@ -433,31 +503,31 @@ Broadcast ==
                /\ pipeC' = 0
                /\ pipeStage' = "none"
     /\ commitQ' = [s \in Sinks |-> Append(commitQ[s], pipeC)]
-    /\ UNCHANGED <<disk, input, phase, runBase, nextId, runRestore, restoreTo,
-                   restarts, inflight, failedAt, errorDue, discarded, acked, nacked,
-                   srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
+                   restoreTo, restarts, inflight, failedAt, errorDue, discarded, acked,
+                   nacked, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
                    committedC, faults>>
 
-\* Step 9, DeliverCommit.  engine/src/runtime/task.rs: the sink subtask takes
-\* the next CommitCheckpoint frame.  Next state: sink.before_commit@c.
+\* Step 9, DeliverCommit.  engine/src/runtime/task.rs, SinkTask::commit: the
+\* sink subtask takes the next CommitCheckpoint frame.  Next state:
+\* sink.before_commit@c.
 DeliverCommit(s) ==
     /\ SinkFree(s)
     /\ commitQ[s] # <<>>
     /\ comC' = [comC EXCEPT ![s] = Head(commitQ[s])]
     /\ commitQ' = [commitQ EXCEPT ![s] = Tail(@)]
-    /\ UNCHANGED <<disk, input, coord, srcNext, srcPos, sinkUp, lastBar, prepC,
+    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, sinkUp, lastBar, prepC,
                    pending, committedC, faults>>
 
-\* Step 9, SinkCommit.  engine/src/operators/staged_sink.rs: publishes every
-\* handle with id <= c, in id order (rename out of .staged/, fsync), skipping
-\* one already published; then Committed(c) goes to the coordinator.
-\* Next state: sink.after_commit@c.
 \* The handles a CommitCheckpoint(c) publishes: those the sink holds in
-\* memory with id <= c.  Never a file merely found in .staged/: this rule,
-\* with ids that never repeat (NextFromDisk), also guards the mutant
-\* no_cleanup_at_open.
+\* memory with id <= c.  Never a file merely found in .staged/, which may be
+\* a leftover of an earlier deploy until the open removes it.
 CommitPublishesOnlyHeldHandles(s, c) == {h \in pending[s] : h <= c}
 
+\* Step 9, SinkCommit.  engine/src/operators/staged_sink.rs,
+\* StagedFileSink::commit: publishes every handle with id <= c, in id order
+\* (rename out of .staged/, fsync), skipping one already published; then
+\* Committed(c) goes to the coordinator.  Next state: sink.after_commit@c.
 SinkCommit(s) ==
     LET c == comC[s]
         H == IF Bug = "commit_above_checkpoint"
@@ -473,7 +543,7 @@ SinkCommit(s) ==
     /\ committedC' = IF Bug = "broadcast_before_marker"
                         THEN [committedC EXCEPT ![c] = @ \cup {s}]
                         ELSE committedC
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, markers, restored, input, coord,
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, coord,
                    srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, faults>>
 
 -----------------------------------------------------------------------------
@@ -499,10 +569,20 @@ ResetDeploy ==
     /\ commitQ' = [s \in Sinks |-> <<>>]
     /\ committedC' = FreshAcks
 
+\* What a cancelled sink leaves of its staged files (the drain of a restart,
+\* or the job failing): all of them (engine/src/runtime/task.rs, the Cancel
+\* arm of SinkTask::run returns without touching them).
+CancelledStaged ==
+    IF Bug = "close_aborts_prepared"
+       \* MUTANT: a cancelled sink deletes the staged files it holds.
+       THEN [s \in Sinks |-> staged[s] \ pending[s]]
+       ELSE staged
+
 \* Fault: a subtask fails (an I/O error, a protocol error in open(), ...) and
-\* its Failed frame reaches engine/src/runtime/coordinator.rs between two
-\* other frames.  The coordinator restarts the job (RestartOnError with
-\* ckpt = 0) or, with no budget left, fails it.  Budget MaxTaskErrors.
+\* its Failed frame reaches engine/src/runtime/coordinator.rs
+\* (Coordinator::on_frame) between two other frames.  The coordinator
+\* restarts the job (RestartOnError with ckpt = 0) or, with no budget left,
+\* fails it.  Budget MaxTaskErrors.
 SubtaskFails ==
     /\ phase = "running"
     /\ pipeC = 0
@@ -510,52 +590,69 @@ SubtaskFails ==
     /\ taskErrors < MaxTaskErrors
     /\ taskErrors' = taskErrors + 1
     /\ errorDue' = TRUE
-    /\ UNCHANGED <<disk, input, phase, runBase, nextId, runRestore, restoreTo,
-                   restarts, inflight, failedAt, discarded, acked, nacked, pipeC,
-                   pipeStage, tasks, deaths, snapFails>>
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
+                   restoreTo, restarts, inflight, failedAt, discarded, acked, nacked, pipeC,
+                   pipeStage, tasks, deaths, supersessions, snapFails>>
 
-\* RestartOnError.  engine/src/runtime/coordinator.rs, restart_on_error: a
-\* checkpoint was decided failed (ckpt = it), or a subtask failed (ckpt = 0),
-\* and the process has restart budget left.  The coordinator cancels every
-\* subtask and from now on drops their frames; checkpoints still in flight
-\* are discarded (their CoordComplete lines follow the drain).  The subtasks
-\* run on until each notices the cancel (phase "draining": a sink may still
-\* prepare, ack or commit, the source deliver a barrier it had).
+\* RestartOnError.  engine/src/runtime/coordinator.rs,
+\* Coordinator::restart_on_error: a checkpoint was decided failed (ckpt = it),
+\* or a subtask failed (ckpt = 0), and the process has restart budget left.
+\* The coordinator cancels every subtask (shut_down) and drops their frames
+\* from now on; checkpoints still in flight are discarded (their
+\* CoordComplete lines follow the drain).  The subtasks run on until each
+\* notices the cancel (phase "draining": a sink may still prepare, ack or
+\* commit, the source deliver a barrier it had).
 RestartOnError ==
     /\ phase = "running"
+    /\ pipeC = 0
     /\ RestartDue
     /\ restarts < RestartBudget
     /\ restarts' = restarts + 1
     /\ phase' = "draining"
-    /\ inflight' = {}
-    /\ discarded' = discarded \cup inflight
-    /\ UNCHANGED <<disk, input, runBase, nextId, runRestore, restoreTo, failedAt,
+    /\ IF Bug = "broadcast_during_drain"
+          \* MUTANT: what is in flight stays decidable through the drain.
+          THEN UNCHANGED <<inflight, discarded>>
+          ELSE /\ inflight' = {}
+               /\ discarded' = discarded \cup inflight
+    \* Unguarded RestoredPassesOverNothing: the restore point is chosen here,
+    \* before the drain.
+    /\ restoreTo' = IF Guarded("RestoredPassesOverNothing") THEN restoreTo ELSE RestorePoint(FALSE)
+    /\ UNCHANGED <<disk, input, zPuts, runBase, nextId, lastTrig, runRestore, failedAt,
                    errorDue, acked, nacked, pipeC, pipeStage, tasks, faults>>
 
 \* The drain ends: every subtask's thread has stopped (shut_down in
 \* engine/src/runtime/coordinator.rs), and the coordinator applies the
-\* restore rule (engine/src/checkpoint/restore.rs) and continues at Redeploy.
-\* No trace event of its own.  The coordinator keeps its next id.
+\* restore rule (Coordinator::redeploy, restore_point_on_disk) and
+\* continues at Redeploy.  No trace event of its own.  The coordinator keeps
+\* its next id.  Choosing here, once nothing can complete any more, is the
+\* guard RestoredPassesOverNothing.
 RestartDrained ==
     /\ phase = "draining"
+    /\ pipeC = 0
     /\ phase' = "deploying"
-    /\ restoreTo' = RestorePoint
+    /\ restoreTo' = IF Guarded("RestoredPassesOverNothing") THEN RestorePoint(FALSE) ELSE restoreTo
     /\ runBase' = 0
+    /\ staged' = CancelledStaged
     /\ ResetDeploy
-    /\ UNCHANGED <<disk, input, nextId, runRestore, restarts, faults>>
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
+                   nextId, lastTrig, runRestore, restarts, faults>>
 
 \* The job fails (exit 1) when a restart is due and no budget is left:
-\* nothing above a failed checkpoint completed.  No trace event.
+\* nothing above a failed checkpoint completed.  engine/src/runtime/
+\* coordinator.rs, Coordinator::restart_on_error returning RunError::Failed.
 JobFails ==
     /\ phase = "running"
+    /\ pipeC = 0
     /\ RestartDue
     /\ restarts >= RestartBudget
     /\ ~(Bug = "sail_on_without_budget" /\ failedAt # 0)
     /\ phase' = "failed"
     /\ nextId' = 0
     /\ runBase' = 0
+    /\ staged' = CancelledStaged
     /\ ResetDeploy
-    /\ UNCHANGED <<disk, input, runRestore, restoreTo, restarts, faults>>
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
+                   lastTrig, runRestore, restoreTo, restarts, faults>>
 
 \* MUTANT sail_on_without_budget: with the budget spent, the failed
 \* checkpoint is forgotten and the job runs on.
@@ -565,9 +662,19 @@ SailOn ==
     /\ failedAt # 0
     /\ restarts >= RestartBudget
     /\ failedAt' = 0
-    /\ UNCHANGED <<disk, input, phase, runBase, nextId, runRestore, restoreTo,
-                   restarts, inflight, errorDue, discarded, acked, nacked, pipeC,
+    /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
+                   restoreTo, restarts, inflight, errorDue, discarded, acked, nacked, pipeC,
                    pipeStage, tasks, faults>>
+
+\* Every in-memory variable of a process, gone.
+ProcessGone ==
+    /\ phase' = "down"
+    /\ nextId' = 0
+    /\ lastTrig' = 0
+    /\ runBase' = 0
+    /\ restoreTo' = 0
+    /\ restarts' = 0
+    /\ ResetDeploy
 
 \* Fault: the process dies (SIGKILL at any fault point, or any step), or a
 \* failed job's process exits and is run again.  Only the disk survives.
@@ -575,39 +682,68 @@ Die ==
     /\ phase # "down"
     /\ deaths < MaxDeaths
     /\ deaths' = deaths + 1
-    /\ phase' = "down"
-    /\ nextId' = 0
-    /\ runBase' = 0
-    /\ restoreTo' = 0
-    /\ restarts' = 0
-    /\ ResetDeploy
-    /\ UNCHANGED <<disk, input, runRestore, snapFails, taskErrors>>
+    /\ ProcessGone
+    /\ UNCHANGED <<disk, input, zPuts, runRestore, supersessions, snapFails, taskErrors>>
 
-\* Recovery step 1, CoordRecovers.  engine/src/runtime/coordinator.rs with
-\* engine/src/checkpoint/restore.rs: a new `clink run` over the same
-\* directory reads the markers and the RESTORED record once and chooses the
-\* restore point R.  Next state: coordinator.before_restored_record@R.
+\* Fault: a second `clink run` over the same checkpoint directory takes the
+\* job over while this one is still alive (a supervisor gave up on it).  The
+\* fencing the engine is to implement (formal/README.md, "Engine changes
+\* this specification requires", E1): the new run claims the next epoch
+\* durably before it reads anything, and the old one checks the epoch before
+\* every durable step and stops at the first check it fails.  A write that
+\* had passed its check still lands, later: the model keeps the one that
+\* can matter, the COMPLETED put of a checkpoint already decided (zPuts).
+\* The old run's other late writes cannot touch the new run's state (E1
+\* says why), and its sinks publish nothing the new run's open does not
+\* re-commit.  The old run's memory leaves the model, and the new run goes
+\* on as after a death (CoordRecovers).  An exclusive lock held for the
+\* process's life admits no takeover at all: a subset of these behaviours.
+Supersede ==
+    /\ phase \in {"running", "draining", "deploying"}
+    /\ supersessions < MaxSupersede
+    /\ supersessions' = supersessions + 1
+    /\ zPuts' = IF pipeStage = "decided" THEN zPuts \cup {<<pipeC, dlv[pipeC]>>} ELSE zPuts
+    /\ ProcessGone
+    /\ UNCHANGED <<disk, input, runRestore, deaths, snapFails, taskErrors>>
+
+\* A superseded coordinator's COMPLETED put lands, at any later time
+\* (engine/src/runtime/coordinator.rs, Coordinator::write_marker, in the
+\* superseded process, past its epoch check): the marker is on disk, with
+\* the vintage it was decided at; nothing is published for it (its sinks
+\* fail their epoch check before any commit).
+StaleMarkerLands ==
+    \E z \in zPuts :
+        /\ markV' = [markV EXCEPT ![z[1]] = z[2]]
+        /\ zPuts' = zPuts \ {z}
+        /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, restored, input,
+                       coord, tasks, faults>>
+
+\* Recovery step 1, CoordRecovers.  engine/src/runtime/coordinator.rs,
+\* Coordinator::recover: a new `clink run` over the same directory reads
+\* the markers and the RESTORED record once and chooses the restore point R
+\* (restore_point_on_disk).  Next state: coordinator.before_restored_record@R.
 CoordRecovers ==
     /\ phase = "down"
     /\ phase' = "deploying"
-    /\ restoreTo' = RestorePoint
-    /\ UNCHANGED <<disk, input, runBase, nextId, runRestore, restarts, inflight,
-                   failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, tasks,
-                   faults>>
+    /\ restoreTo' = RestorePoint(TRUE)
+    /\ UNCHANGED <<disk, input, zPuts, runBase, nextId, lastTrig, runRestore, restarts,
+                   inflight, failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage,
+                   tasks, faults>>
 
 \* Recovery steps 2-4, Redeploy (after a recovery or a RestartOnError).
-\* engine/src/runtime/coordinator.rs, redeploy: next := one above every id
-\* the disk knows, and not below the coordinator's own next id (a restart
-\* never reuses an id it triggered; a new process has none, nextId = 0);
-\* RESTORED {restored_from: R, next} is written durably before any frame;
-\* the subtasks are deployed, the source at R's position, each sink opening
-\* from its snapshot of R.
+\* engine/src/runtime/coordinator.rs, Coordinator::redeploy: next :=
+\* RedeployNext(R); RESTORED {restored_from: R, next} is written durably
+\* before any frame (write_restored); the subtasks are deployed
+\* (Coordinator::deploy), the source at R's position, each sink opening from
+\* its snapshot of R.
 Redeploy ==
     LET R == restoreTo
-        N == IF NextFromDisk >= nextId THEN NextFromDisk ELSE nextId
+        N == RedeployNext(R)
     IN
     /\ phase = "deploying"
-    /\ restored' = <<R, N>>
+    /\ restored' = IF Bug = "no_restored_record"
+                      THEN restored     \* MUTANT: no record is written
+                      ELSE <<R, N>>
     /\ phase' = "running"
     /\ runBase' = N
     /\ nextId' = N
@@ -615,15 +751,15 @@ Redeploy ==
     /\ srcNext' = N
     /\ srcPos' = Pos(R)
     /\ lastBar' = [s \in Sinks |-> N - 1]
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, staged, published, markers, input,
-                   restoreTo, restarts, inflight, failedAt, errorDue, discarded, acked,
-                   nacked, pipeC, pipeStage, sinkUp, prepC, comC, pending,
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, input, zPuts,
+                   lastTrig, restoreTo, restarts, inflight, failedAt, errorDue, discarded,
+                   acked, nacked, pipeC, pipeStage, sinkUp, prepC, comC, pending,
                    commitQ, committedC, faults>>
 
-\* Recovery step 5, SinkOpens.  engine/src/operators/staged_sink.rs, open():
-\* re-commits every handle the sink's snapshot of R holds (a published one is
-\* skipped), then deletes every staged file of its own that snapshot does not
-\* hold.
+\* Recovery step 5, SinkOpens.  engine/src/operators/staged_sink.rs,
+\* StagedFileSink::open, from SinkTask::run: re-commits every handle the
+\* sink's snapshot of R holds (a published one is skipped), then deletes
+\* every staged file of its own that snapshot does not hold.
 RecoverableOpen(s) ==
     LET H == Held(s, runRestore) IN
     CASE Bug = "no_recommit_at_open" ->
@@ -652,7 +788,7 @@ SinkOpens(s) ==
     /\ sinkUp[s] = "opening"
     /\ sinkUp' = [sinkUp EXCEPT ![s] = "open"]
     /\ CASE Family = "recoverable" -> RecoverableOpen(s)
-    /\ UNCHANGED <<cutOf, sinkSnap, snapHold, markers, restored, input, coord,
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, coord,
                    srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
                    faults>>
 
@@ -702,6 +838,8 @@ Progress ==
 
 Faults ==
     \/ Die
+    \/ Supersede
+    \/ StaleMarkerLands
     \/ SubtaskFails
     \/ \E s \in Sinks : SinkPrepareFails(s)
 
@@ -717,16 +855,19 @@ FairSpec == Spec /\ WF_vars(Progress)
 
 TypeOK ==
     /\ cutOf \in [0..MaxCkpt -> 0..MaxCkpt]
-    /\ sinkSnap \in [Sinks -> SUBSET Ids]
+    /\ dlv \in [Ids -> 0..2]
+    /\ snapV \in [Sinks -> [Ids -> 0..2]]
+    /\ markV \in [Ids -> 0..2]
     /\ staged \in [Sinks -> SUBSET Ids]
     /\ published \in [Sinks -> SUBSET Ids]
-    /\ markers \subseteq Ids
+    /\ zPuts \subseteq Ids \X (0..2)
     /\ phase \in {"running", "draining", "deploying", "down", "failed"}
     /\ inflight \subseteq Ids
     /\ pipeStage \in {"none", "decided", "marked", "broadcast"}
     /\ sinkUp \in [Sinks -> {"opening", "open"}]
     /\ errorDue \in BOOLEAN
-    /\ deaths <= MaxDeaths /\ snapFails <= MaxSnapFails /\ taskErrors <= MaxTaskErrors
+    /\ deaths <= MaxDeaths /\ supersessions <= MaxSupersede
+    /\ snapFails <= MaxSnapFails /\ taskErrors <= MaxTaskErrors
 
 \* Position p reached sink s with rows (it is owed to the output).
 Owed(s, p) == input[s][p] # "empty"
@@ -762,20 +903,44 @@ FrontierCovered ==
                 ELSE Covered(s, p, runRestore)
 
 \* A deploy restores from a checkpoint that was decided completed (its marker
-\* is on disk) and of which every participant has a snapshot: never
-\* snapshots of mixed vintage.
+\* is on disk), and every participant's state it reads is of that
+\* checkpoint's vintage: the source's position snapshot and every sink's
+\* snapshot were written in the same delivery of the checkpoint as the
+\* marker (never snapshots of mixed vintage, nor a snapshot missing).  It
+\* holds from the choice until the last sink has opened (the sinks read
+\* their snapshot of R at open).
 RestoreSound ==
-    LET R == IF phase = "deploying" THEN restoreTo ELSE runRestore IN
-    R # 0 => /\ R \in markers
-             /\ cutOf[R] # 0
-             /\ \A s \in Sinks : R \in sinkSnap[s]
+    LET R == IF phase = "deploying" THEN restoreTo ELSE runRestore
+        reading == \/ phase = "deploying"
+                   \/ phase \in TasksRun /\ \E s \in Sinks : sinkUp[s] = "opening"
+    IN
+    (reading /\ R # 0) =>
+        /\ markV[R] # 0
+        /\ cutOf[R] # 0
+        /\ dlv[R] = markV[R]
+        /\ \A s \in Sinks : snapV[s][R] = markV[R]
 
-\* In this engine the RESTORED record never passes over a marker: a deploy
-\* restores from the newest marker, numbers above every id on disk, and no
-\* checkpoint below its next can complete afterwards (a dead process writes
-\* nothing; a restart empties the coordinator's completion pipeline before
-\* the drain).  This is what guards the mutant restore_ignores_restored; the
-\* day it fails, the RESTORED rule of the restore function carries weight.
+\* Checkpoint ids never repeat within a job's history: no barrier id is
+\* delivered twice (its state written twice), and a coordinator never
+\* triggers an id it has triggered before.  (A coordinator that died may
+\* have triggered an id it never delivered; nothing of it reached the disk,
+\* and the next run may number it again.)
+IdsNeverReused ==
+    /\ \A c \in Ids : dlv[c] <= 1
+    /\ nextId = 0 \/ lastTrig < nextId
+
+\* Every staged file of a sink that has opened in the current deploy is one
+\* it holds and will commit: the staging directory holds nothing unowned
+\* (the open removed what the restore point does not hold).
+NoUnownedStaged ==
+    \A s \in Sinks :
+        (phase \in TasksRun /\ sinkUp[s] = "open") => staged[s] \subseteq pending[s]
+
+\* Guard: the RESTORED record never passes over a marker unless a superseded
+\* coordinator's late put landed it there.  A restart chooses its restore
+\* point once nothing can complete any more, and a dead process writes
+\* nothing, so no marker lands in a range a RESTORED record passes over.
+\* Checked by the models without a takeover from a live run.
 RestoredPassesOverNothing == \A c \in markers : ~PassedOver(c)
 
 \* Every position the restore point vouches for is published exactly once at

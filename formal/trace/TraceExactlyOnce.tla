@@ -7,6 +7,11 @@
 (* process dying, a COMPLETED marker whose line the death cut off, the end *)
 (* of a restart's drain, a subtask's Failed frame).                        *)
 (*                                                                         *)
+(* Every field of the vocabulary (formal/trace/events.txt) is read here:   *)
+(* EventFields lists, per event, the fields a record must carry and this   *)
+(* module constrains; OptionalFields those the engine does not emit yet    *)
+(* (events.txt's pending changes), constrained when present.               *)
+(*                                                                         *)
 (* The trace and its constants come from two GENERATED modules of         *)
 (* literals, TraceConstants and TraceEvents (format: formal/README.md,     *)
 (* "Generated trace modules"); TLC finds them on its library path.  The    *)
@@ -19,114 +24,212 @@
 (*                 n = Len(Trace): some path produced every event;         *)
 (*   rejected at event k <=> exit 0 and no such line; k is one above the   *)
 (*                 largest n printed as <<"trace-progress", n>> (1 if      *)
-(*                 none was printed).                                      *)
-(* Any other exit status (10, 11, 12, 75, 150+, 255) is an error of the    *)
-(* setup or the generated modules, never a verdict.  Acceptance is not an  *)
+(*                 none was printed);                                      *)
+(*   violated I <=> exit 12 naming invariant I (TraceExactlyOnceChecked    *)
+(*                 only): a state the trace reaches breaks a correctness   *)
+(*                 invariant.                                              *)
+(* Any other exit status (10, 11, 75, 150+, 255) is an error of the setup  *)
+(* or the generated modules, never a verdict.  Acceptance is not an        *)
 (* invariant violation on purpose: TLC would print the whole accepted      *)
 (* behaviour as a counterexample, which costs more than the check.         *)
 (***************************************************************************)
 EXTENDS ExactlyOnce, TLC, TraceConstants, TraceEvents
 
 VARIABLES
-    pos,    \* how many events of Trace have been produced
-    ev      \* Trace[pos + 1], or EndOfTrace once every event is produced
+    pos,        \* how many events of Trace have been produced
+    ev,         \* Trace[pos + 1], or EndOfTrace once every event is produced
+    placed,     \* subtasks whose Placement this deployment has seen
+    opened,     \* sinks whose SinkOpens this deployment has seen
+    ackedTo,    \* [TraceSubtasks -> Nat]: a non-sink subtask's last ack this deployment
+    depWorker,  \* the worker this deployment's subtasks are placed on (0: none yet)
+    closing,    \* this deployment triggered its final (or savepoint) checkpoint
+    epochNow    \* the live coordinator's epoch (0: an engine without fencing)
 
-traceVars == <<vars, pos, ev>>
+traceOnly == <<placed, opened, ackedTo, depWorker, closing, epochNow>>
+traceVars == <<vars, pos, ev, traceOnly>>
 
 \* The vocabulary this module handles (formal/trace/events.txt), and the
-\* fields it reads from each event.  Records may carry more fields.
+\* fields each event must carry, every one of which is read below.
 EventFields ==
-    [Trigger        |-> {"ckpt"},
-     DeliverBarrier |-> {"ckpt", "fenced"},
-     SinkPrepare    |-> {"sub", "ckpt", "staged"},
-     SubtaskAck     |-> {"sub", "ckpt", "ok"},
-     CoordComplete  |-> {"ckpt", "outcome"},
-     WriteCompleted |-> {"ckpt"},
-     Broadcast      |-> {"ckpt", "withheld"},
-     DeliverCommit  |-> {"sub", "ckpt", "accepted"},
-     SinkCommit     |-> {"sub", "ckpt"},
-     SinkOpens      |-> {"sub", "family", "restore", "recommitted"},
-     CoordRecovers  |-> {"completed"},
-     Redeploy       |-> {"restore", "next"},
-     RestartOnError |-> {"ckpt"},
-     Placement      |-> {}]
+    [Trigger        |-> {"job", "ckpt", "epoch", "kind"},
+     DeliverBarrier |-> {"job", "ckpt", "epoch", "worker", "fenced"},
+     SinkPrepare    |-> {"job", "sub", "ckpt", "family", "staged"},
+     SubtaskAck     |-> {"job", "sub", "ckpt", "ok"},
+     CoordComplete  |-> {"job", "ckpt", "outcome", "epoch"},
+     WriteCompleted |-> {"job", "ckpt", "epoch"},
+     Broadcast      |-> {"job", "ckpt", "withheld", "epoch"},
+     DeliverCommit  |-> {"job", "sub", "ckpt", "accepted"},
+     SinkCommit     |-> {"job", "sub", "ckpt"},
+     SinkOpens      |-> {"job", "sub", "family", "restore", "recommitted"},
+     CoordRecovers  |-> {"job", "epoch", "completed", "confirmed"},
+     Redeploy       |-> {"job", "restore", "next"},
+     RestartOnError |-> {"job", "ckpt"},
+     Placement      |-> {"job", "sub", "worker", "source"},
+     JobEnds        |-> {"job", "outcome", "epoch"}]
+
+\* Fields of events.txt's pending changes: the engine does not emit them yet;
+\* read and constrained when a record carries them.
+OptionalFields ==
+    [Placement      |-> {"role"}]
+
+Optional(name) == IF name \in DOMAIN OptionalFields THEN OptionalFields[name] ELSE {}
 
 HandledEvents == DOMAIN EventFields
+
+Has(e, f) == f \in DOMAIN e
 
 \* A generated trace that breaks this is an error of the generator (TLC exit
 \* 10, "Assumption ... is false"), never a verdict on the run.
 ASSUME TraceWellFormed ==
     /\ TraceSinks # {}
+    /\ TraceSinks \subseteq TraceSubtasks
+    /\ TraceSource \in TraceSubtasks \ TraceSinks
     /\ \A i \in 1..Len(Trace) :
           /\ "event" \in DOMAIN Trace[i]
           /\ Trace[i].event \in HandledEvents
           /\ EventFields[Trace[i].event] \subseteq DOMAIN Trace[i]
+          /\ DOMAIN Trace[i] \subseteq {"event"} \cup EventFields[Trace[i].event]
+                                       \cup Optional(Trace[i].event)
+          /\ Trace[i].job = TraceJob
 
 EndOfTrace == [event |-> "EndOfTrace"]
 
 \* Constants of ExactlyOnce for a trace (bound in TraceExactlyOnce.cfg).
 TraceMaxInFlight == IF TraceMaxCkpt > 0 THEN TraceMaxCkpt ELSE 1
 TraceMaxEmpty == Cardinality(TraceSinks) * TraceMaxCkpt
+TraceNoSupersede == 0
+
+\* The initial deployment: the fresh start, before any redeploy.
+FreshDeploy == restored = <<>>
+
+\* A new deployment starts: nothing of it placed, opened or acked yet.
+NewDeployment ==
+    /\ placed' = {}
+    /\ opened' = {}
+    /\ ackedTo' = [t \in TraceSubtasks |-> 0]
+    /\ depWorker' = 0
+    /\ closing' = FALSE
 
 -----------------------------------------------------------------------------
 (* One step per recorded event.  Each disjunct first tests ev.event, so a  *)
 (* record is only asked for the fields its event carries.                  *)
 
+\* The postcondition of a finished run: its final (or savepoint) checkpoint
+\* triggered and completed, every completed checkpoint committed by every
+\* sink, nothing in flight, nothing staged left unowned.
+EndsSettled ==
+    /\ phase = "running"
+    /\ ~RestartDue
+    /\ closing
+    /\ nextId - 1 \in markers
+    /\ inflight = {}
+    /\ pipeC = 0
+    /\ \A s \in Sinks : /\ sinkUp[s] = "open"
+                        /\ ~BarrierWaiting(s)
+                        /\ prepC[s] = 0
+                        /\ comC[s] = 0
+                        /\ commitQ[s] = <<>>
+                        /\ pending[s] = {}
+                        /\ staged[s] = {}
+    /\ Settled
+
+\* A sink acts only once its open of this deployment is recorded.
+SinkActs(e) == e.sub \in Sinks /\ e.sub \in opened
+
 \* The first open of a fresh start is the initial state (nothing restored):
-\* its SinkOpens line is a stutter.
+\* its SinkOpens line is a stutter, once per sink.
 FreshOpen(e) ==
-    /\ restored = <<>>
+    /\ FreshDeploy
     /\ e.restore = 0
     /\ e.recommitted = 0
     /\ UNCHANGED vars
 
+\* The coordinator lines of the live coordinator carry its epoch.
+LiveEpoch(e) == e.epoch = epochNow
+
 Produce(e) ==
     \/ /\ e.event = "Trigger"
+       /\ LiveEpoch(e)
+       /\ e.kind \in {"periodic", "final", "savepoint"}
+       /\ ~closing                       \* nothing is triggered after the final one
        /\ nextId = e.ckpt
        /\ Trigger
+       /\ closing' = (e.kind # "periodic")
+       /\ UNCHANGED <<placed, opened, ackedTo, depWorker, epochNow>>
     \/ /\ e.event = "DeliverBarrier"
        /\ e.fenced = FALSE
+       /\ LiveEpoch(e)
+       /\ TraceSource \in placed
+       /\ e.worker = depWorker
        /\ srcNext = e.ckpt
        /\ DeliverBarrier
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "SinkPrepare"
-       /\ e.sub \in Sinks
+       /\ e.family = Family
+       /\ SinkActs(e)
        /\ NextBarrier(e.sub) = e.ckpt
        /\ IF e.staged THEN SinkPrepare(e.sub) ELSE SinkPrepareEmpty(e.sub)
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "SubtaskAck"
        /\ IF e.sub \in Sinks
-             THEN /\ prepC[e.sub] = e.ckpt
+             THEN /\ SinkActs(e)
+                  /\ prepC[e.sub] = e.ckpt
                   /\ IF e.ok THEN SinkAck(e.sub) ELSE SinkPrepareFails(e.sub)
+                  /\ UNCHANGED traceOnly
              \* a non-sink subtask's ack (the source's, an operator's): a
-             \* stutter, once the source has emitted that barrier
-             ELSE /\ e.ok = TRUE
+             \* stutter, once per checkpoint and in id order, of a barrier
+             \* this deployment's source delivered; the source acks the
+             \* barrier it has just delivered.  A failed one is outside the
+             \* model.
+             ELSE /\ e.sub \in placed
+                  /\ e.ok = TRUE
                   /\ phase \in TasksRun
                   /\ runBase <= e.ckpt /\ e.ckpt < srcNext
-                  /\ UNCHANGED vars
+                  /\ ackedTo[e.sub] < e.ckpt
+                  /\ e.sub = TraceSource => e.ckpt = srcNext - 1
+                  /\ ackedTo' = [ackedTo EXCEPT ![e.sub] = e.ckpt]
+                  /\ UNCHANGED <<vars, placed, opened, depWorker, closing, epochNow>>
     \/ /\ e.event = "CoordComplete"
+       /\ LiveEpoch(e)
        /\ \/ e.outcome = "completed" /\ CoordCompleted(e.ckpt)
           \/ e.outcome = "failed" /\ CoordFailed(e.ckpt)
-          \* decided together with the failed checkpoint below it
-          \/ e.outcome = "discarded" /\ e.ckpt \in discarded /\ UNCHANGED vars
+          \* decided together with the failed checkpoint below it, or at a
+          \* restart: one line per discarded checkpoint, a stutter
+          \/ /\ e.outcome = "discarded"
+             /\ e.ckpt \in discarded
+             /\ discarded' = discarded \ {e.ckpt}
+             /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig,
+                            runRestore, restoreTo, restarts, inflight, failedAt,
+                            errorDue, acked, nacked, pipeC, pipeStage, tasks, faults>>
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "WriteCompleted"
+       /\ LiveEpoch(e)
        /\ pipeC = e.ckpt
        /\ WriteCompleted
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "Broadcast"
        /\ e.withheld = FALSE
+       /\ LiveEpoch(e)
        /\ pipeC = e.ckpt
        /\ Broadcast
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "DeliverCommit"
        /\ e.accepted = TRUE
-       /\ e.sub \in Sinks
+       /\ SinkActs(e)
        /\ commitQ[e.sub] # <<>>
        /\ Head(commitQ[e.sub]) = e.ckpt
        /\ DeliverCommit(e.sub)
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "SinkCommit"
-       /\ e.sub \in Sinks
+       /\ SinkActs(e)
        /\ comC[e.sub] = e.ckpt
        /\ SinkCommit(e.sub)
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "SinkOpens"
        /\ e.family = Family
        /\ e.sub \in Sinks
+       /\ e.sub \in placed
+       /\ e.sub \notin opened            \* one open per sink per deployment
        /\ \/ /\ sinkUp[e.sub] = "opening"
              /\ runRestore = e.restore
              \* The open re-commits every handle the restored snapshot holds:
@@ -134,20 +237,54 @@ Produce(e) ==
              /\ e.recommitted = Cardinality(Held(e.sub, runRestore))
              /\ SinkOpens(e.sub)
           \/ FreshOpen(e)
+       /\ opened' = opened \cup {e.sub}
+       /\ UNCHANGED <<placed, ackedTo, depWorker, closing, epochNow>>
     \/ /\ e.event = "CoordRecovers"
        /\ phase = "down"
-       /\ RestorePoint = e.completed
+       \* a new run claims an epoch above every earlier one; 0 throughout
+       \* is an engine without fencing
+       /\ e.epoch > epochNow \/ (e.epoch = 0 /\ epochNow = 0)
+       \* this engine writes no CONFIRMED markers (the recoverable family)
+       /\ e.confirmed = 0
+       /\ RestorePoint(TRUE) = e.completed
        /\ CoordRecovers
+       /\ epochNow' = e.epoch
+       /\ UNCHANGED <<placed, opened, ackedTo, depWorker, closing>>
     \/ /\ e.event = "Redeploy"
        /\ phase = "deploying"
        /\ restoreTo = e.restore
-       /\ NextFromDisk = e.next
+       /\ RedeployNext(restoreTo) = e.next
        /\ Redeploy
+       /\ NewDeployment
+       /\ UNCHANGED epochNow
     \/ /\ e.event = "RestartOnError"
        /\ IF e.ckpt = 0 THEN errorDue ELSE failedAt = e.ckpt
        /\ RestartOnError
+       /\ UNCHANGED traceOnly
     \/ /\ e.event = "Placement"
-       /\ UNCHANGED vars
+       /\ e.sub \in TraceSubtasks
+       /\ e.sub \notin placed            \* once per subtask per deployment
+       /\ phase \in TasksRun
+       /\ e.source = (e.sub = TraceSource)
+       /\ Has(e, "role") =>
+             e.role = CASE e.sub = TraceSource -> "source"
+                        [] e.sub \in Sinks -> "sink"
+                        [] OTHER -> "transform"
+       \* this engine runs one worker per process: every subtask of a
+       \* deployment is placed on the same one
+       /\ depWorker = 0 \/ e.worker = depWorker
+       /\ placed' = placed \cup {e.sub}
+       /\ depWorker' = e.worker
+       /\ UNCHANGED <<vars, opened, ackedTo, closing, epochNow>>
+    \/ /\ e.event = "JobEnds"
+       /\ LiveEpoch(e)
+       /\ pos + 1 = Len(Trace)           \* the run's last line
+       \* evaluated as a value: in an action, TLC expands a quantifier over a
+       \* large set into nested calls (a stack overflow at 10,000 events)
+       /\ (CASE e.outcome \in {"finished", "savepoint"} -> EndsSettled
+               [] e.outcome = "failed" -> phase = "failed"
+               [] OTHER -> FALSE) = TRUE
+       /\ UNCHANGED <<vars, traceOnly>>
 
 (* Hidden steps: the engine cannot record them.  Each is admitted only     *)
 (* where the next event witnesses it, so a branch that takes one the run   *)
@@ -172,6 +309,12 @@ TraceInit ==
     /\ Init
     /\ pos = 0
     /\ ev = IF Len(Trace) > 0 THEN Trace[1] ELSE EndOfTrace
+    /\ placed = {}
+    /\ opened = {}
+    /\ ackedTo = [t \in TraceSubtasks |-> 0]
+    /\ depWorker = 0
+    /\ closing = FALSE
+    /\ epochNow = TraceFirstEpoch
     /\ TLCSet(1, 0)
 
 TraceNext ==
@@ -181,7 +324,7 @@ TraceNext ==
        /\ ev' = IF pos + 1 < Len(Trace) THEN Trace[pos + 2] ELSE EndOfTrace
     \/ /\ pos < Len(Trace)
        /\ Hidden(ev)
-       /\ UNCHANGED <<pos, ev>>
+       /\ UNCHANGED <<pos, ev, traceOnly>>
 
 TraceSpec == TraceInit /\ [][TraceNext]_traceVars
 

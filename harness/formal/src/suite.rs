@@ -2,6 +2,7 @@
 //! mutant judged against `mutants/expected.txt`, every trace example and
 //! recorded trace against its `expected.txt`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::tlc::{self, Expectation, Outcome, TlcJob};
@@ -59,12 +60,74 @@ pub fn check_mutant(
     tlc::matches(expected, &outcome).map(|()| outcome).map_err(|e| format!("mutant {name}: {e}"))
 }
 
-/// An `expected.txt` of a trace: a comment line, then `accepted` or
-/// `rejected <k> [<event name>]`.
+/// The configuration of a mutant with one guard taken out: `Unguarded` names
+/// it (the specification then drops the rule that establishes it), and the
+/// guard's own invariant is no longer checked. `Err` when the configuration
+/// does not check the guard or has no `Unguarded = {}` to change.
+pub fn unguarded_config(cfg: &str, guard: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let (mut replaced, mut removed, mut in_invariants) = (false, false, false);
+    for line in cfg.lines() {
+        let t = line.trim();
+        if t.starts_with("INVARIANT") {
+            in_invariants = true;
+        } else if !line.starts_with(' ') && !line.starts_with('\\') {
+            in_invariants = false;
+        }
+        if t.replace(' ', "") == "Unguarded={}" {
+            out.push_str(&format!("    Unguarded = {{\"{guard}\"}}\n"));
+            replaced = true;
+            continue;
+        }
+        if in_invariants && t == guard {
+            removed = true;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    match (replaced, removed) {
+        (true, true) => Ok(out),
+        (false, _) => Err("the configuration has no `Unguarded = {}` line".into()),
+        (_, false) => Err(format!(
+            "the configuration does not check the guard {guard}: it cannot be what makes the mutant harmless"
+        )),
+    }
+}
+
+/// The other way of an accepted mutant: with its guard taken out, TLC must
+/// refute it (a violated invariant, a deadlock or a temporal property), which
+/// shows that the guard, and nothing else, made it harmless.
+pub fn check_mutant_unguarded(
+    tools: &FormalTools,
+    mutants_dir: &Path,
+    name: &str,
+    guard: &str,
+) -> Result<Outcome, String> {
+    let cfg_text =
+        std::fs::read_to_string(mutants_dir.join(format!("{name}.cfg"))).map_err(|e| format!("{name}.cfg: {e}"))?;
+    let cfg = unguarded_config(&cfg_text, guard).map_err(|e| format!("mutant {name}: {e}"))?;
+    let work = tempfile::Builder::new().prefix("clink-unguarded-").tempdir().map_err(|e| e.to_string())?;
+    std::fs::write(work.path().join(format!("{name}.cfg")), cfg).map_err(|e| e.to_string())?;
+    std::fs::copy(mutants_dir.join(format!("{name}.tla")), work.path().join(format!("{name}.tla")))
+        .map_err(|e| format!("{name}.tla: {e}"))?;
+    let (outcome, seconds) = run_config(tools, work.path(), name)?;
+    match &outcome {
+        Outcome::InvariantViolated(_) | Outcome::Deadlock | Outcome::LivenessViolated => Ok(outcome),
+        Outcome::NoError { .. } => Err(format!(
+            "mutant {name} without its guard {guard} is still accepted ({outcome}, {seconds:.1}s): the guard is not what makes it harmless"
+        )),
+        Outcome::Error { .. } => Err(format!("mutant {name} without its guard {guard}: TLC did not check: {outcome}")),
+    }
+}
+
+/// An `expected.txt` of a trace: comment lines, then `accepted`,
+/// `rejected <k> [<event name>]` or `violated <Invariant>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TraceExpectation {
     Accepted,
     Rejected { k: usize, event: Option<String> },
+    Violated { invariant: String },
 }
 
 pub fn read_trace_expectation(path: &Path) -> Result<TraceExpectation, String> {
@@ -77,7 +140,11 @@ pub fn read_trace_expectation(path: &Path) -> Result<TraceExpectation, String> {
             k: k.parse().map_err(|_| format!("{}: {k:?} is not an event number", path.display()))?,
             event: words.get(2).map(|s| s.to_string()),
         }),
-        _ => Err(format!("{}: expected `accepted` or `rejected <k> [<event>]`, found {line:?}", path.display())),
+        ["violated", inv] => Ok(TraceExpectation::Violated { invariant: inv.to_string() }),
+        _ => Err(format!(
+            "{}: expected `accepted`, `rejected <k> [<event>]` or `violated <Invariant>`, found {line:?}",
+            path.display()
+        )),
     }
 }
 
@@ -93,40 +160,32 @@ pub fn judge_trace(expected: &TraceExpectation, verdict: &Verdict) -> Result<(),
                 Err(format!("expected rejected at event {k} {event:?}, got {verdict}"))
             }
         }
+        (TraceExpectation::Violated { invariant }, Verdict::Violated { invariant: got, .. }) if invariant == got => {
+            Ok(())
+        }
         _ => Err(format!("expected {expected:?}, got {verdict}")),
     }
 }
 
-/// A hand-written example: its generated modules are already in the directory.
+/// A hand-written example (`formal/trace/examples/<name>/`: trace files and
+/// `expected.txt`), validated exactly as a recorded run is.
 pub fn check_example(tools: &FormalTools, dir: &Path) -> Result<Verdict, String> {
-    let expected = read_trace_expectation(&dir.join("expected.txt"))?;
-    // The events, for naming the diverging one.
-    let events = example_events(&dir.join("TraceEvents.tla"));
-    let (verdict, _) = trace::validate_modules(tools, dir, &events)?;
-    judge_trace(&expected, &verdict).map(|()| verdict)
-}
-
-/// The records of a generated TraceEvents.tla, as text, for naming events.
-fn example_events(path: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('['))
-        .map(|l| {
-            let event = l.split("event |-> \"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?");
-            serde_json::json!({ "event": event, "record": l.trim_end_matches(',') })
-        })
-        .collect()
+    check_recorded(tools, dir)
 }
 
 /// A recorded run (per-process `*.ndjson` files) and its `expected.txt`.
 pub fn check_recorded(tools: &FormalTools, dir: &Path) -> Result<Verdict, String> {
     let expected = read_trace_expectation(&dir.join("expected.txt"))?;
     let validation = trace::validate_run(tools, dir, None)?;
+    let ties = if validation.ties.is_empty() {
+        String::new()
+    } else {
+        format!(" (timestamp ties: {})", validation.ties.join("; "))
+    };
     judge_trace(&expected, &validation.verdict).map(|()| validation.verdict.clone()).map_err(|e| {
         match &validation.modules_dir {
-            Some(kept) => format!("{e} (modules and TLC output kept in {})", kept.display()),
-            None => e,
+            Some(kept) => format!("{e}{ties} (modules and TLC output kept in {})", kept.display()),
+            None => format!("{e}{ties}"),
         }
     })
 }
@@ -144,19 +203,29 @@ pub fn subdirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// The events the trace module handles: the keys of its `EventFields`.
-pub fn module_events(trace_module: &str) -> Vec<String> {
-    let Some(start) = trace_module.find("EventFields ==") else {
-        return Vec::new();
+/// A record literal of the trace module, `Name == [Event |-> {"f", ...}, ...]`,
+/// as event -> fields: `EventFields` (the fields each event must carry) or
+/// `OptionalFields` (pending additions).
+pub fn module_record(trace_module: &str, name: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out = BTreeMap::new();
+    let Some(start) = trace_module.find(&format!("{name} ==")) else {
+        return out;
     };
     let body = &trace_module[start..];
-    let end = body.find(']').map_or(body.len(), |i| i + 1);
-    body[..end]
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim().trim_start_matches('[').trim_start_matches(',').trim();
-            let name = l.split("|->").next()?.trim();
-            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())).then(|| name.to_string())
-        })
-        .collect()
+    let end = body.find("]\n").map_or(body.len(), |i| i + 1);
+    for l in body[..end].lines() {
+        let l = l.trim().trim_start_matches(&format!("{name} ==")).trim().trim_start_matches('[').trim();
+        let Some((event, fields)) = l.split_once("|->") else {
+            continue;
+        };
+        let event = event.trim();
+        if event.is_empty() || !event.chars().all(|c| c.is_ascii_alphanumeric()) {
+            continue;
+        }
+        let fields = fields.trim().trim_end_matches(',').trim_end_matches(']').trim();
+        let fields = fields.trim_start_matches('{').trim_end_matches('}');
+        let set = fields.split(',').map(|f| f.trim().trim_matches('"').to_string()).filter(|f| !f.is_empty()).collect();
+        out.insert(event.to_string(), set);
+    }
+    out
 }

@@ -37,10 +37,21 @@ pub struct TlcJob<'a> {
 pub fn run(tools: &FormalTools, job: &TlcJob<'_>) -> Result<TlcRun, String> {
     let metadir =
         tempfile::Builder::new().prefix("clink-tlc-").tempdir().map_err(|e| format!("a TLC work directory: {e}"))?;
+    // TLC unpacks its standard modules (TLC.tla, Naturals.tla, ...) into
+    // java.io.tmpdir; two runs sharing one race on those files, and one parses
+    // a module the other is still writing. Each run gets its own.
+    let tmpdir = tempfile::Builder::new()
+        .prefix("clink-tlc-tmp-")
+        .tempdir()
+        .map_err(|e| format!("a TLC temporary directory: {e}"))?;
     let library: Vec<String> = job.library.iter().map(|p| p.display().to_string()).collect();
     let mut cmd = Command::new(&tools.java);
+    // The client compiler and the serial collector: these runs are short (a
+    // trace, or a model of at most a few hundred thousand states), and the
+    // server compiler's warm-up costs more than it wins there.
     cmd.current_dir(job.dir)
-        .arg("-XX:+UseParallelGC")
+        .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        .arg(format!("-Djava.io.tmpdir={}", tmpdir.path().display()))
         .arg(format!("-DTLA-Library={}", library.join(":")))
         .arg("-cp")
         .arg(&tools.jar)

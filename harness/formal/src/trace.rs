@@ -1,12 +1,22 @@
-//! Trace validation: a run's per-process protocol trace files merged into one
-//! job's sequence of events, written as generated TLA+ modules of literals
+//! Trace validation: a run's per-process protocol trace files read strictly
+//! against the vocabulary (`formal/trace/events.txt`), merged into one job's
+//! sequence of events, written as generated TLA+ modules of literals
 //! (`TraceConstants.tla`, `TraceEvents.tla`; the format is formal/README.md's
 //! "Generated trace modules"), and checked by TLC with the trace module.
+//!
+//! Reading refuses, never skips: a file whose `seq` does not run from 1 without
+//! a gap in file order, whose `ts` does not strictly increase with it, whose
+//! name or `proc` is not the engine's, or a line without `job`, of an unknown
+//! event, missing a field, carrying a field the vocabulary does not list, or
+//! of the wrong type, makes the whole trace malformed ([`Malformed`]). Merging
+//! orders the files' lines by `ts`; two lines of one process never share a
+//! stamp (one clock), and lines of different processes that do are reported as
+//! ties.
 //!
 //! The modules are literals so TLC evaluates each event once: validation time
 //! grows linearly with the trace's length.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -15,12 +25,164 @@ use serde_json::{Map, Value as Json};
 use super::tlc::{self, TlcJob, TlcRun};
 use super::FormalTools;
 
+/// Traces of at most this many events are also checked against the
+/// specification's correctness invariants (`TraceExactlyOnceChecked.cfg`).
+pub const CHECKED_MAX_EVENTS: usize = 400;
+
+/// A trace that cannot be read as the engine writes it: refused (exit 2), never
+/// validated in part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed trace: {}", self.0)
+    }
+}
+
+impl From<Malformed> for String {
+    fn from(m: Malformed) -> String {
+        m.to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The vocabulary
+
+/// The JSON type of a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    Number,
+    Text,
+    Bool,
+}
+
+/// The type of every field name the vocabulary may use.
+pub fn field_type(name: &str) -> Option<FieldType> {
+    Some(match name {
+        "job" | "ckpt" | "epoch" | "worker" | "restore" | "next" | "completed" | "confirmed" | "recommitted" => {
+            FieldType::Number
+        }
+        "sub" | "family" | "kind" | "outcome" | "role" | "cause" => FieldType::Text,
+        "fenced" | "withheld" | "accepted" | "ok" | "staged" | "source" => FieldType::Bool,
+        _ => return None,
+    })
+}
+
+/// One event of the vocabulary: the fields a line must carry, and those it may.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventSpec {
+    /// Fields every line of the event carries (the engine emits them today).
+    pub fields: Vec<String>,
+    /// Fields a pending change adds: read when present.
+    pub added: Vec<String>,
+    /// Fields a pending change drops: tolerated, not read.
+    pub dropped: Vec<String>,
+    /// The whole event is a pending addition (the engine does not emit it yet).
+    pub pending: bool,
+}
+
+impl EventSpec {
+    /// The fields the trace module reads: the vocabulary's, less the dropped.
+    pub fn read(&self) -> impl Iterator<Item = &String> {
+        self.fields.iter().filter(|f| !self.dropped.contains(f))
+    }
+}
+
+/// `formal/trace/events.txt`, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Vocabulary {
+    pub events: BTreeMap<String, EventSpec>,
+    /// Every pending change, in short (`add event JobEnds`, `Placement: add role`).
+    pub pending: Vec<String>,
+}
+
+fn field_names(spec: &str) -> Vec<String> {
+    spec.split_whitespace().map(|f| f.split('(').next().unwrap_or(f).to_string()).collect()
+}
+
+/// Parses the vocabulary: entries `NAME | emitter | fields | step`, and the
+/// pending changes `#+ NAME | emitter | fields | step` (a new event),
+/// `#+ NAME | field(values)` (a new field), `#- NAME | field` (a field to drop).
+pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, String> {
+    let mut v = Vocabulary::default();
+    let mut later = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let at = |why: &str| format!("events.txt:{}: {why}: {raw:?}", i + 1);
+        let (mark, line) = if let Some(rest) = raw.strip_prefix("#+") {
+            ('+', rest)
+        } else if let Some(rest) = raw.strip_prefix("#-") {
+            ('-', rest)
+        } else if raw.starts_with('#') || raw.trim().is_empty() {
+            continue;
+        } else {
+            (' ', raw)
+        };
+        let parts: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = parts[0].to_string();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(at("not an event name"));
+        }
+        match (mark, parts.len()) {
+            (' ' | '+', 4) => {
+                let fields = field_names(parts[2]);
+                if let Some(bad) = fields.iter().find(|f| field_type(f).is_none()) {
+                    return Err(at(&format!("field {bad} has no known type")));
+                }
+                if fields.first().map(String::as_str) != Some("job") {
+                    return Err(at("the first field must be job"));
+                }
+                let spec = EventSpec { fields, pending: mark == '+', ..EventSpec::default() };
+                if v.events.insert(name.clone(), spec).is_some() {
+                    return Err(at("listed twice"));
+                }
+                if mark == '+' {
+                    v.pending.push(format!("add event {name}"));
+                }
+            }
+            ('+' | '-', 2) => later.push((mark, name, field_names(parts[1]), at(""))),
+            _ => return Err(at("expected NAME | emitter | fields | step")),
+        }
+    }
+    for (mark, name, fields, at) in later {
+        let spec = v.events.get_mut(&name).ok_or_else(|| format!("{at}no such event"))?;
+        for f in fields {
+            if field_type(&f).is_none() {
+                return Err(format!("{at}field {f} has no known type"));
+            }
+            if mark == '+' {
+                spec.added.push(f.clone());
+                v.pending.push(format!("{name}: add {f}"));
+            } else {
+                if !spec.fields.contains(&f) {
+                    return Err(format!("{at}{name} has no field {f} to drop"));
+                }
+                spec.dropped.push(f.clone());
+                v.pending.push(format!("{name}: drop {f}"));
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Reads `<formal>/trace/events.txt`.
+pub fn read_vocabulary(formal_dir: &Path) -> Result<Vocabulary, String> {
+    let path = formal_dir.join("trace/events.txt");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_vocabulary(&text)
+}
+
+// ---------------------------------------------------------------------------
+// Reading a run
+
 /// One event of a trace file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceLine {
     pub file: String,
     pub seq: u64,
     pub ts: u64,
+    /// The process that wrote it (`<pid>-<start>` of its file name).
+    pub process: String,
     pub fields: Map<String, Json>,
 }
 
@@ -32,82 +194,251 @@ impl TraceLine {
     pub fn u64(&self, field: &str) -> Option<u64> {
         self.fields.get(field).and_then(Json::as_u64)
     }
+
+    pub fn str(&self, field: &str) -> Option<&str> {
+        self.fields.get(field).and_then(Json::as_str)
+    }
 }
 
-/// Reads every `*.ndjson` file directly in `dir`.
-pub fn read_run(dir: &Path) -> Result<Vec<TraceLine>, String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".ndjson") && !n.starts_with('.'))
-        .collect();
-    names.sort();
-    if names.is_empty() {
-        return Err(format!("{} holds no trace file (*.ndjson)", dir.display()));
+/// The role, pid and start stamp of a trace file name `<role>-<pid>-<start>.ndjson`.
+fn parse_file_name(name: &str) -> Option<(&str, &str, &str)> {
+    let stem = name.strip_suffix(".ndjson")?;
+    let mut parts = stem.split('-');
+    let (role, pid, start) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (parts.next().is_none() && matches!(role, "coordinator" | "worker") && digits(pid) && digits(start))
+        .then_some((role, pid, start))
+}
+
+fn check_value(field: &str, v: &Json) -> Result<(), String> {
+    let ok = match field_type(field) {
+        Some(FieldType::Number) => v.as_u64().is_some(),
+        Some(FieldType::Text) => v.is_string(),
+        Some(FieldType::Bool) => v.is_boolean(),
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("field {field} is {v}, not a {:?}", field_type(field)))
     }
-    let mut lines = Vec::new();
-    for name in names {
-        let text = std::fs::read_to_string(dir.join(&name)).map_err(|e| format!("{name}: {e}"))?;
-        for (i, line) in text.lines().enumerate() {
-            let v: Json = serde_json::from_str(line).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
-            let Json::Object(fields) = v else {
-                return Err(format!("{name}:{}: not a JSON object", i + 1));
-            };
-            let ts = fields.get("ts").and_then(Json::as_u64).ok_or_else(|| format!("{name}:{}: no ts", i + 1))?;
-            let seq = fields.get("seq").and_then(Json::as_u64).ok_or_else(|| format!("{name}:{}: no seq", i + 1))?;
-            lines.push(TraceLine { file: name.clone(), seq, ts, fields });
+}
+
+/// Checks one line against the vocabulary: a known event with every field it
+/// must carry, no field it may not, each of its type.
+pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result<(), String> {
+    let event = fields.get("event").and_then(Json::as_str).ok_or("no event")?;
+    let spec = vocabulary.events.get(event).ok_or_else(|| format!("unknown event {event:?}"))?;
+    if !fields.contains_key("job") {
+        return Err(format!("{event} without job"));
+    }
+    for f in &spec.fields {
+        if !spec.dropped.contains(f) && !fields.contains_key(f) {
+            return Err(format!("{event} without {f}"));
         }
+    }
+    for (k, v) in fields {
+        if matches!(k.as_str(), "seq" | "ts" | "proc" | "event") {
+            continue;
+        }
+        if !spec.fields.contains(k) && !spec.added.contains(k) {
+            return Err(format!("{event} has a field {k} the vocabulary does not list"));
+        }
+        check_value(k, v)?;
+    }
+    Ok(())
+}
+
+/// Reads and checks one trace file's text.
+pub fn read_file(vocabulary: &Vocabulary, name: &str, text: &str) -> Result<Vec<TraceLine>, Malformed> {
+    let bad = |line: usize, why: String| Malformed(format!("{name}:{line}: {why}"));
+    let (role, pid, start) = parse_file_name(name)
+        .ok_or_else(|| Malformed(format!("{name}: not a trace file name (<role>-<pid>-<start>.ndjson)")))?;
+    let proc = format!("{role}:{pid}");
+    let mut lines = Vec::new();
+    let mut last_ts = None;
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(bad(text.lines().count(), "the last line is not terminated (a line cut short)".into()));
+    }
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let v: Json = serde_json::from_str(line).map_err(|e| bad(n, format!("not JSON: {e}")))?;
+        let Json::Object(fields) = v else {
+            return Err(bad(n, "not a JSON object".into()));
+        };
+        let seq = fields.get("seq").and_then(Json::as_u64).ok_or_else(|| bad(n, "no seq".into()))?;
+        let ts = fields.get("ts").and_then(Json::as_u64).ok_or_else(|| bad(n, "no ts".into()))?;
+        if seq != n as u64 {
+            return Err(bad(n, format!("seq {seq} where {n} is due: a line missing, added or moved")));
+        }
+        if last_ts.is_some_and(|t| ts <= t) {
+            return Err(bad(n, format!("ts {ts} does not increase (the line before has {})", last_ts.unwrap_or(0))));
+        }
+        last_ts = Some(ts);
+        if fields.get("proc").and_then(Json::as_str) != Some(proc.as_str()) {
+            return Err(bad(n, format!("proc is {:?}, the file is {proc:?}'s", fields.get("proc"))));
+        }
+        check_line(vocabulary, &fields).map_err(|e| bad(n, e))?;
+        let event = fields.get("event").and_then(Json::as_str).unwrap_or("");
+        if coordinator_event(event) != (role == "coordinator") {
+            return Err(bad(n, format!("a {} event in a {role} file", fields["event"])));
+        }
+        lines.push(TraceLine { file: name.to_string(), seq, ts, process: format!("{pid}-{start}"), fields });
     }
     Ok(lines)
 }
+
+/// Whether an event is the coordinator's (otherwise a worker's).
+pub fn coordinator_event(event: &str) -> bool {
+    matches!(
+        event,
+        "Trigger"
+            | "CoordComplete"
+            | "WriteCompleted"
+            | "Broadcast"
+            | "CoordRecovers"
+            | "Redeploy"
+            | "RestartOnError"
+            | "JobEnds"
+    )
+}
+
+/// Reads every `*.ndjson` file directly in `dir` (and nothing else there).
+pub fn read_run(vocabulary: &Vocabulary, dir: &Path) -> Result<Vec<TraceLine>, Malformed> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Malformed(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ndjson"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(Malformed(format!("{} holds no trace file (*.ndjson)", dir.display())));
+    }
+    let mut lines = Vec::new();
+    for name in names {
+        let text = std::fs::read_to_string(dir.join(&name)).map_err(|e| Malformed(format!("{name}: {e}")))?;
+        lines.extend(read_file(vocabulary, &name, &text)?);
+    }
+    Ok(lines)
+}
+
+// ---------------------------------------------------------------------------
+// Merging
 
 /// A merged trace of one job.
 #[derive(Debug, Clone)]
 pub struct MergedTrace {
     pub job: u64,
     pub events: Vec<TraceLine>,
+    /// Lines of different processes stamped with the same `ts`: their order
+    /// (by file name) is not the clock's.
+    pub ties: Vec<String>,
 }
 
 /// Keeps one job's events (`job`, or the only job present) and orders them by
-/// timestamp; a process stamps strictly increasing timestamps, so within a
-/// process the order is the order the steps were taken.
-pub fn merge(mut lines: Vec<TraceLine>, job: Option<u64>) -> Result<MergedTrace, String> {
+/// timestamp. A process stamps strictly increasing timestamps across its
+/// files, so two of its lines sharing one is malformed; lines of two
+/// processes sharing one are put in file-name order and reported as a tie.
+pub fn merge(mut lines: Vec<TraceLine>, job: Option<u64>) -> Result<MergedTrace, Malformed> {
     let jobs: BTreeSet<u64> = lines.iter().filter_map(|l| l.u64("job")).collect();
     let job = match job {
-        Some(j) => j,
+        Some(j) if jobs.contains(&j) => j,
+        Some(j) => return Err(Malformed(format!("the trace holds no event of job {j} (jobs {jobs:?})"))),
         None => match jobs.iter().collect::<Vec<_>>().as_slice() {
             [only] => **only,
-            [] => return Err("the trace names no job".into()),
-            many => return Err(format!("the trace holds jobs {many:?}; name one")),
+            [] => return Err(Malformed("the trace names no job".into())),
+            many => return Err(Malformed(format!("the trace holds jobs {many:?}; name one"))),
         },
     };
-    lines.retain(|l| l.u64("job") == Some(job));
     lines.sort_by(|a, b| (a.ts, &a.file, a.seq).cmp(&(b.ts, &b.file, b.seq)));
-    Ok(MergedTrace { job, events: lines })
+    let mut ties = Vec::new();
+    for pair in lines.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.ts == b.ts {
+            if a.process == b.process {
+                return Err(Malformed(format!(
+                    "{}:{} and {}:{} share ts {}, but one process never stamps two lines alike",
+                    a.file, a.seq, b.file, b.seq, a.ts
+                )));
+            }
+            ties.push(format!("{}:{} and {}:{} share ts {}", a.file, a.seq, b.file, b.seq, a.ts));
+        }
+    }
+    lines.retain(|l| l.u64("job") == Some(job));
+    Ok(MergedTrace { job, events: lines, ties })
 }
+
+// ---------------------------------------------------------------------------
+// Constants and modules
 
 /// The constants the trace module is instantiated with, read off the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceConstants {
+    pub job: u64,
+    /// Every subtask a Placement names.
+    pub subtasks: BTreeSet<String>,
+    /// The sink subtasks among them.
     pub sinks: BTreeSet<String>,
+    pub source: String,
     pub max_ckpt: u64,
     pub deaths: u64,
     pub snap_fails: u64,
     pub restarts: u64,
+    /// The epoch of the first run's coordinator lines (0 when the trace starts
+    /// with a recovery, whose own line fixes it).
+    pub first_epoch: u64,
 }
 
+/// The operator of a participant name `op-<id>-<subtask>`.
+fn operator_of(sub: &str) -> Option<&str> {
+    let rest = sub.strip_prefix("op-")?;
+    rest.rsplit_once('-').map(|(op, _)| op)
+}
+
+/// Reads the constants off a merged trace. The subtasks, the source and the
+/// sinks come from the Placement events, never from which subtasks happened to
+/// act: a Placement's `role` names the sinks; a trace from an engine that does
+/// not write `role` yet takes every placed subtask of an operator some subtask
+/// of which acted as a sink (a sink event names it).
 pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
-    let sink_events = ["SinkPrepare", "DeliverCommit", "SinkCommit", "SinkOpens"];
-    let sinks: BTreeSet<String> = trace
-        .events
+    let placements: Vec<&TraceLine> = trace.events.iter().filter(|e| e.event() == "Placement").collect();
+    let subtasks: BTreeSet<String> = placements.iter().filter_map(|e| e.str("sub").map(str::to_string)).collect();
+    if subtasks.is_empty() {
+        return Err("the trace has no Placement event: which subtasks exist is unknown".into());
+    }
+    let sources: BTreeSet<&str> = placements
         .iter()
-        .filter(|e| sink_events.contains(&e.event()))
-        .filter_map(|e| e.fields.get("sub").and_then(Json::as_str).map(str::to_string))
+        .filter(|e| e.fields.get("source") == Some(&Json::Bool(true)))
+        .filter_map(|e| e.str("sub"))
         .collect();
+    let source = match sources.iter().collect::<Vec<_>>().as_slice() {
+        [only] => only.to_string(),
+        [] => return Err("no Placement names a source subtask".into()),
+        many => return Err(format!("the model has one source; this trace places {many:?}")),
+    };
+    let with_role = placements.iter().filter(|e| e.fields.contains_key("role")).count();
+    let sinks: BTreeSet<String> = if with_role == placements.len() {
+        placements
+            .iter()
+            .filter(|e| e.str("role") == Some("sink"))
+            .filter_map(|e| e.str("sub").map(str::to_string))
+            .collect()
+    } else if with_role == 0 {
+        let sink_events = ["SinkPrepare", "DeliverCommit", "SinkCommit", "SinkOpens"];
+        let operators: BTreeSet<&str> = trace
+            .events
+            .iter()
+            .filter(|e| sink_events.contains(&e.event()))
+            .filter_map(|e| e.str("sub").and_then(operator_of))
+            .collect();
+        subtasks.iter().filter(|s| operator_of(s).is_some_and(|op| operators.contains(op))).cloned().collect()
+    } else {
+        return Err(format!("{with_role} of {} Placement events carry a role: all or none must", placements.len()));
+    };
     if sinks.is_empty() {
-        return Err("the trace has no sink event: there is nothing to validate".into());
+        return Err("the trace places no sink subtask: there is nothing to validate".into());
     }
     let mut max_ckpt = 1;
     for e in &trace.events {
@@ -119,16 +450,27 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
         }
     }
     let count = |pred: &dyn Fn(&TraceLine) -> bool| trace.events.iter().filter(|e| pred(e)).count() as u64;
+    let first_epoch = trace
+        .events
+        .iter()
+        .find(|e| coordinator_event(e.event()) && e.fields.contains_key("epoch"))
+        .filter(|e| e.event() != "CoordRecovers")
+        .and_then(|e| e.u64("epoch"))
+        .unwrap_or(0);
     Ok(TraceConstants {
+        job: trace.job,
+        subtasks,
         sinks: sinks.clone(),
+        source,
         max_ckpt,
         deaths: count(&|e| e.event() == "CoordRecovers"),
         snap_fails: count(&|e| {
             e.event() == "SubtaskAck"
                 && e.fields.get("ok") == Some(&Json::Bool(false))
-                && e.fields.get("sub").and_then(Json::as_str).is_some_and(|s| sinks.contains(s))
+                && e.str("sub").is_some_and(|s| sinks.contains(s))
         }),
         restarts: count(&|e| e.event() == "RestartOnError"),
+        first_epoch,
     })
 }
 
@@ -148,36 +490,64 @@ fn tla_value(field: &str, v: &Json) -> Result<String, String> {
     })
 }
 
+fn tla_set(items: &BTreeSet<String>) -> String {
+    format!("{{{}}}", items.iter().map(|s| tla_string(s)).collect::<Vec<_>>().join(", "))
+}
+
+/// The fields of a line the module reads, as a TLA+ record (the vocabulary's
+/// fields and pending additions; never `seq`, `ts`, `proc` or a dropped one).
+fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, String> {
+    let spec = vocabulary.events.get(e.event()).ok_or_else(|| format!("unknown event {:?}", e.event()))?;
+    let mut record = vec![format!("event |-> {}", tla_string(e.event()))];
+    for (k, v) in &e.fields {
+        let read = spec.read().any(|f| f == k) || spec.added.contains(k);
+        if read {
+            record.push(format!("{k} |-> {}", tla_value(k, v)?));
+        }
+    }
+    Ok(format!("[{}]", record.join(", ")))
+}
+
 /// Writes `TraceConstants.tla` and `TraceEvents.tla` into `dir`.
-pub fn write_modules(dir: &Path, trace: &MergedTrace) -> Result<TraceConstants, String> {
+pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -> Result<TraceConstants, String> {
     let c = constants(trace)?;
-    let sinks: Vec<String> = c.sinks.iter().map(|s| tla_string(s)).collect();
     let constants_module = format!(
-        "---- MODULE TraceConstants ----\nTraceSinks == {{{}}}\nTraceMaxCkpt == {}\nTraceDeaths == {}\nTraceSnapFails == {}\nTraceRestarts == {}\nTraceFamily == \"recoverable\"\n====\n",
-        sinks.join(", "),
+        "---- MODULE TraceConstants ----\n\
+         TraceJob == {}\n\
+         TraceSubtasks == {}\n\
+         TraceSinks == {}\n\
+         TraceSource == {}\n\
+         TraceMaxCkpt == {}\n\
+         TraceDeaths == {}\n\
+         TraceSnapFails == {}\n\
+         TraceRestarts == {}\n\
+         TraceFirstEpoch == {}\n\
+         TraceFamily == \"recoverable\"\n\
+         ====\n",
+        tla_value("job", &Json::from(c.job))?,
+        tla_set(&c.subtasks),
+        tla_set(&c.sinks),
+        tla_string(&c.source),
         c.max_ckpt,
         c.deaths,
         c.snap_fails,
-        c.restarts
+        c.restarts,
+        tla_value("epoch", &Json::from(c.first_epoch))?,
     );
     let mut events = String::from("---- MODULE TraceEvents ----\nTrace == <<\n");
     for (i, e) in trace.events.iter().enumerate() {
-        let mut record = Vec::new();
-        for (k, v) in &e.fields {
-            // Microsecond timestamps do not fit TLC's integers; the order is the sequence.
-            if k == "ts" || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                continue;
-            }
-            record.push(format!("{k} |-> {}", tla_value(k, v).map_err(|err| format!("event {}: {err}", i + 1))?));
-        }
+        let record = tla_record(vocabulary, e).map_err(|err| format!("event {}: {err}", i + 1))?;
         let sep = if i + 1 == trace.events.len() { "" } else { "," };
-        let _ = writeln!(events, "    [{}]{sep}", record.join(", "));
+        let _ = writeln!(events, "    {record}{sep}");
     }
     events.push_str("  >>\n====\n");
     std::fs::write(dir.join("TraceConstants.tla"), constants_module).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("TraceEvents.tla"), events).map_err(|e| e.to_string())?;
     Ok(c)
 }
+
+// ---------------------------------------------------------------------------
+// Verdicts
 
 /// What trace validation concluded.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +560,12 @@ pub enum Verdict {
         k: usize,
         event: String,
     },
+    /// A state the trace reaches (after event `k`) breaks a correctness
+    /// invariant of the specification (short traces only).
+    Violated {
+        invariant: String,
+        k: usize,
+    },
     /// TLC did not check (never a verdict).
     Error(String),
 }
@@ -199,6 +575,7 @@ impl std::fmt::Display for Verdict {
         match self {
             Verdict::Accepted { events } => write!(f, "accepted ({events} events)"),
             Verdict::Rejected { k, event } => write!(f, "rejected at event {k}: {event}"),
+            Verdict::Violated { invariant, k } => write!(f, "invariant {invariant} violated after event {k}"),
             Verdict::Error(e) => write!(f, "error: {e}"),
         }
     }
@@ -206,6 +583,21 @@ impl std::fmt::Display for Verdict {
 
 /// Reads TLC's output for a trace run.
 pub fn judge(run: &TlcRun, trace: &[Json]) -> Verdict {
+    if run.exit == Some(12) {
+        let invariant = run.output.lines().find_map(|l| {
+            l.trim().strip_prefix("Error: Invariant ")?.strip_suffix(" is violated.").map(str::to_string)
+        });
+        // The counterexample's last state names how many events it had produced.
+        let k = run
+            .output
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("/\\ pos = ").and_then(|n| n.trim().parse().ok()));
+        return match (invariant, k) {
+            (Some(invariant), Some(k)) => Verdict::Violated { invariant, k },
+            _ => Verdict::Error("TLC exit 12 without a named invariant and a state".into()),
+        };
+    }
     if run.exit != Some(0) {
         let first = run.output.lines().find(|l| l.contains("rror")).unwrap_or("").trim();
         return Verdict::Error(format!("TLC exit {:?}: {first}", run.exit));
@@ -225,13 +617,19 @@ pub fn judge(run: &TlcRun, trace: &[Json]) -> Verdict {
     Verdict::Rejected { k, event }
 }
 
-/// Validates already-generated modules in `modules_dir`.
-pub fn validate_modules(tools: &FormalTools, modules_dir: &Path, events: &[Json]) -> Result<(Verdict, TlcRun), String> {
+/// Validates already-generated modules in `modules_dir`; `checked` also checks
+/// the correctness invariants on every state the trace reaches.
+pub fn validate_modules(
+    tools: &FormalTools,
+    modules_dir: &Path,
+    events: &[Json],
+    checked: bool,
+) -> Result<(Verdict, TlcRun), String> {
     let trace_dir = tools.formal_dir.join("trace");
     let job = TlcJob {
         dir: &trace_dir,
         module: "TraceExactlyOnce.tla",
-        config: "TraceExactlyOnce.cfg",
+        config: if checked { "TraceExactlyOnceChecked.cfg" } else { "TraceExactlyOnce.cfg" },
         library: vec![modules_dir.to_path_buf(), tools.formal_dir.clone()],
         workers: 1,
         check_deadlock: false,
@@ -240,32 +638,68 @@ pub fn validate_modules(tools: &FormalTools, modules_dir: &Path, events: &[Json]
     Ok((judge(&run, events), run))
 }
 
+/// Why a validation could not run: the trace is malformed (exit 2), or the
+/// tools failed (exit 2 as well, with a different message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValidationError {
+    Malformed(Malformed),
+    Setup(String),
+}
+
+impl std::fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValidationError::Malformed(m) => write!(f, "{m}"),
+            ValidationError::Setup(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl From<ValidationError> for String {
+    fn from(e: ValidationError) -> String {
+        e.to_string()
+    }
+}
+
+/// Reads and merges a run's trace files (malformed is an error, never a skip).
+pub fn read_and_merge(tools: &FormalTools, dir: &Path, job: Option<u64>) -> Result<MergedTrace, ValidationError> {
+    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Setup)?;
+    let lines = read_run(&vocabulary, dir).map_err(ValidationError::Malformed)?;
+    merge(lines, job).map_err(ValidationError::Malformed)
+}
+
 /// Merges a run's trace files, generates the modules and validates them.
-pub fn validate_run(tools: &FormalTools, dir: &Path, job: Option<u64>) -> Result<Validation, String> {
-    let trace = merge(read_run(dir)?, job)?;
+pub fn validate_run(tools: &FormalTools, dir: &Path, job: Option<u64>) -> Result<Validation, ValidationError> {
+    let trace = read_and_merge(tools, dir, job)?;
     validate_trace(tools, &trace)
 }
 
 /// The outcome of one validation, with where its modules were written (kept
-/// when the trace is rejected, so the TLC output can be read).
+/// when the trace is not accepted, so the TLC output can be read).
 #[derive(Debug, Clone)]
 pub struct Validation {
     pub verdict: Verdict,
     pub events: usize,
+    /// Whether the correctness invariants were checked too.
+    pub checked: bool,
+    pub ties: Vec<String>,
     pub modules_dir: Option<PathBuf>,
     pub seconds: f64,
     pub tlc_output: String,
 }
 
-pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Validation, String> {
-    let work = tempfile::Builder::new().prefix("clink-trace-").tempdir().map_err(|e| e.to_string())?;
-    write_modules(work.path(), trace)?;
+pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Validation, ValidationError> {
+    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Setup)?;
+    let work =
+        tempfile::Builder::new().prefix("clink-trace-").tempdir().map_err(|e| ValidationError::Setup(e.to_string()))?;
+    write_modules(&vocabulary, work.path(), trace).map_err(|e| ValidationError::Malformed(Malformed(e)))?;
     let events: Vec<Json> = trace.events.iter().map(|e| Json::Object(e.fields.clone())).collect();
-    let (verdict, run) = validate_modules(tools, work.path(), &events)?;
+    let checked = events.len() <= CHECKED_MAX_EVENTS;
+    let (verdict, run) = validate_modules(tools, work.path(), &events, checked).map_err(ValidationError::Setup)?;
     let keep = !matches!(verdict, Verdict::Accepted { .. });
     let modules_dir = if keep {
         let dir = work.keep();
-        std::fs::write(dir.join("tlc.out"), &run.output).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("tlc.out"), &run.output).map_err(|e| ValidationError::Setup(e.to_string()))?;
         Some(dir)
     } else {
         None
@@ -273,6 +707,8 @@ pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Valida
     Ok(Validation {
         verdict,
         events: events.len(),
+        checked,
+        ties: trace.ties.clone(),
         modules_dir,
         seconds: run.elapsed.as_secs_f64(),
         tlc_output: run.output,
@@ -283,38 +719,240 @@ pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Valida
 mod tests {
     use super::*;
 
-    fn line(file: &str, seq: u64, ts: u64, v: Json) -> TraceLine {
-        let Json::Object(fields) = v else { panic!() };
-        TraceLine { file: file.into(), seq, ts, fields }
+    fn vocabulary() -> Vocabulary {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../formal/trace/events.txt")).unwrap();
+        parse_vocabulary(&text).unwrap()
+    }
+
+    /// One file's text from (event JSON) lines, stamped as the engine does:
+    /// seq from 1, ts increasing, proc matching the file name.
+    fn file(proc: &str, first_ts: u64, events: &[Json]) -> String {
+        let mut text = String::new();
+        for (i, e) in events.iter().enumerate() {
+            let mut line = Map::new();
+            line.insert("seq".into(), Json::from(i as u64 + 1));
+            line.insert("ts".into(), Json::from(first_ts + 10 * i as u64));
+            line.insert("proc".into(), Json::from(proc));
+            line.extend(e.as_object().unwrap().clone());
+            text.push_str(&Json::Object(line).to_string());
+            text.push('\n');
+        }
+        text
+    }
+
+    fn trigger(ckpt: u64) -> Json {
+        serde_json::json!({"event": "Trigger", "job": 1, "ckpt": ckpt, "epoch": 0, "kind": "periodic"})
+    }
+
+    fn placement(sub: &str, source: bool) -> Json {
+        serde_json::json!({"event": "Placement", "job": 1, "sub": sub, "worker": 1, "source": source})
+    }
+
+    fn read(name: &str, text: &str) -> Result<Vec<TraceLine>, Malformed> {
+        read_file(&vocabulary(), name, text)
+    }
+
+    fn malformed(name: &str, text: &str, why: &str) {
+        match read(name, text) {
+            Err(Malformed(m)) => assert!(m.contains(why), "{m:?} should say {why:?}"),
+            Ok(_) => panic!("accepted, should be malformed ({why}):\n{text}"),
+        }
+    }
+
+    const C: &str = "coordinator-7-100.ndjson";
+
+    #[test]
+    fn a_well_formed_file_reads() {
+        let lines = read(C, &file("coordinator:7", 10, &[trigger(1), trigger(2)])).unwrap();
+        assert_eq!(lines.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(lines[0].process, "7-100");
     }
 
     #[test]
-    fn merging_keeps_one_job_in_timestamp_order() {
-        let lines = vec![
-            line(
-                "w",
-                1,
-                20,
-                serde_json::json!({"event": "SinkPrepare", "job": 1, "sub": "op-5-0", "ckpt": 1, "staged": true}),
-            ),
-            line("c", 1, 10, serde_json::json!({"event": "Trigger", "job": 1, "ckpt": 1})),
-            line("c", 2, 15, serde_json::json!({"event": "Trigger", "job": 2, "ckpt": 1})),
-        ];
-        assert!(merge(lines.clone(), None).is_err(), "two jobs: one must be named");
-        let merged = merge(lines, Some(1)).unwrap();
-        let names: Vec<&str> = merged.events.iter().map(TraceLine::event).collect();
-        assert_eq!(names, vec!["Trigger", "SinkPrepare"]);
+    fn seq_runs_from_one_without_a_gap_in_file_order() {
+        let text = file("coordinator:7", 10, &[trigger(1), trigger(2), trigger(3)]);
+        let lines: Vec<&str> = text.lines().collect();
+        // A line dropped: seq 1, 3.
+        malformed(C, &format!("{}\n{}\n", lines[0], lines[2]), "seq 3 where 2 is due");
+        // Not from 1.
+        malformed(C, &format!("{}\n", lines[1]), "seq 2 where 1 is due");
+        // Two lines swapped, each keeping its own seq and ts.
+        malformed(C, &format!("{}\n{}\n{}\n", lines[1], lines[0], lines[2]), "seq 2 where 1 is due");
+    }
+
+    #[test]
+    fn ts_strictly_increases_with_seq() {
+        let text = file("coordinator:7", 10, &[trigger(1), trigger(2)]).replace("\"ts\":20", "\"ts\":10");
+        malformed(C, &text, "ts 10 does not increase");
+        let text = file("coordinator:7", 10, &[trigger(1), trigger(2)]).replace("\"ts\":20", "\"ts\":5");
+        malformed(C, &text, "ts 5 does not increase");
+    }
+
+    #[test]
+    fn a_line_without_job_or_of_another_format_is_malformed_never_skipped() {
+        let no_job = serde_json::json!({"event": "Trigger", "ckpt": 1, "epoch": 0, "kind": "periodic"});
+        malformed(C, &file("coordinator:7", 10, &[trigger(1), no_job]), "Trigger without job");
+        let unknown = serde_json::json!({"event": "Teleport", "job": 1});
+        malformed(C, &file("coordinator:7", 10, &[unknown]), "unknown event \"Teleport\"");
+        let missing = serde_json::json!({"event": "Trigger", "job": 1, "ckpt": 1, "epoch": 0});
+        malformed(C, &file("coordinator:7", 10, &[missing]), "Trigger without kind");
+        let extra = serde_json::json!({"event": "Trigger", "job": 1, "ckpt": 1, "epoch": 0, "kind": "final", "x": 1});
+        malformed(C, &file("coordinator:7", 10, &[extra]), "field x the vocabulary does not list");
+        let typed = serde_json::json!({"event": "Trigger", "job": 1, "ckpt": "1", "epoch": 0, "kind": "final"});
+        malformed(C, &file("coordinator:7", 10, &[typed]), "field ckpt is \"1\"");
+        malformed(C, "{\"seq\":1,\"ts\":1,\"proc\":\"coordinator:7\",\n", "not JSON");
+        malformed(C, "[1]\n", "not a JSON object");
+        let text = file("coordinator:7", 10, &[trigger(1)]);
+        malformed(C, text.trim_end(), "not terminated");
+    }
+
+    #[test]
+    fn the_file_name_and_proc_are_the_engines() {
+        malformed("events.ndjson", &file("coordinator:7", 10, &[trigger(1)]), "not a trace file name");
+        malformed(C, &file("coordinator:8", 10, &[trigger(1)]), "the file is \"coordinator:7\"'s");
+        malformed("worker-7-100.ndjson", &file("worker:7", 10, &[trigger(1)]), "in a worker file");
+    }
+
+    #[test]
+    fn pending_changes_are_read_when_present() {
+        let v = vocabulary();
+        let role = serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true, "role": "source"});
+        let cause = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0, "cause": "op-3-1 failed"});
+        let ends = serde_json::json!({"event": "JobEnds", "job": 1, "outcome": "finished", "epoch": 0});
+        read("worker-7-100.ndjson", &file("worker:7", 10, std::slice::from_ref(&role))).unwrap();
+        let lines = read(C, &file("coordinator:7", 10, &[cause, ends])).unwrap();
+        // A field the engine is to drop is not written for TLC; one it is to add is.
+        assert_eq!(tla_record(&v, &lines[0]).unwrap(), r#"[event |-> "RestartOnError", ckpt |-> 0, job |-> 1]"#);
+        let placed = read("worker-7-100.ndjson", &file("worker:7", 10, &[role])).unwrap();
+        assert!(tla_record(&v, &placed[0]).unwrap().contains(r#"role |-> "source""#));
+    }
+
+    fn lines(name: &str, proc: &str, first_ts: u64, events: &[Json]) -> Vec<TraceLine> {
+        read(name, &file(proc, first_ts, events)).unwrap()
+    }
+
+    #[test]
+    fn merging_orders_by_ts_and_reports_ties_between_processes() {
+        let mut all = lines(C, "coordinator:7", 10, &[trigger(1), trigger(2)]); // ts 10, 20
+        all.extend(lines("worker-7-100.ndjson", "worker:7", 15, &[placement("op-1-0", true)])); // ts 15
+        all.extend(lines("worker-9-200.ndjson", "worker:9", 20, &[placement("op-3-0", false)])); // ts 20: a tie
+        let merged = merge(all.clone(), None).unwrap();
+        let order: Vec<(u64, &str)> = merged.events.iter().map(|l| (l.ts, l.file.as_str())).collect();
+        assert_eq!(
+            order,
+            vec![(10, C), (15, "worker-7-100.ndjson"), (20, C), (20, "worker-9-200.ndjson")],
+            "by ts, a tie by file name"
+        );
+        assert_eq!(merged.ties.len(), 1, "{:?}", merged.ties);
+        assert!(merged.ties[0].contains("share ts 20"));
+        // Two files of one process never share a stamp: one clock.
+        let mut same = lines(C, "coordinator:7", 10, &[trigger(1)]);
+        same.extend(lines("worker-7-100.ndjson", "worker:7", 10, &[placement("op-1-0", true)]));
+        let err = merge(same, None).unwrap_err();
+        assert!(err.0.contains("one process never stamps two lines alike"), "{err}");
+    }
+
+    #[test]
+    fn merging_keeps_one_job_and_refuses_an_unknown_one() {
+        let mut all = lines(C, "coordinator:7", 10, &[trigger(1)]);
+        let other = serde_json::json!({"event": "Trigger", "job": 2, "ckpt": 1, "epoch": 0, "kind": "periodic"});
+        all.extend(lines("coordinator-9-200.ndjson", "coordinator:9", 11, &[other]));
+        assert!(merge(all.clone(), None).is_err(), "two jobs: one must be named");
+        assert_eq!(merge(all.clone(), Some(2)).unwrap().events.len(), 1);
+        assert!(merge(all, Some(3)).is_err());
+    }
+
+    fn merged(events: &[Json]) -> MergedTrace {
+        let (coord, work): (Vec<Json>, Vec<Json>) =
+            events.iter().cloned().partition(|e| coordinator_event(e["event"].as_str().unwrap()));
+        let mut all = lines(C, "coordinator:7", 1, &coord);
+        all.extend(lines("worker-7-100.ndjson", "worker:7", 5, &work));
+        merge(all, None).unwrap()
+    }
+
+    #[test]
+    fn the_sinks_come_from_the_placements_never_from_who_acted() {
+        let opens = |sub: &str| serde_json::json!({"event": "SinkOpens", "job": 1, "sub": sub, "family": "recoverable", "restore": 0, "recommitted": 0});
+        // op-3-1 is placed and never acts: it is a sink all the same (its
+        // operator's other subtask is one).
+        let m = merged(&[
+            placement("op-1-0", true),
+            placement("op-2-0", false),
+            placement("op-3-0", false),
+            placement("op-3-1", false),
+            opens("op-3-0"),
+            trigger(1),
+        ]);
+        let c = constants(&m).unwrap();
+        assert_eq!(c.sinks.iter().map(String::as_str).collect::<Vec<_>>(), vec!["op-3-0", "op-3-1"]);
+        assert_eq!(c.source, "op-1-0");
+        assert_eq!(c.subtasks.len(), 4);
+        // With roles, the roles decide, whether or not a sink acted.
+        let with_role = |sub: &str, role: &str| serde_json::json!({"event": "Placement", "job": 1, "sub": sub, "worker": 1, "source": role == "source", "role": role});
+        let m = merged(&[
+            with_role("op-1-0", "source"),
+            with_role("op-2-0", "transform"),
+            with_role("op-4-0", "sink"),
+            trigger(1),
+        ]);
+        assert_eq!(constants(&m).unwrap().sinks.into_iter().collect::<Vec<_>>(), vec!["op-4-0"]);
+        // No Placement: nothing to validate.
+        assert!(constants(&merged(&[trigger(1)])).is_err());
+        // Two sources: outside the model.
+        assert!(constants(&merged(&[placement("op-1-0", true), placement("op-1-1", true), opens("op-3-0")])).is_err());
+    }
+
+    #[test]
+    fn the_modules_are_literals_of_what_the_module_reads() {
+        let m = merged(&[
+            placement("op-1-0", true),
+            placement("op-5-0", false),
+            serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-5-0", "family": "recoverable", "restore": 0, "recommitted": 0}),
+            trigger(1),
+        ]);
         let dir = tempfile::tempdir().unwrap();
-        let c = write_modules(dir.path(), &merged).unwrap();
+        let c = write_modules(&vocabulary(), dir.path(), &m).unwrap();
         assert_eq!(c.sinks.into_iter().collect::<Vec<_>>(), vec!["op-5-0"]);
         let events = std::fs::read_to_string(dir.path().join("TraceEvents.tla")).unwrap();
-        assert!(events.contains(r#"[ckpt |-> 1, event |-> "Trigger", job |-> 1]"#), "{events}");
-        assert!(!events.contains("ts |->"));
+        assert!(
+            events.contains(r#"[event |-> "Trigger", ckpt |-> 1, epoch |-> 0, job |-> 1, kind |-> "periodic"]"#),
+            "{events}"
+        );
+        assert!(!events.contains("ts |->") && !events.contains("seq |->") && !events.contains("proc |->"));
+        let constants = std::fs::read_to_string(dir.path().join("TraceConstants.tla")).unwrap();
+        assert!(constants.contains("TraceSinks == {\"op-5-0\"}") && constants.contains("TraceSource == \"op-1-0\""));
+    }
+
+    #[test]
+    fn tlc_output_is_read_into_a_verdict() {
+        let run =
+            |exit: i32, output: &str| TlcRun { exit: Some(exit), output: output.into(), elapsed: Default::default() };
+        let events = vec![trigger(1), trigger(2), trigger(3)];
+        let accepted = "<<\"trace-progress\", 1>>\n<<\"trace-progress\", 3>>\n<<\"trace-accepted\", 3>>\n";
+        assert_eq!(judge(&run(0, accepted), &events), Verdict::Accepted { events: 3 });
+        let rejected = "<<\"trace-progress\", 1>>\n<<\"trace-progress\", 2>>\n";
+        assert!(matches!(judge(&run(0, rejected), &events), Verdict::Rejected { k: 3, .. }));
+        assert!(matches!(judge(&run(0, ""), &events), Verdict::Rejected { k: 1, .. }));
+        let violated = "Error: Invariant NoLoss is violated.\nState 1:\n/\\ pos = 0\nState 2:\n/\\ pos = 2\n";
+        assert_eq!(judge(&run(12, violated), &events), Verdict::Violated { invariant: "NoLoss".into(), k: 2 });
+        assert!(matches!(judge(&run(12, "no invariant named"), &events), Verdict::Error(_)));
+        assert!(matches!(judge(&run(10, "Assumption line 3 is false"), &events), Verdict::Error(_)));
     }
 
     #[test]
     fn strings_are_escaped_and_big_numbers_refused() {
         assert_eq!(tla_string(r#"a"b\c"#), r#""a\"b\\c""#);
         assert!(tla_value("ts", &Json::from(1u64 << 40)).is_err());
+    }
+
+    #[test]
+    fn the_vocabulary_parses_with_its_pending_changes() {
+        let v = vocabulary();
+        assert!(v.events["JobEnds"].pending);
+        assert_eq!(v.events["Placement"].added, vec!["role"]);
+        assert_eq!(v.events["RestartOnError"].dropped, vec!["cause"]);
+        assert!(parse_vocabulary("Trigger | c | ckpt job | s\n").is_err(), "job first");
+        assert!(parse_vocabulary("Trigger | c | job nope | s\n").is_err(), "unknown field type");
+        assert!(parse_vocabulary("#- Trigger | kind\n").is_err(), "no such event");
     }
 }

@@ -42,7 +42,16 @@ pub fn main(args: TraceValidateArgs) -> Exit {
         Ok(v) => v,
         Err(e) => return out.refuse(format!("{}: {e}", args.trace.display())),
     };
+    for tie in &validation.ties {
+        eprintln!("clink trace-validate: {}: timestamp tie (ordered by file name): {tie}", args.trace.display());
+    }
     let modules = validation.modules_dir.as_ref().map(|d| d.display().to_string());
+    let kept = || {
+        modules
+            .as_ref()
+            .map(|d| format!("\n  the generated modules and TLC's output are kept in {d}"))
+            .unwrap_or_default()
+    };
     let (verdict, exit, text) = match &validation.verdict {
         Verdict::Accepted { events } => (
             json!({"verdict": "accepted"}),
@@ -60,10 +69,17 @@ pub fn main(args: TraceValidateArgs) -> Exit {
                 "{}: REJECTED at event {k} of {}: no step of the specification produces {event}{}",
                 args.trace.display(),
                 validation.events,
-                modules
-                    .as_ref()
-                    .map(|d| format!("\n  the generated modules and TLC's output are kept in {d}"))
-                    .unwrap_or_default()
+                kept()
+            ),
+        ),
+        Verdict::Violated { invariant, k } => (
+            json!({"verdict": "violated", "event_index": k, "invariant": invariant}),
+            Exit::Failed,
+            format!(
+                "{}: VIOLATED: the state after event {k} of {} breaks the invariant {invariant}{}",
+                args.trace.display(),
+                validation.events,
+                kept()
             ),
         ),
         Verdict::Error(e) => {
@@ -78,6 +94,7 @@ pub fn main(args: TraceValidateArgs) -> Exit {
     let mut doc = json!({
         "format": "clink-trace-validation", "version": 1, "trace": args.trace.display().to_string(),
         "events": validation.events, "seconds": validation.seconds, "modules_dir": modules, "exit_code": exit.code(),
+        "invariants_checked": validation.checked, "ties": validation.ties,
     });
     if let (Some(doc), Some(v)) = (doc.as_object_mut(), verdict.as_object()) {
         doc.extend(v.clone());

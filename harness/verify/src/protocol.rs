@@ -244,8 +244,12 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
             return unavailable(format!("copying {}: {e}", a.path));
         }
     }
-    let merged = match trace::read_run(copy.path()).and_then(|lines| trace::merge(lines, Some(bundle.job_id()))) {
+    // The traces already read whole (protocol.trace_structure's reader): a
+    // merge that fails here is evidence that does not hold together, which
+    // says nothing of the protocol, so it is unavailable, not a violation.
+    let merged = match trace::read_and_merge(tools, copy.path(), Some(bundle.job_id())) {
         Ok(m) => m,
+        Err(trace::ValidationError::Setup(e)) => return unavailable(format!("trace validation could not run: {e}")),
         Err(e) => return unavailable(format!("the traces cannot be merged: {e}")),
     };
     if let Some(why) = outside_the_model(&merged) {
@@ -256,8 +260,9 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
         Ok(v) => v,
         Err(e) => return unavailable(format!("trace validation could not run: {e}")),
     };
-    let evidence =
+    let mut evidence =
         vec![format!("{} events of job {} validated in {:.2}s", validation.events, merged.job, validation.seconds)];
+    evidence.extend(validation.ties.iter().map(|t| format!("timestamp tie: {t}")));
     match &validation.verdict {
         trace::Verdict::Accepted { .. } => CheckResult::new(
             name,
@@ -273,6 +278,14 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
         .evidence(evidence)
         .details(validation.modules_dir.map(|d| format!("the validator's modules and TLC output: {}", d.display())))
         .next("the engine took a step the protocol does not allow, or the model lacks one; read the TLC output"),
+        trace::Verdict::Violated { invariant, k } => CheckResult::new(
+            name,
+            Status::Failed,
+            format!("the state after event {k} breaks the specification's invariant {invariant}"),
+        )
+        .evidence(evidence)
+        .details(validation.modules_dir.map(|d| format!("the validator's modules and TLC output: {}", d.display())))
+        .next("read the TLC counterexample: the run reached a state the protocol must never reach"),
         trace::Verdict::Error(e) => unavailable(format!("TLC did not check the trace: {e}")),
     }
 }
