@@ -8,9 +8,9 @@
   # been evaluated or built. Every gate also runs without Nix.
   #
   # Known before any real run: nixos-24.05's Rust is older than the
-  # workspace's rust-version (1.85) and Cargo.lock format 4, so building clink
+  # workspace's rust-version (1.89) and Cargo.lock format 4, so building clink
   # at this pin (the package, the check, the gates' cargo build) fails until
-  # the lock moves to a nixpkgs with Rust 1.85 or newer (README, "With Nix").
+  # the lock moves to a nixpkgs with Rust 1.89 or newer (README, "With Nix").
   #
   # The TLA+ jar is not taken from nixpkgs (its tlaplus is another TLC):
   # apps with `fetch = true` run gates/fetch-tools first, which installs the

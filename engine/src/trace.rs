@@ -81,8 +81,9 @@ events! {
     SinkOpens => Worker ["job", "sub", "family", "restore", "recommitted"],
     CoordRecovers => Coordinator ["job", "epoch", "completed", "confirmed"],
     Redeploy => Coordinator ["job", "restore", "next"],
-    RestartOnError => Coordinator ["job", "ckpt", "cause"],
-    Placement => Worker ["job", "sub", "worker", "source"],
+    RestartOnError => Coordinator ["job", "ckpt"],
+    Placement => Worker ["job", "sub", "worker", "source", "role"],
+    JobEnds => Coordinator ["job", "outcome", "epoch"],
 }
 
 /// A field's value.

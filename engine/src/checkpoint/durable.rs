@@ -85,6 +85,14 @@ pub fn rename_durably(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Removes the temporary files a killed writer left in `dir`.
 pub fn remove_stale_temps(dir: &Path) -> io::Result<usize> {
+    remove_stale_temps_of(dir, "")
+}
+
+/// Removes the temporary files of names starting with `prefix` a killed
+/// writer left in `dir`: a directory shared by several writers (sibling sink
+/// subtasks) is cleaned by each of its own only. A file already gone (removed
+/// by another) is done.
+pub fn remove_stale_temps_of(dir: &Path, prefix: &str) -> io::Result<usize> {
     let mut removed = 0;
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -94,9 +102,13 @@ pub fn remove_stale_temps(dir: &Path) -> io::Result<usize> {
     for entry in entries {
         let entry = entry?;
         if let Some(name) = entry.file_name().to_str() {
-            if is_temp_name(name) && entry.file_type()?.is_file() {
-                fs::remove_file(entry.path())?;
-                removed += 1;
+            let ours = name.strip_prefix('.').is_some_and(|n| n.starts_with(prefix));
+            if ours && is_temp_name(name) && entry.file_type()?.is_file() {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
@@ -126,5 +138,11 @@ mod tests {
         fs::write(dir.path().join(&tmp), b"half").unwrap();
         assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
         assert!(!dir.path().join(&tmp).exists());
+        // A writer of a shared directory removes its own temporaries only.
+        let (mine, theirs) = (temp_name("part-0-4"), temp_name("part-1-4"));
+        fs::write(dir.path().join(&mine), b"x").unwrap();
+        fs::write(dir.path().join(&theirs), b"y").unwrap();
+        assert_eq!(remove_stale_temps_of(dir.path(), "part-0-").unwrap(), 1);
+        assert!(dir.path().join(&theirs).exists());
     }
 }

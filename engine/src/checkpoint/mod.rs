@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod durable;
+pub mod fence;
 pub mod graph;
 pub mod layout;
 pub mod markers;

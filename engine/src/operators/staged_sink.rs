@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use clink_basics::digest::sha256_hex;
 
-use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps, rename_durably, sync_dir, write_durably};
+use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps_of, rename_durably, sync_dir, write_durably};
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
 use crate::defects::{Defect, Defects};
@@ -143,7 +143,9 @@ impl Sink for StagedFileSink {
 
     fn open(&mut self, restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
         create_dir_durably(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
-        remove_stale_temps(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
+        // Sibling subtasks share the staging directory: only our own temporaries.
+        remove_stale_temps_of(&self.staged_dir, &format!("part-{}-", self.subtask))
+            .map_err(OperatorError::io(&self.staged_dir))?;
         let held = match restored {
             Some(slots) => decode_handles(slots)?,
             None => BTreeMap::new(),

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps};
+use crate::checkpoint::durable::remove_stale_temps;
+use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
 use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
@@ -47,6 +48,9 @@ pub struct Coordinator {
     last_progress: Option<Instant>,
     /// The job graph the markers name.
     graph: Option<GraphRef>,
+    /// This run's hold on the job's directory, taken before anything of the
+    /// job is read; its epoch is stamped on the coordinator's trace lines.
+    fence: Option<Fence>,
 }
 
 impl From<ProtocolError> for RunError {
@@ -85,28 +89,43 @@ impl Coordinator {
             deferred: VecDeque::new(),
             last_progress: None,
             graph: None,
+            fence: None,
         })
     }
 
     /// Recovers or starts fresh, then coordinates until every subtask finished.
     pub fn run(mut self) -> Result<RunSummary, RunError> {
+        // Looked at before the fence creates the job's directory, which then
+        // exists from the start: a run killed before its first checkpoint is
+        // resumed as a recovery.
         let history = self.has_history();
+        self.fence = Some(fence::acquire(&self.layout).map_err(|e| match e {
+            FenceError::Owned { .. } => RunError::Refused(e.to_string()),
+            other => RunError::Failed(other.to_string()),
+        })?);
         self.graph = Some(self.record_graph()?);
         if history {
             self.recover()?;
         } else {
-            // The job's directory exists from the start, so a run killed
-            // before its first checkpoint is resumed as a recovery.
-            let dir = self.layout.jobs_dir();
-            create_dir_durably(&dir).map_err(|e| RunError::Failed(format!("{}: {e}", dir.display())))?;
-            self.deployment = Some(deploy::deploy(&self.options, &self.participants, &self.backend, 0)?);
+            self.deployment = Some(deploy::deploy(&self.options, &self.participants, &self.backend, 0, self.epoch())?);
         }
         let result = self.coordinate();
         if let Some(deployment) = self.deployment.take() {
             deployment.shut_down();
         }
+        let outcome = match &result {
+            Ok(()) if self.protocol.progress().stopped_with_savepoint => "savepoint",
+            Ok(()) => "finished",
+            Err(_) => "failed",
+        };
+        trace_event!(JobEnds, job = self.layout.job(), outcome = outcome, epoch = self.epoch());
         result?;
         Ok(self.protocol.progress())
+    }
+
+    /// This run's fencing epoch (0 only before the fence is taken).
+    fn epoch(&self) -> u64 {
+        self.fence.as_ref().map_or(0, |f| f.epoch)
     }
 
     /// Writes the job graph beside the markers, which will name it.
@@ -132,7 +151,7 @@ impl Coordinator {
         trace_event!(
             CoordRecovers,
             job = self.layout.job(),
-            epoch = 0u64,
+            epoch = self.epoch(),
             completed = point.checkpoint,
             confirmed = 0u64
         );
@@ -149,7 +168,8 @@ impl Coordinator {
         let record = RestoredRecord::new(self.layout.job(), point.checkpoint, next);
         write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
-        self.deployment = Some(deploy::deploy(&self.options, &self.participants, &self.backend, point.checkpoint)?);
+        self.deployment =
+            Some(deploy::deploy(&self.options, &self.participants, &self.backend, point.checkpoint, self.epoch())?);
         Ok(())
     }
 
@@ -245,19 +265,26 @@ impl Coordinator {
     /// Takes the protocol's steps in order.
     fn take(&mut self, steps: Vec<Step>) -> Result<(), RunError> {
         let job = self.layout.job();
+        let epoch = self.epoch();
         for step in steps {
             match step {
                 Step::Trigger { checkpoint, kind } => {
-                    trace_event!(Trigger, job = job, ckpt = checkpoint, epoch = 0u64, kind = kind.as_str());
+                    trace_event!(Trigger, job = job, ckpt = checkpoint, epoch = epoch, kind = kind.as_str());
                     self.send(0, ToTask::TriggerCheckpoint { checkpoint, kind });
                 }
                 Step::Decided { checkpoint, outcome } => {
-                    trace_event!(CoordComplete, job = job, ckpt = checkpoint, outcome = outcome.as_str(), epoch = 0u64);
+                    trace_event!(
+                        CoordComplete,
+                        job = job,
+                        ckpt = checkpoint,
+                        outcome = outcome.as_str(),
+                        epoch = epoch
+                    );
                 }
                 Step::WriteMarker { checkpoint, kind } => self.write_marker(checkpoint, kind)?,
                 Step::BroadcastCommit { checkpoint } => {
                     kill_point(FaultPoint::CoordinatorBeforeCommitBroadcast, checkpoint);
-                    trace_event!(Broadcast, job = job, ckpt = checkpoint, withheld = false, epoch = 0u64);
+                    trace_event!(Broadcast, job = job, ckpt = checkpoint, withheld = false, epoch = epoch);
                     for &sink in &self.sinks {
                         self.send(sink, ToTask::CommitCheckpoint { checkpoint });
                     }
@@ -273,7 +300,9 @@ impl Coordinator {
                     );
                 }
                 Step::TearDown { checkpoint, cause } => {
-                    trace_event!(RestartOnError, job = job, ckpt = checkpoint, cause = cause.as_str());
+                    // The cause is free text no trace module could constrain:
+                    // it goes to standard error only.
+                    trace_event!(RestartOnError, job = job, ckpt = checkpoint);
                     eprintln!("clink: job {job}: restarting ({cause})");
                     if let Some(deployment) = self.deployment.take() {
                         deployment.shut_down();
@@ -298,7 +327,7 @@ impl Coordinator {
         let marker =
             CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants, self.graph.clone());
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
-        trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = 0u64);
+        trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());
         kill_point(FaultPoint::CoordinatorAfterCompletedMarker, checkpoint);
         Ok(())
     }

@@ -162,11 +162,12 @@ pub fn deploy(
     participants: &[Participant],
     backend: &FileStateBackend,
     restore_point: u64,
+    epoch: u64,
 ) -> Result<Deployment, RunError> {
     let (to_coordinator, from_tasks) = unbounded();
     let cancel = Arc::new(AtomicBool::new(false));
     let mut wiring = Wiring::new(participants);
-    let builder = Builder { options, participants, backend, restore_point };
+    let builder = Builder { options, participants, backend, restore_point, epoch };
     let mut launches = Vec::new();
     for (task, p) in participants.iter().enumerate() {
         launches.push(builder.launch(task, p, &mut wiring, &to_coordinator, &cancel)?);
@@ -180,6 +181,7 @@ struct Builder<'a> {
     participants: &'a [Participant],
     backend: &'a FileStateBackend,
     restore_point: u64,
+    epoch: u64,
 }
 
 impl Builder<'_> {
@@ -215,6 +217,7 @@ impl Builder<'_> {
             backend: self.backend.clone(),
             restored,
             restore_point: self.restore_point,
+            epoch: self.epoch,
             env: env.clone(),
             recorder: self.recorder_for(op, p)?,
         };

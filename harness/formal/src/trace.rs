@@ -720,7 +720,8 @@ mod tests {
     use super::*;
 
     fn vocabulary() -> Vocabulary {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../formal/trace/events.txt")).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../formal/trace/events.txt")).unwrap();
         parse_vocabulary(&text).unwrap()
     }
 

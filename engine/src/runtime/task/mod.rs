@@ -22,7 +22,7 @@ use crate::checkpoint::snapshot::SnapshotHeader;
 use crate::checkpoint::{FileStateBackend, StateSlots};
 use crate::event::Event;
 use crate::job::PlannedOperator;
-use crate::operators::{Environment, OperatorError};
+use crate::operators::{Environment, OperatorError, OperatorKind};
 use crate::timers::Clock;
 use crate::trace_event;
 
@@ -44,6 +44,8 @@ pub struct TaskContext {
     pub backend: FileStateBackend,
     pub restored: Option<StateSlots>,
     pub restore_point: u64,
+    /// The run's fencing epoch (1 for a job's first run), stamped on trace lines.
+    pub epoch: u64,
     pub env: Environment,
     /// The flight recorder of this subtask, when capture is on.
     pub recorder: Option<EpochRecorder>,
@@ -107,8 +109,23 @@ impl TaskContext {
         self.cancel.load(Ordering::Relaxed)
     }
 
-    pub(super) fn place(&self, is_source: bool) {
-        trace_event!(Placement, job = self.job, sub = &self.participant, worker = WORKER_ID, source = is_source);
+    /// The subtask is deployed: where, and what it is (the validator reads
+    /// the job's sinks from these lines, not from which sinks acted).
+    pub(super) fn place(&self) {
+        let kind = self.operator.spec.kind();
+        let role = match kind {
+            OperatorKind::Source => "source",
+            OperatorKind::Transform => "transform",
+            OperatorKind::Sink => "sink",
+        };
+        trace_event!(
+            Placement,
+            job = self.job,
+            sub = &self.participant,
+            worker = WORKER_ID,
+            source = kind == OperatorKind::Source,
+            role = role
+        );
     }
 
     /// Writes the snapshot durably, then acks; the ack never precedes durability.

@@ -13,7 +13,7 @@ use super::super::gates::{Input, InputGate};
 use super::{TaskContext, TaskExit};
 
 pub fn run(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
-    cx.place(false);
+    cx.place();
     let previous_barrier = cx.restore_point;
     let result = SinkTask { cx: &mut cx, gate, previous_barrier, last_acked: 0, last_committed: 0, input_done: false }
         .run(&mut *sink);

@@ -38,7 +38,7 @@ impl Pacer {
     /// The time to wait before the next record, if the source is ahead.
     fn ahead_by(&mut self) -> Option<Duration> {
         self.records += 1;
-        if self.records % 16 != 0 {
+        if !self.records.is_multiple_of(16) {
             return None;
         }
         let due = self.start + Duration::from_secs_f64(self.records as f64 / self.rate.get() as f64);
@@ -53,7 +53,7 @@ pub fn run(
     control: Receiver<ToTask>,
     triggers: SourceTriggers,
 ) {
-    cx.place(true);
+    cx.place();
     let pacer = triggers.records_per_second.map(|rate| Pacer { rate, start: Instant::now(), records: 0 });
     let result = SourceTask { cx: &cx, out, control, triggers, pacer, records_since_checkpoint: 0 }.run(&mut *source);
     cx.finish(result);
@@ -80,7 +80,7 @@ impl SourceTask<'_> {
         let mut polled = 0u64;
         loop {
             polled += 1;
-            if polled % CONTROL_POLL_RECORDS == 0 {
+            if polled.is_multiple_of(CONTROL_POLL_RECORDS) {
                 self.poll_control(source)?;
             }
             if let Some(n) = self.triggers.every_records {
@@ -162,22 +162,26 @@ impl SourceTask<'_> {
     }
 
     /// The source's step of checkpoint `c`: position snapshot, ack, barrier.
+    /// A position snapshot that did not become durable fails the source: no
+    /// DeliverBarrier, no ack and no barrier (the restart budget decides).
     fn checkpoint(&mut self, source: &mut dyn Source, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
         let slots = source.snapshot()?;
         let header = self.cx.header(checkpoint);
-        let written = self.cx.backend.write(&self.cx.participant, &header, &slots);
-        // The line follows the write, so it never claims a position snapshot
-        // that a kill kept off the disk.
+        if let Err(e) = self.cx.backend.write(&self.cx.participant, &header, &slots) {
+            return Err(TaskExit::Failed(format!("the position snapshot of checkpoint {checkpoint}: {e}")));
+        }
+        // The line follows the durable write, so it never claims a position
+        // snapshot that a kill or an I/O error kept off the disk.
         trace_event!(
             DeliverBarrier,
             job = self.cx.job,
             ckpt = checkpoint,
-            epoch = 0u64,
+            epoch = self.cx.epoch,
             worker = WORKER_ID,
             fenced = false
         );
         kill_point(FaultPoint::SourceAfterPositionSnapshot, checkpoint);
-        self.cx.ack(checkpoint, written.err().map(|e| e.to_string()))?;
+        self.cx.ack(checkpoint, None)?;
         self.out.broadcast(Element::Barrier { checkpoint, kind })?;
         self.out.flush()?;
         self.records_since_checkpoint = 0;

@@ -13,7 +13,7 @@ use super::super::gates::{Input, InputGate, OutputGate};
 use super::{TaskContext, TaskExit};
 
 pub fn run(mut cx: TaskContext, driver: Driver, gate: InputGate, out: OutputGate) {
-    cx.place(false);
+    cx.place();
     let result = TransformTask { cx: &mut cx, driver, gate, out, emitted: Vec::new() }.run();
     cx.finish(result);
 }

@@ -1,0 +1,106 @@
+//! Fencing: at most one live run owns a job's checkpoint directory.
+//!
+//! A run takes an exclusive lock on `_jobs/<job>/LOCK` before it reads or
+//! writes anything of the job, and holds it for the life of the process; the
+//! kernel drops it when the process dies, so a resume after a kill proceeds,
+//! while a second run over a directory a live run owns is refused naming the
+//! owner. Each run that takes the lock numbers itself one above the last
+//! (`_jobs/<job>/EPOCH`, written durably): the epoch the protocol trace
+//! stamps on the coordinator's lines and the source's barriers.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::durable::{create_dir_durably, write_durably};
+use super::layout::CheckpointLayout;
+
+pub const LOCK_NAME: &str = "LOCK";
+pub const EPOCH_NAME: &str = "EPOCH";
+
+#[derive(Debug, Error)]
+pub enum FenceError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("job {job}'s checkpoint directory is owned by a live run ({owner}); a second run over it is refused")]
+    Owned { job: u64, owner: String },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+/// The lock this run holds, and the epoch it took.
+#[derive(Debug)]
+pub struct Fence {
+    /// Held open: closing it (or the process ending) releases the lock.
+    _lock: File,
+    pub epoch: u64,
+}
+
+/// Takes the job's lock and the next epoch, or says who owns the directory.
+pub fn acquire(layout: &CheckpointLayout) -> Result<Fence, FenceError> {
+    let dir = layout.jobs_dir();
+    let io = |path: PathBuf| move |source| FenceError::Io { path, source };
+    create_dir_durably(&dir).map_err(io(dir.clone()))?;
+    let path = dir.join(LOCK_NAME);
+    let mut lock =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io(path.clone()))?;
+    if !try_lock_exclusive(&lock).map_err(io(path.clone()))? {
+        let mut owner = String::new();
+        let _ = lock.read_to_string(&mut owner);
+        let owner = match owner.trim() {
+            "" => "an unknown process".to_string(),
+            pid => format!("pid {pid}"),
+        };
+        return Err(FenceError::Owned { job: layout.job(), owner });
+    }
+    // Who holds it, for the message a refused second run prints.
+    lock.set_len(0).and_then(|()| lock.seek(SeekFrom::Start(0))).map_err(io(path.clone()))?;
+    writeln!(lock, "{}", std::process::id()).map_err(io(path.clone()))?;
+    let epoch = last_epoch(layout)? + 1;
+    write_durably(&dir, EPOCH_NAME, format!("{epoch}\n").as_bytes()).map_err(io(dir.join(EPOCH_NAME)))?;
+    Ok(Fence { _lock: lock, epoch })
+}
+
+/// The epoch the newest run took (0: none has).
+pub fn last_epoch(layout: &CheckpointLayout) -> Result<u64, FenceError> {
+    let path = layout.jobs_dir().join(EPOCH_NAME);
+    match clink_basics::files::read_bounded_text(&path, 64) {
+        Ok(text) => clink_basics::ids::parse_decimal_u64(text.trim())
+            .ok_or_else(|| FenceError::Invalid { path, reason: format!("{:?} is not an epoch", text.trim()) }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(source) => Err(FenceError::Io { path, source }),
+    }
+}
+
+fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_live_run_per_directory_and_each_run_a_higher_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 3);
+        let first = acquire(&layout).unwrap();
+        assert_eq!(first.epoch, 1);
+        let refused = acquire(&layout).unwrap_err();
+        assert!(refused.to_string().contains(&format!("pid {}", std::process::id())), "{refused}");
+        drop(first);
+        let second = acquire(&layout).unwrap();
+        assert_eq!(second.epoch, 2, "a resume after the owner ended takes the next epoch");
+        assert_eq!(last_epoch(&layout).unwrap(), 2);
+    }
+}
