@@ -77,7 +77,9 @@ impl Live {
 
 fn wait_for_marker(live: &Live, child: &mut Child) {
     for _ in 0..200 {
-        if std::fs::read_dir(live.path("ck/_jobs/1")).map(|d| d.count() > 1).unwrap_or(false) {
+        let completed =
+            |d: std::fs::ReadDir| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("COMPLETED-"));
+        if std::fs::read_dir(live.path("ck/_jobs/1")).map(completed).unwrap_or(false) {
             return;
         }
         if child.try_wait().unwrap().is_some() {

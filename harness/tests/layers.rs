@@ -14,8 +14,10 @@ use serde_json::Value as Json;
 const ALLOWED: &[(&str, &[&str])] = &[
     // The leaf: depends on nothing of ours.
     ("clink-basics", &[]),
+    // The external systems' clients know no row, no job and no check.
+    ("clink-connectors", &["clink-basics"]),
     // The system under test never depends on what judges it.
-    ("clink-engine", &["clink-basics"]),
+    ("clink-engine", &["clink-basics", "clink-connectors"]),
     // Bundles know the engine's formats, never replay, the formal side or the checks.
     ("clink-bundle", &["clink-basics", "clink-engine"]),
     // Replay reads bundles and runs the engine's operators; it never judges.
@@ -31,6 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "clink-harness",
         &[
             "clink-basics",
+            "clink-connectors",
             "clink-engine",
             "clink-bundle",
             "clink-replay",
