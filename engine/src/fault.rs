@@ -24,9 +24,17 @@ pub enum FaultPoint {
     SinkAfterCommit,
     CoordinatorBeforeRestoredRecord,
     CheckpointSnapshotFails,
+    /// The ClickHouse sink's INSERT of an interval was acknowledged; the
+    /// barrier is not yet.
+    ClickHouseAfterInsert,
+    /// The ClickHouse sink's INSERT landed, but the sink acts as if its
+    /// answer was lost: the resend is in doubt.
+    ClickHouseResponseLost,
 }
 
 impl FaultPoint {
+    /// The protocol's points, which every job passes (the file fault matrix
+    /// has a trial for each).
     pub const ALL: [FaultPoint; 10] = [
         FaultPoint::SourceAfterPositionSnapshot,
         FaultPoint::SinkBeforePrepare,
@@ -40,6 +48,9 @@ impl FaultPoint {
         FaultPoint::CheckpointSnapshotFails,
     ];
 
+    /// The connectors' own points (the connector fault matrix covers them).
+    pub const CONNECTORS: [FaultPoint; 2] = [FaultPoint::ClickHouseAfterInsert, FaultPoint::ClickHouseResponseLost];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultPoint::SourceAfterPositionSnapshot => "source.after_position_snapshot",
@@ -52,16 +63,19 @@ impl FaultPoint {
             FaultPoint::SinkAfterCommit => "sink.after_commit",
             FaultPoint::CoordinatorBeforeRestoredRecord => "coordinator.before_restored_record",
             FaultPoint::CheckpointSnapshotFails => "checkpoint.snapshot_fails",
+            FaultPoint::ClickHouseAfterInsert => "clickhouse.after_insert",
+            FaultPoint::ClickHouseResponseLost => "clickhouse.response_lost",
         }
     }
 
     pub fn parse(name: &str) -> Option<FaultPoint> {
-        FaultPoint::ALL.into_iter().find(|p| p.name() == name)
+        FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS).find(|p| p.name() == name)
     }
 
-    /// Whether reaching the point kills the process (all but the snapshot failure).
+    /// Whether reaching the point kills the process (all but the snapshot
+    /// failure and the lost answer).
     pub fn kills(self) -> bool {
-        self != FaultPoint::CheckpointSnapshotFails
+        !matches!(self, FaultPoint::CheckpointSnapshotFails | FaultPoint::ClickHouseResponseLost)
     }
 }
 
@@ -83,7 +97,7 @@ pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, String> {
         let (name, id) =
             item.split_once('@').ok_or_else(|| format!("{ENV_VAR}: {item:?} is not <point>@<checkpoint id>"))?;
         let point = FaultPoint::parse(name).ok_or_else(|| {
-            let known: Vec<_> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+            let known: Vec<_> = FaultPoint::ALL.iter().chain(&FaultPoint::CONNECTORS).map(|p| p.name()).collect();
             format!("{ENV_VAR}: unknown fault point {name:?}; known: {}", known.join(", "))
         })?;
         let checkpoint = clink_basics::ids::parse_decimal_u64(id)
@@ -168,7 +182,7 @@ mod tests {
         assert!(parse_spec("sink.before_commit").is_err());
         assert!(parse_spec("nowhere@1").unwrap_err().contains("unknown fault point"));
         assert!(parse_spec("sink.before_commit@x").is_err());
-        for p in FaultPoint::ALL {
+        for p in FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS) {
             assert_eq!(FaultPoint::parse(p.name()), Some(p));
         }
     }

@@ -74,21 +74,16 @@ pub fn generate(options: &GenOptions) -> io::Result<GenSummary> {
             format!("{} already holds segment files; choose an empty directory", options.out.display()),
         ));
     }
-    let mut rng = SplitMix64::new(options.seed);
     let per_segment = options.segment_events.max(1);
     let mut summary = GenSummary { segments: 0, events: 0, watermarks: 0, bytes: 0 };
-    let mut newest = START_TIME_MS;
     let mut watermark = i64::MIN;
     let mut body = String::new();
-    for i in 0..options.events {
-        newest += rng.below(400) as i64;
-        let time = (newest - rng.below(MAX_LATENESS_MS + 1) as i64).max(watermark);
-        let account = skewed_account(&mut rng, options.accounts);
-        let amount = amount(&mut rng);
-        body.push_str(&format!("E,{time},acct-{account:03},{amount}\n"));
+    for (i, event) in (0..options.events).zip(events(options.seed, options.accounts)) {
+        let time = event.time.max(watermark);
+        body.push_str(&format!("E,{time},{},{}\n", event.account, event.amount));
         summary.events += 1;
-        if (i + 1) % WATERMARK_EVERY == 0 && newest - WATERMARK_LAG_MS > watermark {
-            watermark = newest - WATERMARK_LAG_MS;
+        if (i + 1) % WATERMARK_EVERY == 0 && event.newest - WATERMARK_LAG_MS > watermark {
+            watermark = event.newest - WATERMARK_LAG_MS;
             body.push_str(&format!("W,{watermark}\n"));
             summary.watermarks += 1;
         }
@@ -107,6 +102,33 @@ pub fn generate(options: &GenOptions) -> io::Result<GenSummary> {
         summary.segments = 1;
     }
     Ok(summary)
+}
+
+/// One generated event, before the segment writer holds it at the last
+/// watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenEvent {
+    pub time: i64,
+    /// The newest time generated so far (the watermark follows it).
+    pub newest: i64,
+    pub account: String,
+    /// Written as the input writes it: `12`, `12.5` or `12.50`.
+    pub amount: String,
+}
+
+/// The endless event stream of a seed: the events `generate` writes, and
+/// `clink produce` publishes, in the same order.
+pub fn events(seed: u64, accounts: u32) -> impl Iterator<Item = GenEvent> {
+    let mut rng = SplitMix64::new(seed);
+    let mut newest = START_TIME_MS;
+    let accounts = accounts.max(1);
+    std::iter::from_fn(move || {
+        newest += rng.below(400) as i64;
+        let time = newest - rng.below(MAX_LATENESS_MS + 1) as i64;
+        let account = skewed_account(&mut rng, accounts);
+        let amount = amount(&mut rng);
+        Some(GenEvent { time, newest, account: format!("acct-{account:03}"), amount })
+    })
 }
 
 fn has_segments(dir: &Path) -> io::Result<bool> {

@@ -22,6 +22,7 @@ struct Cli {
 enum Command {
     Run(commands::run::RunArgs),
     GenInput(commands::gen_input::GenInputArgs),
+    Produce(commands::produce::ProduceArgs),
     Reference(commands::reference::ReferenceArgs),
     Compare(commands::compare::CompareArgs),
     Replay(commands::replay::ReplayArgs),
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
     let exit = match cli.command {
         Command::Run(args) => commands::run::main(args),
         Command::GenInput(args) => commands::gen_input::main(args),
+        Command::Produce(args) => commands::produce::main(args),
         Command::Reference(args) => commands::reference::main(args),
         Command::Compare(args) => commands::compare::main(args),
         Command::Replay(args) => commands::replay::main(args),

@@ -47,7 +47,19 @@ macro_rules! planned_transform {
     };
 }
 
-registered_operators!(segment_source, filter, project, key_by, window, idle, proc_time_counter, line_sink, staged_sink,);
+registered_operators!(
+    segment_source,
+    kafka_source,
+    filter,
+    project,
+    key_by,
+    window,
+    idle,
+    proc_time_counter,
+    line_sink,
+    staged_sink,
+    clickhouse_sink,
+);
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -133,6 +145,9 @@ pub enum SourceItem {
     End,
     /// No more input for now and no END: the job stops with its state kept.
     Exhausted,
+    /// Nothing arrived within the source's wait: the task looks at its
+    /// control frames (a checkpoint may be due) and asks again.
+    Idle,
 }
 
 pub trait Source: Send {
@@ -219,13 +234,26 @@ pub trait Sink: Send {
     }
 }
 
-/// What the environment gives operators: where input and output live, and
-/// which test-only defects are switched on.
+/// What the environment gives operators: where input and output live, the
+/// external systems connectors talk to, and which test-only defects are
+/// switched on.
 #[derive(Debug, Clone, Default)]
 pub struct Environment {
+    /// The job this run is of (0 where no job runs, as in a replay).
+    pub job: u64,
     pub input_dir: PathBuf,
     pub output_dir: PathBuf,
+    pub connections: Connections,
     pub defects: Defects,
+}
+
+/// The external systems a run's connectors reach, as the operator named them
+/// on the command line (a job file names topics and tables, never servers).
+#[derive(Debug, Clone, Default)]
+pub struct Connections {
+    /// `host:port[,host:port...]` of the Kafka brokers.
+    pub kafka_bootstrap: Option<String>,
+    pub clickhouse: Option<clink_connectors::clickhouse::Endpoint>,
 }
 
 /// The three shapes of operator.

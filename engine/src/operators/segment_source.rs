@@ -378,6 +378,12 @@ fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {
 }
 
 fn preflight(setup: &Setup<'_>) -> Result<(), OperatorError> {
+    if setup.env.input_dir.as_os_str().is_empty() {
+        return Err(OperatorError::Input(format!(
+            "operator {:?} reads segment files: name their directory with --input-dir",
+            setup.uid
+        )));
+    }
     validate_input(&setup.env.input_dir).map(|_| ())
 }
 

@@ -10,6 +10,7 @@ pub mod gen_input;
 pub mod incident_collect;
 pub mod incident_regress;
 pub mod incident_verify;
+pub mod produce;
 pub mod reference;
 pub mod replay;
 pub mod run;

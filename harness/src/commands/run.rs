@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use clink_basics::exit::Exit;
+use clink_connectors::clickhouse::Endpoint;
 use clink_engine::capture::CaptureOptions;
 use clink_engine::defects::Defects;
 use clink_engine::job::{parse_job, JobGraph, MAX_JOB_BYTES};
-use clink_engine::operators::Environment;
+use clink_engine::operators::{Connections, Environment};
 use clink_engine::runtime::{Coordinator, RunError, RunOptions, TriggerMode};
 use clink_engine::timers::wall_clock_ms;
 use clink_engine::{fault, job_manifest, trace};
@@ -28,9 +29,22 @@ pub struct RunArgs {
     /// The job graph (JSON, format clink-job version 1).
     #[arg(long, value_name = "FILE")]
     job: PathBuf,
-    /// Directory of the source's segment-NNNN.txt files.
+    /// Directory of a segment_source's segment-NNNN.txt files.
     #[arg(long, value_name = "DIR")]
-    input_dir: PathBuf,
+    input_dir: Option<PathBuf>,
+    /// The Kafka brokers a kafka_source reads (HOST:PORT[,HOST:PORT...]).
+    #[arg(long, value_name = "HOSTS", env = "CLINK_KAFKA_BOOTSTRAP")]
+    kafka_bootstrap: Option<String>,
+    /// The ClickHouse server a clickhouse_sink writes (HOST:PORT of its HTTP
+    /// interface, or an http:// URL).
+    #[arg(long, value_name = "ADDRESS", env = "CLINK_CLICKHOUSE_HTTP")]
+    clickhouse: Option<String>,
+    /// The ClickHouse user (default: the server's default user).
+    #[arg(long, value_name = "USER", requires = "clickhouse")]
+    clickhouse_user: Option<String>,
+    /// The environment variable holding the ClickHouse user's password.
+    #[arg(long, value_name = "VAR", requires = "clickhouse")]
+    clickhouse_password_env: Option<String>,
     /// Sinks publish into <DIR>/<sink uid>/.
     #[arg(long, value_name = "DIR")]
     output_dir: PathBuf,
@@ -79,6 +93,24 @@ pub struct RunArgs {
     json: bool,
 }
 
+/// The external systems named on the command line.
+fn connections(args: &RunArgs) -> Result<Connections, String> {
+    let clickhouse = match &args.clickhouse {
+        None => None,
+        Some(address) => {
+            let mut endpoint = Endpoint::parse(address).map_err(|e| format!("--clickhouse: {e}"))?;
+            endpoint.user = args.clickhouse_user.clone();
+            if let Some(var) = &args.clickhouse_password_env {
+                let password = std::env::var(var)
+                    .map_err(|_| format!("--clickhouse-password-env: the variable {var} is not set"))?;
+                endpoint.password = Some(password);
+            }
+            Some(endpoint)
+        }
+    };
+    Ok(Connections { kafka_bootstrap: args.kafka_bootstrap.clone(), clickhouse })
+}
+
 pub fn main(args: RunArgs) -> Exit {
     let out = Output::new("run", args.json);
     // The job file is read once: the graph is planned from these bytes, and
@@ -91,9 +123,13 @@ pub fn main(args: RunArgs) -> Exit {
         Ok(job) => job,
         Err(e) => return out.refuse(format!("job refused: {}: {e}", args.job.display())),
     };
-    if !args.input_dir.is_dir() {
-        return out.refuse(format!("--input-dir {}: not a directory", args.input_dir.display()));
+    if let Some(dir) = args.input_dir.as_ref().filter(|d| !d.is_dir()) {
+        return out.refuse(format!("--input-dir {}: not a directory", dir.display()));
     }
+    let connections = match connections(&args) {
+        Ok(c) => c,
+        Err(e) => return out.refuse(e),
+    };
     let defects = match Defects::from_env() {
         Ok(d) => d,
         Err(e) => return out.refuse(e),
@@ -113,7 +149,13 @@ pub fn main(args: RunArgs) -> Exit {
     let manifest = args.ha_dir.as_ref().map(|_| job_manifest_of(&text, &job, trigger));
     let options = RunOptions {
         job,
-        env: Environment { input_dir: args.input_dir, output_dir: args.output_dir.clone(), defects },
+        env: Environment {
+            job: job_id,
+            input_dir: args.input_dir.unwrap_or_default(),
+            output_dir: args.output_dir.clone(),
+            connections,
+            defects,
+        },
         checkpoint_dir: args.checkpoint_dir,
         trigger,
         stop_with_savepoint_at: args.stop_with_savepoint_at,

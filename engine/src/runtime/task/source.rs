@@ -113,6 +113,10 @@ impl SourceTask<'_> {
                     self.request_checkpoint(source, CheckpointKind::Savepoint)?;
                     return self.close(Element::Stop);
                 }
+                SourceItem::Idle => {
+                    self.out.flush()?;
+                    self.poll_control(source)?;
+                }
             }
         }
     }
