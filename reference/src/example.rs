@@ -131,12 +131,12 @@ impl State {
 
 /// Times are non-negative and at most 2^60, so window and timer arithmetic
 /// cannot overflow.
-fn parse_time(text: &str) -> Option<i64> {
+pub(crate) fn parse_time(text: &str) -> Option<i64> {
     let t: i64 = text.parse().ok()?;
     (0..=1 << 60).contains(&t).then_some(t)
 }
 
-fn parse_cents(text: &str) -> Option<i128> {
+pub(crate) fn parse_cents(text: &str) -> Option<i128> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -153,7 +153,7 @@ fn parse_cents(text: &str) -> Option<i128> {
     Some(if negative { -cents } else { cents })
 }
 
-fn render_cents(cents: i128) -> String {
+pub(crate) fn render_cents(cents: i128) -> String {
     let sign = if cents < 0 { "-" } else { "" };
     let abs = cents.unsigned_abs();
     format!("{sign}{}.{:02}", abs / 100, abs % 100)

@@ -17,6 +17,7 @@
 
 pub mod example;
 pub mod output;
+pub mod records;
 
 use std::path::PathBuf;
 

@@ -146,6 +146,22 @@ pub enum Polled {
     Nothing,
 }
 
+/// How far a reader fetches ahead of what it has handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefetch {
+    /// At most this much in one fetch: small enough that the partitions'
+    /// records arrive interleaved, not one partition after another.
+    pub fetch_bytes: u32,
+    /// At most this much queued in the client, over all partitions.
+    pub queued_kbytes: u32,
+}
+
+impl Default for Prefetch {
+    fn default() -> Self {
+        Prefetch { fetch_bytes: 16 * 1024, queued_kbytes: 1024 }
+    }
+}
+
 /// Reads one topic's partitions from offsets the caller keeps.
 pub struct LogReader {
     bootstrap: String,
@@ -162,6 +178,17 @@ impl LogReader {
     /// consumer group librdkafka requires for assignment; no offset is ever
     /// committed to it.
     pub fn connect(bootstrap: &str, topic: &str, isolation: Isolation, group: &str) -> Result<Self, KafkaClientError> {
+        Self::connect_with(bootstrap, topic, isolation, group, Prefetch::default())
+    }
+
+    /// As [`LogReader::connect`], reading ahead no more than `prefetch` says.
+    pub fn connect_with(
+        bootstrap: &str,
+        topic: &str,
+        isolation: Isolation,
+        group: &str,
+        prefetch: Prefetch,
+    ) -> Result<Self, KafkaClientError> {
         let health = Arc::new(BrokerHealth::default());
         let consumer: BaseConsumer<ReaderContext> = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -173,6 +200,13 @@ impl LogReader {
             .set("isolation.level", isolation.as_str())
             .set("allow.auto.create.topics", "false")
             .set("topic.metadata.refresh.interval.ms", "5000")
+            // A fetch returns at least one whole batch, however large, so a
+            // small limit bounds the batches per fetch, not a message's size.
+            .set("fetch.max.bytes", prefetch.fetch_bytes.to_string())
+            .set("max.partition.fetch.bytes", prefetch.fetch_bytes.to_string())
+            .set("message.max.bytes", prefetch.fetch_bytes.max(1000).to_string())
+            .set("queued.max.messages.kbytes", prefetch.queued_kbytes.to_string())
+            .set("queued.min.messages", "1000")
             .set_log_level(RDKafkaLogLevel::Error)
             .create_with_context(ReaderContext { health: health.clone() })
             .map_err(|e| client_error(bootstrap, "creating the consumer", e))?;
@@ -307,6 +341,9 @@ impl LogWriter {
             .set("acks", "all")
             .set("enable.idempotence", "false")
             .set("linger.ms", "5")
+            // Small batches: a reader then meets the partitions interleaved
+            // (a fetch returns whole batches, whatever its byte limit).
+            .set("batch.num.messages", "64")
             .set("message.timeout.ms", "30000")
             .set_log_level(RDKafkaLogLevel::Error)
             .create()

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use clink_basics::fields::{FieldError, Fields};
-use clink_connectors::kafka::{Isolation, LogIdentity, LogReader, Polled};
+use clink_connectors::kafka::{Isolation, LogIdentity, LogReader, Polled, Prefetch};
 
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
@@ -54,11 +54,23 @@ pub struct Plan {
     pub isolation: Isolation,
     pub bounded: bool,
     pub broker_timeout_ms: u64,
+    /// How far the client reads ahead of the records handed out.
+    pub prefetch: Prefetch,
 }
 
 pub fn plan(params: &Json) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
-    f.only(&["topic", "format", "columns", "event_time", "watermark_lag_ms", "isolation", "end", "broker_timeout_ms"])?;
+    f.only(&[
+        "topic",
+        "format",
+        "columns",
+        "event_time",
+        "watermark_lag_ms",
+        "isolation",
+        "end",
+        "broker_timeout_ms",
+        "prefetch_kbytes",
+    ])?;
     let topic = f.str("topic")?.to_string();
     if topic.is_empty() || topic.len() > 249 || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
         return Err(f.error("topic", format!("{topic:?} is not a Kafka topic name (1 to 249 of [A-Za-z0-9._-])")));
@@ -100,6 +112,10 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
         Some(other) => return Err(f.error("end", format!("{other:?} is not offsets_at_start or none"))),
     };
     let broker_timeout_ms = f.optional("broker_timeout_ms", Fields::u64)?.unwrap_or(30_000);
+    let prefetch_kbytes = f.optional("prefetch_kbytes", Fields::u32)?.unwrap_or(Prefetch::default().queued_kbytes);
+    if !(1..=1_048_576).contains(&prefetch_kbytes) {
+        return Err(f.error("prefetch_kbytes", "1 to 1048576"));
+    }
     Ok(Plan {
         topic,
         columns,
@@ -108,6 +124,7 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
         isolation,
         bounded,
         broker_timeout_ms,
+        prefetch: Prefetch { queued_kbytes: prefetch_kbytes, ..Prefetch::default() },
     })
 }
 
@@ -398,8 +415,9 @@ impl KafkaSource {
 
 impl Source for KafkaSource {
     fn restore(&mut self, slots: Option<&StateSlots>) -> Result<(), OperatorError> {
-        let reader = LogReader::connect(&self.bootstrap, &self.plan.topic, self.plan.isolation, &self.group)
-            .map_err(|e| self.log_error(e))?;
+        let reader =
+            LogReader::connect_with(&self.bootstrap, &self.plan.topic, self.plan.isolation, &self.group, self.plan.prefetch)
+                .map_err(|e| self.log_error(e))?;
         self.reader = Some(reader);
         let log = self.reader()?.describe(self.plan.isolation).map_err(|e| self.log_error(e))?;
         match slots {

@@ -5,7 +5,7 @@ use crate::capture::spec::CaptureAccount;
 use crate::capture::SinkEvidence;
 use crate::event::Event;
 use crate::fault::{fails, kill_point, FaultPoint};
-use crate::operators::Sink;
+use crate::operators::{Sink, SinkFamily};
 use crate::trace_event;
 
 use super::super::frames::{ToCoordinator, ToTask};
@@ -68,6 +68,13 @@ impl SinkTask<'_> {
 
     fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
         kill_point(FaultPoint::SinkBeforePrepare, checkpoint);
+        // An at-least-once sink's prepare is its effect (the rows leave for
+        // the destination): the interval's input is written first, so the
+        // evidence of what was sent survives a death during or after it.
+        let written_early = match sink.family() {
+            SinkFamily::AtLeastOnce => Some(self.cx.close_epoch(checkpoint)),
+            SinkFamily::Recoverable => None,
+        };
         let prepared = sink.prepare(checkpoint)?;
         if prepared.durable {
             self.trace_prepare(&*sink, checkpoint, prepared.staged);
@@ -77,7 +84,8 @@ impl SinkTask<'_> {
             trace_event!(SinkCommit, job = self.cx.job, sub = &self.cx.participant, ckpt = checkpoint);
         }
         kill_point(FaultPoint::SinkAfterPrepare, checkpoint);
-        self.record_interval(sink, checkpoint);
+        let written = written_early.unwrap_or_else(|| self.cx.close_epoch(checkpoint));
+        self.record_interval(sink, checkpoint, written);
         self.last_acked = checkpoint;
         let written = if fails(FaultPoint::CheckpointSnapshotFails, checkpoint) {
             Err(format!("injected snapshot failure at checkpoint {checkpoint}"))
@@ -98,9 +106,14 @@ impl SinkTask<'_> {
 
     /// Writes the interval's capture and the sink's evidence, after the
     /// sink's barrier handling and before its ack.
-    fn record_interval(&mut self, sink: &dyn Sink, checkpoint: u64) {
+    fn record_interval(
+        &mut self,
+        sink: &dyn Sink,
+        checkpoint: u64,
+        written: Option<crate::capture::recorder::EpochWritten>,
+    ) {
         let previous = std::mem::replace(&mut self.previous_barrier, checkpoint);
-        let Some(written) = self.cx.close_epoch(checkpoint) else {
+        let Some(written) = written else {
             return;
         };
         let evidence = SinkEvidence {
