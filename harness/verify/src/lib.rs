@@ -13,7 +13,8 @@
 //! read.
 //!
 //! [`verify_observed`] tells a [`VerifyProgress`] as each check starts and
-//! ends (the command line draws a bar with it).
+//! ends (the command line draws a bar with it); [`html::page`] turns a report
+//! into a page of the shared HTML frame, with the bundle's protocol timeline.
 //!
 //! ```no_run
 //! use clink_verify::{verify, Profile, Selection, VerifyOptions};
@@ -23,6 +24,7 @@
 //! std::process::exit(report.exit_code.into());
 //! ```
 
+pub mod html;
 mod integrity;
 pub mod progress;
 mod protocol;
@@ -84,6 +86,11 @@ pub struct CheckResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counts: Option<Counts>,
     pub details: Vec<String>,
+    /// protocol.conformance's rejection: the first diverging event, 1-based in
+    /// the merged trace of the bundle's job. For the HTML report's timeline;
+    /// not part of the JSON report (the reason names the event).
+    #[serde(skip)]
+    pub diverged_at: Option<usize>,
 }
 
 impl CheckResult {
@@ -96,6 +103,7 @@ impl CheckResult {
             next_action: String::new(),
             counts: None,
             details: Vec::new(),
+            diverged_at: None,
         }
     }
 

@@ -265,11 +265,14 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
             "the TLC trace validator accepts this job's events: they are a behaviour of formal/ExactlyOnce.tla",
         )
         .evidence(evidence),
-        trace::Verdict::Rejected { k, event } => CheckResult::new(
-            name,
-            Status::Failed,
-            format!("event {k} is the first no step of the specification can produce: {event}"),
-        )
+        trace::Verdict::Rejected { k, event } => CheckResult {
+            diverged_at: Some(*k),
+            ..CheckResult::new(
+                name,
+                Status::Failed,
+                format!("event {k} is the first no step of the specification can produce: {event}"),
+            )
+        }
         .evidence(evidence)
         .details(validation.modules_dir.map(|d| format!("the validator's modules and TLC output: {}", d.display())))
         .next("the engine took a step the protocol does not allow, or the model lacks one; read the TLC output"),
