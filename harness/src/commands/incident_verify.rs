@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
 use clink_bundle::read_bundle;
-use clink_verify::{render_json, render_text, verify, Profile, Selection, VerifyOptions};
+use clink_verify::{render_json, render_text, verify_observed, Profile, Selection, VerifyOptions};
 
 use super::{decimal_u32, decimal_u64, operator_id, write_html, FormalArgs, Output};
 
@@ -105,7 +105,10 @@ pub fn main(args: IncidentVerifyArgs) -> Exit {
         None
     };
     let options = VerifyOptions { profile, selection, expected: args.expected, formal };
-    match verify(&bundle, &options) {
+    let mut progress = crate::progress::Progress::bar(args.json, "verifying", "checks");
+    let verified = verify_observed(&bundle, &options, &mut progress);
+    drop(progress);
+    match verified {
         Ok(report) => {
             if let Some(path) = &args.html {
                 let page = clink_verify::html::page(&report, &bundle);
