@@ -134,6 +134,15 @@ pub fn ms(us: u64) -> String {
     format!("{}.{:03} ms", us / 1000, us % 1000)
 }
 
+/// A span of microseconds: milliseconds up to ten seconds, seconds beyond.
+pub fn span(us: u64) -> String {
+    if us < 10_000_000 {
+        ms(us)
+    } else {
+        format!("{}.{:03} s", us / 1_000_000, (us / 1000) % 1000)
+    }
+}
+
 /// Renders the page: one HTML document with its style and script inline.
 /// The content security policy allows no fetch of any kind and only the
 /// page's own two scripts (by hash), so even markup that escaped escaping
@@ -262,7 +271,7 @@ fn divergence(h: &mut String, t: &Timeline) {
 }
 
 fn timeline(h: &mut String, t: &Timeline) {
-    let span = t.events.last().map_or(0, |e| e.t);
+    let last = t.events.last().map_or(0, |e| e.t);
     let _ = writeln!(
         h,
         "<section id=\"timeline\" class=\"timeline\">\n<h2>Protocol timeline</h2>\n\
@@ -270,7 +279,7 @@ fn timeline(h: &mut String, t: &Timeline) {
         t.job,
         t.events.len(),
         t.lanes.len(),
-        ms(span),
+        span(last),
         t.bands.len(),
         t.marks.len()
     );
@@ -433,6 +442,12 @@ mod tests {
                 table: Some(Table { header: vec!["key".into()], rows: vec![vec!["<td>".into()]] }),
             }],
         }
+    }
+
+    #[test]
+    fn spans_read_in_milliseconds_then_seconds() {
+        assert_eq!(span(44_085), "44.085 ms");
+        assert_eq!(span(13_112_777), "13.112 s");
     }
 
     #[test]

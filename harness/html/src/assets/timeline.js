@@ -187,6 +187,8 @@
     var labelEnd = new Float64Array(lanes.length).fill(-1e9);
     var pxPerUs = plotW() / (view.b - view.a);
     hits = lanes.map(function () { return []; });
+    // Labels next to the diverging event would hide its own.
+    var divX = div ? xOf(T[div.i]) : 0;
     var drawn = 0;
     for (i = i0; i < i1; i++) {
       var ex = Math.round(xOf(T[i]));
@@ -199,7 +201,8 @@
       ctx.fillRect(ex - 1, ey + 4, 3, LANE_H - 8);
       hits[lane].push(ex, i);
       drawn++;
-      if (pxPerUs > 0.02 && ex > labelEnd[lane]) {
+      var nearDiv = div && lane === L[div.i] && i !== div.i && Math.abs(ex - divX) < 140;
+      if (pxPerUs > 0.02 && ex > labelEnd[lane] && !nearDiv) {
         var w = ctx.measureText(name).width;
         if (ex + w + 6 < W) {
           ctx.fillStyle = '#1f2328';
@@ -365,4 +368,6 @@
   // so the page is complete when it has loaded.
   if (div) { zoomToDivergence(); } else { setView(-Infinity, Infinity); }
   draw();
+  // Milliseconds from navigation start to a drawn timeline (parse included).
+  wrap.setAttribute('data-ready-ms', performance.now().toFixed(0));
 })();
