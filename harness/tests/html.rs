@@ -261,6 +261,83 @@ fn hostile_page() -> Result<String, Failed> {
     verify_html(scratch.path(), "hostile", "replay")
 }
 
+/// A copy of the good bundle whose first coordinator broadcasts checkpoint 1's
+/// commit before writing its COMPLETED marker (the two lines' events
+/// exchanged, their seq and ts kept, the file re-vouched for): the trace
+/// reads well and protocol.conformance rejects it. The page must highlight
+/// the event the check names.
+fn bundle_divergence() -> Result<(), Failed> {
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = scratch.path().join("swapped");
+    common::copy_dir(&repo().join("fixtures/bundles/good"), &dir);
+    let manifest_path = dir.join("manifest.json");
+    let mut m: Json =
+        serde_json::from_slice(&fs::read(&manifest_path).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let coordinator = m["artifacts"]
+        .as_array_mut()
+        .ok_or("no artifacts")?
+        .iter_mut()
+        .filter(|a| a["role"] == "trace" && a["path"].as_str().is_some_and(|p| p.contains("/coordinator-")))
+        .min_by_key(|a| a["path"].as_str().map(str::to_string))
+        .ok_or("no coordinator trace")?;
+    let path = dir.join(coordinator["path"].as_str().unwrap_or_default());
+    let mut lines: Vec<Json> = fs::read_to_string(&path)
+        .map_err(|e| e.to_string())?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let marker = lines.iter().position(|l| l["event"] == "WriteCompleted").ok_or("no WriteCompleted")?;
+    if lines.get(marker + 1).map(|l| &l["event"]) != Some(&json!("Broadcast")) {
+        return Err("the good bundle's first marker is not followed by its broadcast".into());
+    }
+    let (a, b) = (lines[marker].clone(), lines[marker + 1].clone());
+    for (at, from) in [(marker, b), (marker + 1, a)] {
+        let (seq, ts) = (lines[at]["seq"].clone(), lines[at]["ts"].clone());
+        lines[at] = from;
+        lines[at]["seq"] = seq;
+        lines[at]["ts"] = ts;
+    }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    fs::write(&path, &text).map_err(|e| e.to_string())?;
+    coordinator["size"] = text.len().into();
+    coordinator["sha256"] = sha256_hex(text.as_bytes()).into();
+    fs::write(&manifest_path, serde_json::to_vec_pretty(&m).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+
+    let out = clink()
+        .current_dir(scratch.path())
+        .args(["incident-verify", "--profile", "full", "swapped", "--json", "--html", "report.html"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let report: Json = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let check = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "protocol.conformance"))
+        .ok_or("no protocol.conformance")?;
+    let reason = check["reason"].as_str().unwrap_or_default();
+    let k: usize = reason
+        .strip_prefix("event ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|k| k.parse().ok())
+        .ok_or_else(|| format!("protocol.conformance did not reject: {check}"))?;
+    let html = fs::read_to_string(scratch.path().join("report.html")).map_err(|e| e.to_string())?;
+    let start = html.find("id=\"timeline-data\">").ok_or("no timeline data")? + "id=\"timeline-data\">".len();
+    let end = start + html[start..].find("</script>").ok_or("unclosed data")?;
+    let data: Json = serde_json::from_str(&html[start..end]).map_err(|e| e.to_string())?;
+    if data["div"]["i"] != json!(k - 1) {
+        return Err(format!("the page highlights event index {}, the check names event {k}", data["div"]["i"]).into());
+    }
+    let row = html.find("id=\"divergence-row\"").ok_or("no divergence row")?;
+    if !html[row..]
+        .split("</tr>")
+        .next()
+        .is_some_and(|r| r.contains(&format!("<td>{k}</td>")) && r.contains("Broadcast"))
+    {
+        return Err("the highlighted row is not the named Broadcast".into());
+    }
+    Ok(())
+}
+
 /// Checks on the page's text: evidence appears only escaped, and the only
 /// scripts are the page's three (error hook, data, timeline).
 fn assert_escaped(html: &str) -> Result<(), Failed> {
@@ -593,6 +670,7 @@ fn main() {
             snapshot("rejected-trace", &html);
             Ok(())
         }),
+        needs_tlc("outline::bundle_conformance_divergence", bundle_divergence),
         Trial::test("escaping::hostile_bundle", || assert_escaped(&hostile_page()?)),
         Trial::test("scale::ten_thousand_events", ten_thousand_events),
         browser("browser::rejected_trace", true, browser_rejected),
