@@ -218,6 +218,21 @@ fn trace_page(trace: &str) -> Result<(String, i32), Failed> {
     Ok((html, out.status.code().unwrap_or(-1)))
 }
 
+/// The rejected trace the page trials draw, and where its expected.txt says
+/// validation rejects it (`rejected <k> <event>`), so a re-recording that
+/// moves the event keeps the trials honest.
+const REJECTED: &str = "traces/defect-broadcast_before_marker";
+
+fn expected_rejection() -> Result<(usize, String), Failed> {
+    let text = fs::read_to_string(repo().join(REJECTED).join("expected.txt")).map_err(|e| e.to_string())?;
+    text.lines()
+        .find_map(|l| {
+            let mut words = l.strip_prefix("rejected ")?.split_whitespace();
+            Some((words.next()?.parse().ok()?, words.next()?.to_string()))
+        })
+        .ok_or_else(|| format!("{REJECTED}/expected.txt names no rejection").into())
+}
+
 const HOSTILE_FILE: &str = "worker-<img src=x onerror=alert(1)>-\"'-1.ndjson";
 const HOSTILE_UNLISTED: &str = "traces/<svg onload=alert(2)>\"'.ndjson";
 const HOSTILE_FIELD: &str = "</script><script>alert(3)</script><!--\u{2028}";
@@ -552,7 +567,8 @@ fn attr_in_dom(dom: &str, element_id: &str, attr: &str) -> Option<String> {
 }
 
 fn browser_rejected(chrome: &Path) -> Result<(), Failed> {
-    let (html, code) = trace_page("traces/defect-broadcast_before_marker")?;
+    let (k, event) = expected_rejection()?;
+    let (html, code) = trace_page(REJECTED)?;
     if code != 1 {
         return Err(format!("trace-validate exit {code}, expected 1").into());
     }
@@ -561,14 +577,14 @@ fn browser_rejected(chrome: &Path) -> Result<(), Failed> {
     let png = out_dir().join("timeline.png");
     let (dom, console) = browse(chrome, &page, Some(&png), 760)?;
     assert_ran(&dom, &console)?;
-    // The script placed the diverging event's marker, in view, on event 52.
-    if attr_in_dom(&dom, "diverging-event", "data-event-index").as_deref() != Some("52") {
-        return Err("no diverging-event marker on event 52 in the DOM".into());
+    // The script placed the diverging event's marker, in view, on event k.
+    if attr_in_dom(&dom, "diverging-event", "data-event-index") != Some(k.to_string()) {
+        return Err(format!("no diverging-event marker on event {k} in the DOM").into());
     }
     if attr_in_dom(&dom, "diverging-event", "data-in-view").as_deref() != Some("true") {
         return Err("the first view does not show the diverging event".into());
     }
-    if !dom.contains("id=\"divergence-row\"") || !dom.contains("event 52: Broadcast (coordinator:1302)") {
+    if !dom.contains("id=\"divergence-row\"") || !dom.contains(&format!("event {k}: {event} (")) {
         return Err("the diverging event's row or label is missing".into());
     }
     let size = fs::metadata(&png).map_err(|e| e.to_string())?.len();
@@ -663,9 +679,16 @@ fn main() {
             Ok(())
         }),
         needs_tlc("outline::rejected_trace", || {
-            let (html, code) = trace_page("traces/defect-broadcast_before_marker")?;
+            let (k, event) = expected_rejection()?;
+            let (html, code) = trace_page(REJECTED)?;
             if code != 1 {
                 return Err(format!("exit {code}, expected 1 (rejected)").into());
+            }
+            if !html.contains(&format!("<tr class=\"diverging\" id=\"divergence-row\"><td>{k}</td>"))
+                || !html.contains(&format!("REJECTED at event {k} of"))
+                || !html.contains(&format!("<strong>{event}</strong>"))
+            {
+                return Err(format!("the page does not highlight event {k} ({event})").into());
             }
             snapshot("rejected-trace", &html);
             Ok(())
