@@ -5,6 +5,7 @@
 //! something required could not be checked.
 
 mod commands;
+mod progress;
 
 use std::process::ExitCode;
 

@@ -24,8 +24,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-replay", &["clink-basics", "clink-engine", "clink-bundle"]),
     // The formal side runs TLC on files; it knows no engine type and no bundle.
     ("clink-formal", &["clink-basics"]),
+    // The HTML report frame draws merged traces; it knows no engine type, no bundle and no check.
+    ("clink-html", &["clink-basics", "clink-formal"]),
     // The checks sit on top of the libraries.
-    ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal"]),
+    ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // The command line and the generated suites may use everything.
@@ -39,6 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-replay",
             "clink-formal",
             "clink-verify",
+            "clink-html",
             "clink-reference",
         ],
     ),

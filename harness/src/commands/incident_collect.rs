@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
-use clink_bundle::collect::{collect, CollectOptions};
+use clink_bundle::collect::{collect_observed, CollectOptions};
 use serde_json::json;
 
 use super::{decimal_u64, operator_id, Output};
@@ -101,7 +101,10 @@ pub fn main(args: IncidentCollectArgs) -> Exit {
         max_files: args.max_files,
         timeout_s: args.timeout_s,
     };
-    match collect(&options) {
+    let mut progress = crate::progress::Progress::spinner(args.json, "collecting");
+    let collected = collect_observed(&options, &mut progress);
+    drop(progress);
+    match collected {
         Ok(c) => {
             let doc = json!({
                 "format": "clink-collect-report", "version": 1, "result": "published",

@@ -7,9 +7,9 @@ use clap::{Args, ValueEnum};
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
 use clink_bundle::read_bundle;
-use clink_verify::{render_json, render_text, verify, Profile, Selection, VerifyOptions};
+use clink_verify::{render_json, render_text, verify_observed, Profile, Selection, VerifyOptions};
 
-use super::{decimal_u32, decimal_u64, operator_id, FormalArgs, Output};
+use super::{decimal_u32, decimal_u64, operator_id, write_html, FormalArgs, Output};
 
 /// Which checks are required.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,7 +40,9 @@ impl From<ProfileArg> for Profile {
 /// Exit 0 every required check passed; 1 one failed; 3 none failed but one is
 /// unavailable or unsupported (never a pass); 2 bad usage or a bundle the
 /// reader refuses. Verification reads the bundle, writes only to the
-/// temporary directory and opens no connection.
+/// temporary directory and opens no connection. With --html, the report is
+/// also written as one self-contained HTML file: every check, and a timeline
+/// of the bundle's protocol trace.
 #[derive(Args, Debug)]
 pub struct IncidentVerifyArgs {
     /// The bundle directory.
@@ -70,6 +72,10 @@ pub struct IncidentVerifyArgs {
     /// Print the versioned JSON report (format clink-verify-report) instead of text.
     #[arg(long)]
     json: bool,
+    /// Also write the report, with the protocol timeline of the bundle's
+    /// traces, as one self-contained HTML file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 pub fn main(args: IncidentVerifyArgs) -> Exit {
@@ -99,8 +105,17 @@ pub fn main(args: IncidentVerifyArgs) -> Exit {
         None
     };
     let options = VerifyOptions { profile, selection, expected: args.expected, formal };
-    match verify(&bundle, &options) {
+    let mut progress = crate::progress::Progress::bar(args.json, "verifying", "checks");
+    let verified = verify_observed(&bundle, &options, &mut progress);
+    drop(progress);
+    match verified {
         Ok(report) => {
+            if let Some(path) = &args.html {
+                let page = clink_verify::html::page(&report, &bundle);
+                if let Err(e) = write_html(path, &clink_html::render(&page)) {
+                    return out.refuse(format!("{e} (the verification concluded {})", report.result.exit().as_str()));
+                }
+            }
             if args.json {
                 println!("{}", render_json(&report));
             } else {

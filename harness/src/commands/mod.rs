@@ -69,6 +69,26 @@ impl Output {
     }
 }
 
+/// Writes an HTML report: to a temporary name beside `path`, then renamed
+/// over it, so a reader never sees half a report.
+pub fn write_html(path: &std::path::Path, html: &str) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let fail = |e: std::io::Error| format!("--html {}: {e}", path.display());
+    let mut tmp = tempfile::Builder::new().prefix(".clink-report-").suffix(".html").tempfile_in(dir).map_err(fail)?;
+    std::io::Write::write_all(&mut tmp, html.as_bytes()).map_err(fail)?;
+    // A report is for sharing: readable by others, as a plain file would be.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(fail)?;
+    }
+    tmp.persist(path).map_err(|e| fail(e.error))?;
+    Ok(())
+}
+
 /// Where the formal tools are: the repository's formal/ directory and the
 /// pinned TLA+ jar.
 #[derive(clap::Args, Debug)]

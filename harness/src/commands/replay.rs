@@ -244,7 +244,10 @@ fn sweep(args: SweepArgs) -> Exit {
     };
     let (mut verified, mut failed, mut unavailable, mut unsupported) = (0, 0, 0, 0);
     let mut lines = Vec::new();
+    let progress = crate::progress::Progress::bar(args.json, "replaying", "epochs");
+    progress.set_length(captured.len() as u64);
     for (at, _) in &captured {
+        progress.message(at.to_string());
         let result = load_epoch(&dirs.capture_dir, &dirs.checkpoint_dir, dirs.job, at).and_then(|e| verify(&e));
         match result {
             Ok(v) if v.identical => verified += 1,
@@ -263,7 +266,9 @@ fn sweep(args: SweepArgs) -> Exit {
                 lines.push(format!("{at}: {e}"));
             }
         }
+        progress.inc();
     }
+    drop(progress);
     let exit = if failed > 0 {
         Exit::Failed
     } else if verified == 0 || unavailable > 0 {

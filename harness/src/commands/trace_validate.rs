@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use clink_basics::exit::Exit;
-use clink_formal::trace::{validate_run, Verdict};
+use clink_formal::trace::{merge, read_and_merge, read_run, read_vocabulary, validate_trace, Verdict};
+use clink_html::trace_validation::{trace_validation_page, TraceOutcome};
 use serde_json::json;
 
-use super::{decimal_u64, FormalArgs, Output};
+use super::{decimal_u64, write_html, FormalArgs, Output};
 
 /// Validate a run's protocol trace against the TLA+ specification.
 ///
@@ -16,7 +17,9 @@ use super::{decimal_u64, FormalArgs, Output};
 /// job, generates the trace modules and runs TLC on formal/ExactlyOnce.tla.
 /// Exit 0 accepted; 1 rejected (naming the first event no step could produce);
 /// 3 when Java or the pinned jar is missing; 2 on bad usage or a trace that
-/// cannot be read.
+/// cannot be read. With --html, the verdict and a timeline of the trace (the
+/// first diverging event highlighted) are also written as one self-contained
+/// HTML file, also when TLC is missing (exit 3).
 #[derive(Args, Debug)]
 pub struct TraceValidateArgs {
     /// The directory holding the run's *.ndjson trace files.
@@ -30,20 +33,53 @@ pub struct TraceValidateArgs {
     /// Print the verdict as JSON (format clink-trace-validation, version 1).
     #[arg(long)]
     json: bool,
+    /// Also write the verdict and the trace's protocol timeline as one
+    /// self-contained HTML file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 pub fn main(args: TraceValidateArgs) -> Exit {
     let out = Output::new("trace-validate", args.json);
+    let shown = args.trace.display().to_string();
     let tools = match args.formal.locate() {
         Ok(t) => t,
-        Err(why) => return out.stop(Exit::NotEstablished, format!("trace validation unavailable: {why}")),
+        Err(why) => {
+            // Without TLC the trace can still be drawn: read with the vocabulary
+            // of the formal directory, if that is there.
+            if let Some(path) = &args.html {
+                let trace = read_vocabulary(&clink_formal::tools::formal_dir(args.formal.formal_dir.as_deref()))
+                    .and_then(|v| read_run(&v, &args.trace).map_err(String::from))
+                    .and_then(|lines| merge(lines, args.job).map_err(String::from));
+                match trace {
+                    Ok(trace) => {
+                        let page = trace_validation_page(&shown, &trace, TraceOutcome::Unavailable(why.clone()));
+                        if let Err(e) = write_html(path, &clink_html::render(&page)) {
+                            return out.refuse(e);
+                        }
+                    }
+                    Err(e) => return out.refuse(format!("{shown}: {e}")),
+                }
+            }
+            return out.stop(Exit::NotEstablished, format!("trace validation unavailable: {why}"));
+        }
     };
-    let validation = match validate_run(&tools, &args.trace, args.job) {
+    let trace = match read_and_merge(&tools, &args.trace, args.job) {
+        Ok(t) => t,
+        Err(e) => return out.refuse(format!("{shown}: {e}")),
+    };
+    let validation = match validate_trace(&tools, &trace) {
         Ok(v) => v,
-        Err(e) => return out.refuse(format!("{}: {e}", args.trace.display())),
+        Err(e) => return out.refuse(format!("{shown}: {e}")),
     };
     for tie in &validation.ties {
-        eprintln!("clink trace-validate: {}: timestamp tie (ordered by file name): {tie}", args.trace.display());
+        eprintln!("clink trace-validate: {shown}: timestamp tie (ordered by file name): {tie}");
+    }
+    if let (Some(path), false) = (&args.html, matches!(validation.verdict, Verdict::Error(_))) {
+        let page = trace_validation_page(&shown, &trace, TraceOutcome::Validated(&validation));
+        if let Err(e) = write_html(path, &clink_html::render(&page)) {
+            return out.refuse(e);
+        }
     }
     let modules = validation.modules_dir.as_ref().map(|d| d.display().to_string());
     let kept = || {

@@ -12,6 +12,10 @@
 //! anything a bundle names, and never passes a check on evidence it could not
 //! read.
 //!
+//! [`verify_observed`] tells a [`VerifyProgress`] as each check starts and
+//! ends (the command line draws a bar with it); [`html::page`] turns a report
+//! into a page of the shared HTML frame, with the bundle's protocol timeline.
+//!
 //! ```no_run
 //! use clink_verify::{verify, Profile, Selection, VerifyOptions};
 //! let bundle = clink_bundle::read_bundle(std::path::Path::new("incident-1")).expect("a bundle");
@@ -20,7 +24,9 @@
 //! std::process::exit(report.exit_code.into());
 //! ```
 
+pub mod html;
 mod integrity;
+pub mod progress;
 mod protocol;
 pub mod regress;
 pub mod replay_checks;
@@ -35,6 +41,7 @@ use clink_basics::ids::OperatorId;
 use clink_bundle::Bundle;
 use serde::Serialize;
 
+pub use progress::{Quiet, VerifyProgress};
 pub use report::{render_json, render_text};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -79,6 +86,11 @@ pub struct CheckResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counts: Option<Counts>,
     pub details: Vec<String>,
+    /// protocol.conformance's rejection: the first diverging event, 1-based in
+    /// the merged trace of the bundle's job. For the HTML report's timeline;
+    /// not part of the JSON report (the reason names the event).
+    #[serde(skip)]
+    pub diverged_at: Option<usize>,
 }
 
 impl CheckResult {
@@ -91,6 +103,7 @@ impl CheckResult {
             next_action: String::new(),
             counts: None,
             details: Vec::new(),
+            diverged_at: None,
         }
     }
 
@@ -252,12 +265,47 @@ pub fn artifacts_check(bundle: &Bundle) -> CheckResult {
 
 /// Runs the profile's checks over a bundle the reader accepted.
 pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageError> {
+    verify_observed(bundle, options, &mut progress::Quiet)
+}
+
+/// The checks a profile reports, in order, as one list grows.
+struct Checks<'p> {
+    list: Vec<CheckResult>,
+    progress: &'p mut dyn progress::VerifyProgress,
+}
+
+impl Checks<'_> {
+    fn run(&mut self, name: &str, check: impl FnOnce() -> CheckResult) {
+        self.progress.started(name);
+        let result = check();
+        self.progress.finished(&result);
+        self.list.push(result);
+    }
+
+    fn push(&mut self, result: CheckResult) {
+        self.progress.finished(&result);
+        self.list.push(result);
+    }
+}
+
+/// [`verify`], telling `progress` as each check starts and ends and as
+/// epochs are replayed.
+pub fn verify_observed(
+    bundle: &Bundle,
+    options: &VerifyOptions,
+    progress: &mut dyn progress::VerifyProgress,
+) -> Result<Report, UsageError> {
     let profile = options.profile;
-    let mut checks = vec![integrity::manifest(bundle)];
-    let artifacts = integrity::artifacts(bundle);
-    let intact = artifacts.status == Status::Passed;
-    checks.push(artifacts);
-    checks.push(integrity::completeness(bundle));
+    let planned = 3
+        + if profile.includes(Profile::Consistency) { 4 } else { 0 }
+        + if profile.includes(Profile::Replay) { 2 + usize::from(options.expected.is_some()) } else { 0 }
+        + if profile.includes(Profile::Full) { 2 } else { 0 };
+    progress.planned(planned);
+    let mut checks = Checks { list: Vec::new(), progress };
+    checks.run("bundle.manifest", || integrity::manifest(bundle));
+    checks.run("bundle.artifacts", || integrity::artifacts(bundle));
+    let intact = checks.list.last().is_some_and(|a| a.status == Status::Passed);
+    checks.run("bundle.completeness", || integrity::completeness(bundle));
     let behind = |name: &'static str| {
         CheckResult::new(
             name,
@@ -270,10 +318,10 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
     let graph = bundle.job_graph();
     if profile.includes(Profile::Consistency) {
         if intact {
-            checks.push(state::marker(bundle, &graph));
-            checks.push(state::restore_rule(bundle));
-            checks.push(state::participants(bundle, &graph));
-            checks.push(state::decode(bundle, &graph));
+            checks.run("checkpoint.marker", || state::marker(bundle, &graph));
+            checks.run("checkpoint.restore_rule", || state::restore_rule(bundle));
+            checks.run("checkpoint.participants", || state::participants(bundle, &graph));
+            checks.run("state.decode", || state::decode(bundle, &graph));
         } else {
             for name in ["checkpoint.marker", "checkpoint.restore_rule", "checkpoint.participants", "state.decode"] {
                 checks.push(behind(name));
@@ -282,7 +330,17 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
     }
     if profile.includes(Profile::Replay) {
         if intact {
-            checks.extend(replay_checks::run(bundle, &graph, &options.selection, options.expected.as_deref())?);
+            checks.progress.started("replay.determinism");
+            let results = replay_checks::run_observed(
+                bundle,
+                &graph,
+                &options.selection,
+                options.expected.as_deref(),
+                &mut *checks.progress,
+            )?;
+            for r in results {
+                checks.push(r);
+            }
         } else {
             checks.push(behind("replay.determinism"));
             checks.push(behind("replay.recorded_output"));
@@ -293,13 +351,14 @@ pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageE
     }
     if profile.includes(Profile::Full) {
         if intact {
-            checks.push(protocol::trace_structure(bundle));
-            checks.push(protocol::conformance(bundle, options.formal.as_ref()));
+            checks.run("protocol.trace_structure", || protocol::trace_structure(bundle));
+            checks.run("protocol.conformance", || protocol::conformance(bundle, options.formal.as_ref()));
         } else {
             checks.push(behind("protocol.trace_structure"));
             checks.push(behind("protocol.conformance"));
         }
     }
+    let mut checks = checks.list;
     relativize(&mut checks, &bundle.root);
     let result = if checks.iter().any(|c| c.status == Status::Failed) {
         Conclusion::Failed

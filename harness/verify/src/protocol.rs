@@ -270,19 +270,25 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
             "the TLC trace validator accepts this job's events: they are a behaviour of formal/ExactlyOnce.tla",
         )
         .evidence(evidence),
-        trace::Verdict::Rejected { k, event } => CheckResult::new(
-            name,
-            Status::Failed,
-            format!("event {k} is the first no step of the specification can produce: {event}"),
-        )
+        trace::Verdict::Rejected { k, event } => CheckResult {
+            diverged_at: Some(*k),
+            ..CheckResult::new(
+                name,
+                Status::Failed,
+                format!("event {k} is the first no step of the specification can produce: {event}"),
+            )
+        }
         .evidence(evidence)
         .details(validation.modules_dir.map(|d| format!("the validator's modules and TLC output: {}", d.display())))
         .next("the engine took a step the protocol does not allow, or the model lacks one; read the TLC output"),
-        trace::Verdict::Violated { invariant, k } => CheckResult::new(
-            name,
-            Status::Failed,
-            format!("the state after event {k} breaks the specification's invariant {invariant}"),
-        )
+        trace::Verdict::Violated { invariant, k } => CheckResult {
+            diverged_at: Some(*k),
+            ..CheckResult::new(
+                name,
+                Status::Failed,
+                format!("the state after event {k} breaks the specification's invariant {invariant}"),
+            )
+        }
         .evidence(evidence)
         .details(validation.modules_dir.map(|d| format!("the validator's modules and TLC output: {}", d.display())))
         .next("read the TLC counterexample: the run reached a state the protocol must never reach"),

@@ -57,6 +57,17 @@ pub fn run(
     selection: &Selection,
     expected: Option<&Path>,
 ) -> Result<Vec<CheckResult>, UsageError> {
+    run_observed(bundle, graph, selection, expected, &mut crate::progress::Quiet)
+}
+
+/// [`run`], telling `progress` as each selected epoch is checked.
+pub fn run_observed(
+    bundle: &Bundle,
+    graph: &Result<KnownGraph, GraphProblem>,
+    selection: &Selection,
+    expected: Option<&Path>,
+    progress: &mut dyn crate::progress::VerifyProgress,
+) -> Result<Vec<CheckResult>, UsageError> {
     let completed = completed_checkpoints(bundle);
     let (selected, cut) = select(bundle, selection, &completed);
     let max = selection.max_replays.get();
@@ -64,7 +75,12 @@ pub fn run(
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
     let restores = known_restores(bundle);
     let job = JobEvidence { graph, restores: &restores, completed: &completed };
-    let results: Vec<EpochResult> = checked.iter().map(|e| check_epoch(bundle, e, &job)).collect();
+    let mut results: Vec<EpochResult> = Vec::with_capacity(checked.len());
+    progress.epochs(0, checked.len());
+    for e in &checked {
+        results.push(check_epoch(bundle, e, &job));
+        progress.epochs(results.len(), checked.len());
+    }
     let counts_base = Counts {
         selected: selected.len(),
         checked: checked.len(),

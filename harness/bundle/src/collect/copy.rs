@@ -34,6 +34,7 @@ pub(super) fn stamp(path: &Path) -> io::Result<Stamp> {
 }
 
 pub(super) struct Builder<'a> {
+    pub(super) progress: &'a mut dyn super::CollectProgress,
     pub(super) options: &'a CollectOptions,
     pub(super) staging: PathBuf,
     pub(super) started: Instant,
@@ -124,6 +125,7 @@ impl Builder<'_> {
     fn record(&mut self, rel: &str, role: &str, size: u64, sha256: String) {
         self.bytes += size;
         self.artifacts.push(Artifact { path: rel.into(), role: role.into(), size, sha256 });
+        self.progress.copied(rel, self.artifacts.len() as u64, self.bytes);
     }
 
     fn passes_bound(&self, size: u64) -> Option<String> {

@@ -89,8 +89,29 @@ pub struct Collected {
     pub seconds: f64,
 }
 
+/// What a collection tells whoever watches it while it copies. The
+/// collector only calls these methods; showing them (or not) is the caller's
+/// business. Every method has an empty default.
+pub trait CollectProgress {
+    /// A part of the evidence is next: markers, state, captures, traces, job manifest.
+    fn phase(&mut self, _what: &str) {}
+    /// A file was copied (or written) into the bundle: its path there, and
+    /// the files and bytes copied so far.
+    fn copied(&mut self, _path: &str, _files: u64, _bytes: u64) {}
+}
+
+/// Shows nothing.
+pub struct Quiet;
+
+impl CollectProgress for Quiet {}
+
 /// Collects a bundle at `options.out`.
 pub fn collect(options: &CollectOptions) -> Result<Collected, Refusal> {
+    collect_observed(options, &mut Quiet)
+}
+
+/// [`collect`], telling `progress` what it copies.
+pub fn collect_observed(options: &CollectOptions, progress: &mut dyn CollectProgress) -> Result<Collected, Refusal> {
     let started = Instant::now();
     refuse_test_settings()?;
     if options.out.exists() || fs::symlink_metadata(&options.out).is_ok() {
@@ -117,6 +138,7 @@ pub fn collect(options: &CollectOptions) -> Result<Collected, Refusal> {
         excluded: Vec::new(),
         bytes: 0,
         paused: false,
+        progress,
     };
     let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
     let markers_before = if layout.jobs_dir().is_dir() { list_markers(&layout)? } else { BTreeMap::new() };
@@ -231,6 +253,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     let graph = job::marker_graph(&layout, &marker)?;
 
     // Markers and the RESTORED record.
+    b.progress.phase("markers");
     let jobs_rel = format!("checkpoint/_jobs/{}", options.job);
     for name in markers_before.keys() {
         let role = if name == RESTORED_NAME {
@@ -268,6 +291,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     };
 
     // Every participant's sidecar (and snapshot) of the selected checkpoint.
+    b.progress.phase("state");
     let generation = marker.generation;
     let state_rel =
         |participant: &str, file: &str| format!("checkpoint/_state/{}/v{generation}/{participant}/{file}", options.job);
@@ -285,6 +309,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     // Captured epochs, their operator specs, and their starting state.
     let restored_info = restored.as_ref().map(|r| RestoredInfo { restored_from: r.restored_from, next: r.next });
     let epochs = if options.include_captures {
+        b.progress.phase("captures");
         captures::gather_captures(b, &layout, selected, restored_info, generation, graph.as_ref())?
     } else {
         b.absent.push(Note { what: "captures".into(), why: "not asked for (--include-captures)".into() });
@@ -294,6 +319,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     // Traces.
     let mut traces = false;
     if let Some(dir) = &options.trace_dir {
+        b.progress.phase("traces");
         let listing = clink_basics::files::list_dir(dir)
             .map_err(|e| refusal(RefusalKind::Other, format!("--trace-dir {}: {e}", dir.display())))?;
         for name in listing.names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
