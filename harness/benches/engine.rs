@@ -14,6 +14,11 @@
 //! - `formal`: trace validation time for real traces of about 100, 1,000 and
 //!   5,000 events, and each model's TLC time (2 workers).
 //!
+//! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
+//!   (3 partitions, a checkpoint every 10,000 records): events per second
+//!   from the topic into the table, against the services `gates/services
+//!   start` runs (skipped, and said so, without them).
+//!
 //! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3; the
 //! recorder uses at least 5).
 
@@ -303,12 +308,89 @@ fn formal(scratch: &Path) {
 
 type Bench = fn(&Path);
 
+/// The services' env file, as `gates/services start` wrote it.
+fn services() -> Option<std::collections::BTreeMap<String, String>> {
+    let path = std::env::var("CLINK_SERVICES_ENV").unwrap_or_else(|_| {
+        format!("{}/clink-services.env", std::env::var("TMPDIR").unwrap_or_else(|_| "/tmp".into()))
+    });
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+}
+
+fn connectors(scratch: &Path) {
+    use clink_connectors::clickhouse::{sql, Connection, Endpoint};
+    let Some(env) = services() else {
+        println!("connectors: skipped: the services are not running (gates/services start)");
+        return;
+    };
+    let (bootstrap, clickhouse) = (&env["CLINK_KAFKA_BOOTSTRAP"], &env["CLINK_CLICKHOUSE_HTTP"]);
+    let events = 200_000u64;
+    let stamp = std::process::id();
+    let topic = format!("bench-{stamp}");
+    let produced = Command::new(clink())
+        .args(["produce", "--seed", "1", "--accounts", "200", "--partitions", "3", "--topic", &topic])
+        .args(["--bootstrap", bootstrap, "--events"])
+        .arg(events.to_string())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("clink produce runs");
+    assert!(produced.success());
+    let ch = Connection::open(&Endpoint::parse(clickhouse).expect("address")).expect("client");
+    for (name, fixture) in [("records", "fixtures/jobs/kafka-clickhouse"), ("windows", "fixtures/jobs/kafka-windows")] {
+        let mut walls = Vec::new();
+        for i in 0..runs() {
+            let table = format!("bench_{name}_{stamp}_{i}");
+            let ddl = std::fs::read_to_string(workspace().join(fixture).join("table.sql")).expect("table.sql");
+            ch.execute("create", ddl.trim().replace("{table}", &sql::qualified("default", &table)).as_str())
+                .expect("the bench table");
+            let mut job: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(workspace().join(fixture).join("job.json")).expect("job"))
+                    .expect("job json");
+            for op in job["operators"].as_array_mut().expect("operators") {
+                match op["type"].as_str() {
+                    Some("kafka_source") => op["params"]["topic"] = topic.clone().into(),
+                    Some("clickhouse_sink") => op["params"]["table"] = table.clone().into(),
+                    _ => {}
+                }
+            }
+            let work = scratch.join(format!("connectors-{name}-{i}"));
+            let _ = std::fs::remove_dir_all(&work);
+            std::fs::create_dir_all(&work).expect("work");
+            std::fs::write(work.join("job.json"), job.to_string()).expect("job file");
+            let cost = measure(
+                Command::new(clink())
+                    .args(["run", "--quiet", "--checkpoint-every-records", "10000", "--job"])
+                    .arg(work.join("job.json"))
+                    .arg("--output-dir")
+                    .arg(work.join("out"))
+                    .arg("--checkpoint-dir")
+                    .arg(work.join("ck"))
+                    .args(["--kafka-bootstrap", bootstrap, "--clickhouse", clickhouse])
+                    .stdout(std::process::Stdio::null()),
+            );
+            eprintln!("  {name} run {i}: {:.2}s wall, {:.2}s cpu", cost.wall.as_secs_f64(), cost.cpu.as_secs_f64());
+            walls.push(cost.wall.as_secs_f64());
+            let _ = ch.execute("drop", &format!("DROP TABLE {}", sql::qualified("default", &table)));
+        }
+        let wall = median(walls);
+        println!(
+            "connectors: {name} job, {events} events from Kafka into ClickHouse: {:.0} events/s (median wall {wall:.2}s)",
+            events as f64 / wall
+        );
+    }
+}
+
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: &[(&str, Bench)] =
-        &[("throughput", throughput), ("recorder", recorder), ("gate", gate), ("formal", formal)];
+    let benches: &[(&str, Bench)] = &[
+        ("throughput", throughput),
+        ("recorder", recorder),
+        ("gate", gate),
+        ("formal", formal),
+        ("connectors", connectors),
+    ];
     for &(name, bench) in benches {
         if filter.as_deref().is_none_or(|f| name.contains(f)) {
             eprintln!("bench {name}");
