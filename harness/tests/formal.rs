@@ -135,7 +135,7 @@ fn check_restarts(tools: &FormalTools, dir: &Path, want: usize) -> Result<(), St
         .events
         .iter()
         .filter(|e| e.event() == "RestartOnError")
-        .map(|e| format!("{} (ckpt {})", e.str("cause").unwrap_or("?"), e.u64("ckpt").unwrap_or(0)))
+        .map(|e| format!("{}:{} (ckpt {})", e.file, e.seq, e.u64("ckpt").unwrap_or(0)))
         .collect();
     if got.len() == want {
         Ok(())
