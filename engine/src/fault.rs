@@ -24,10 +24,11 @@ pub enum FaultPoint {
     SinkAfterCommit,
     CoordinatorBeforeRestoredRecord,
     CheckpointSnapshotFails,
+    SourceSnapshotFails,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 10] = [
+    pub const ALL: [FaultPoint; 11] = [
         FaultPoint::SourceAfterPositionSnapshot,
         FaultPoint::SinkBeforePrepare,
         FaultPoint::SinkAfterPrepare,
@@ -38,6 +39,7 @@ impl FaultPoint {
         FaultPoint::SinkAfterCommit,
         FaultPoint::CoordinatorBeforeRestoredRecord,
         FaultPoint::CheckpointSnapshotFails,
+        FaultPoint::SourceSnapshotFails,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +54,7 @@ impl FaultPoint {
             FaultPoint::SinkAfterCommit => "sink.after_commit",
             FaultPoint::CoordinatorBeforeRestoredRecord => "coordinator.before_restored_record",
             FaultPoint::CheckpointSnapshotFails => "checkpoint.snapshot_fails",
+            FaultPoint::SourceSnapshotFails => "source.snapshot_fails",
         }
     }
 
@@ -59,9 +62,11 @@ impl FaultPoint {
         FaultPoint::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// Whether reaching the point kills the process (all but the snapshot failure).
+    /// Whether reaching the point kills the process (all but the snapshot
+    /// failures: a sink's, which fails its checkpoint, and the source's,
+    /// which fails the source subtask).
     pub fn kills(self) -> bool {
-        self != FaultPoint::CheckpointSnapshotFails
+        !matches!(self, FaultPoint::CheckpointSnapshotFails | FaultPoint::SourceSnapshotFails)
     }
 }
 
