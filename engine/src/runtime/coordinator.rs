@@ -330,10 +330,15 @@ impl Coordinator {
                 #[cfg(any(test, feature = "defects"))]
                 Step::AwaitCommits { checkpoint } => self.await_commits(checkpoint)?,
                 #[cfg(any(test, feature = "defects"))]
-                Step::RunOn { checkpoint, reason } => {
+                Step::RunOn { checkpoint, reason, stranded } => {
                     eprintln!(
                         "clink: job {job}: checkpoint {checkpoint} failed ({reason}); DEFECT: running on without a rewind"
                     );
+                    if stranded {
+                        return Err(RunError::Failed(format!(
+                            "DEFECT: checkpoint {checkpoint} failed and the source's last checkpoint was discarded without a rewind: the job can never end"
+                        )));
+                    }
                 }
                 #[cfg(any(test, feature = "defects"))]
                 Step::TearDownDeciding { checkpoint, cause } => self.tear_down_deciding(checkpoint, cause)?,

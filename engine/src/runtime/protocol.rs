@@ -72,9 +72,11 @@ pub enum Step {
     #[cfg(any(test, feature = "defects"))]
     AwaitCommits { checkpoint: u64 },
     /// DEFECT no_rewind_on_failed_checkpoint, sail_on_without_budget: a failed
-    /// checkpoint restarts nothing.
+    /// checkpoint restarts nothing. `stranded`: the source's last checkpoint
+    /// (final or savepoint) was among those discarded, and the source, its
+    /// input ended, cuts no other: the job can never end, and fails instead.
     #[cfg(any(test, feature = "defects"))]
-    RunOn { checkpoint: u64, reason: String },
+    RunOn { checkpoint: u64, reason: String, stranded: bool },
     /// DEFECT broadcast_during_drain: the restart begins (RestartOnError), but
     /// the subtasks are left running and their acks decided until nothing in
     /// flight can complete; then they are cancelled and the runtime takes
@@ -350,15 +352,20 @@ impl Protocol {
         self.pending.remove(&checkpoint);
         let mut steps = vec![Step::Decided { checkpoint, outcome: Outcome::Failed }];
         let above: Vec<u64> = self.pending.range(checkpoint + 1..).map(|(&c, _)| c).collect();
+        let mut last_discarded = false;
         for &c in &above {
-            self.pending.remove(&c);
+            if let Some(p) = self.pending.remove(&c) {
+                last_discarded |= p.kind != CheckpointKind::Periodic;
+            }
             steps.push(Step::Decided { checkpoint: c, outcome: Outcome::Discarded });
         }
         #[cfg(any(test, feature = "defects"))]
-        if let Some(defective) = self.defect_after_failure(checkpoint, &reason, &above) {
+        if let Some(defective) = self.defect_after_failure(checkpoint, &reason, &above, last_discarded) {
             steps.extend(defective);
             return steps;
         }
+        #[cfg(not(any(test, feature = "defects")))]
+        let _ = last_discarded;
         steps.extend(self.restart(checkpoint, format!("checkpoint {checkpoint} failed: {reason}")));
         steps
     }
@@ -513,8 +520,15 @@ impl Protocol {
         None
     }
 
-    /// `checkpoint` failed and the checkpoints `above` were discarded.
-    fn defect_after_failure(&mut self, checkpoint: u64, reason: &str, above: &[u64]) -> Option<Vec<Step>> {
+    /// `checkpoint` failed and the checkpoints `above` were discarded
+    /// (`stranded`: the source's last one among them).
+    fn defect_after_failure(
+        &mut self,
+        checkpoint: u64,
+        reason: &str,
+        above: &[u64],
+        stranded: bool,
+    ) -> Option<Vec<Step>> {
         let d = self.config.defects;
         let spent = self.progress.restarts >= self.config.restart_budget;
         // DEFECT no_rewind_on_failed_checkpoint: no restart, the job runs on.
@@ -525,7 +539,7 @@ impl Protocol {
             if let Some(c) = self.defect.held_broadcast.take() {
                 steps.push(Step::BroadcastCommit { checkpoint: c });
             }
-            steps.push(Step::RunOn { checkpoint, reason: reason.to_string() });
+            steps.push(Step::RunOn { checkpoint, reason: reason.to_string(), stranded });
             return Some(steps);
         }
         None
@@ -790,7 +804,7 @@ mod tests {
             [
                 Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
                 Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
-                Step::RunOn { checkpoint: 1, reason: "x".into() },
+                Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: false },
             ]
         );
         assert_eq!(p.progress().restarts, 0);
@@ -799,6 +813,16 @@ mod tests {
         assert!(p.ack(0, 2, Ok(())).unwrap().is_empty());
         assert_eq!(p.request(Periodic), [Step::Trigger { checkpoint: 3, kind: Periodic }]);
         assert!(p.ack(0, 3, Ok(())).unwrap().contains(&Step::WriteMarker { checkpoint: 3, kind: Periodic }));
+        // The source's final checkpoint discarded: nothing can end the job.
+        p.request(Final);
+        let steps = p.ack(0, 4, Err("y".into())).unwrap();
+        assert!(steps.contains(&Step::RunOn { checkpoint: 4, reason: "y".into(), stranded: false }), "{steps:?}");
+        let mut q = protocol(1);
+        q.config.defects.no_rewind_on_failed_checkpoint = true;
+        q.request(Periodic);
+        q.request(Final);
+        let steps = q.ack(0, 1, Err("x".into())).unwrap();
+        assert!(steps.contains(&Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: true }), "{steps:?}");
     }
 
     #[test]
@@ -877,7 +901,7 @@ mod tests {
             [
                 Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
                 Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
-                Step::RunOn { checkpoint: 1, reason: "x".into() },
+                Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: false },
             ]
         );
         // A subtask's error is not a failed checkpoint: the job still fails.
