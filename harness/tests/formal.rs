@@ -516,14 +516,60 @@ fn self_run(tools: &FormalTools, run: SelfRun) -> Result<(), String> {
     check_restarts(tools, &traces, restarts)
 }
 
-/// protocol.conformance on the fixture bundle (passed) and on a copy whose
-/// trace has two events swapped and is re-vouched for (failed, naming it).
+/// An incident bundle collected from runs of the built clink (killed at
+/// sink.before_commit@2, then resumed to END, with capture, traces and the job
+/// manifest on), made once for the conformance trials: the engine's traces of
+/// this build, not a fixture another build wrote.
+fn fresh_bundle() -> Result<&'static Path, String> {
+    static BUNDLE: OnceLock<Result<(tempfile::TempDir, PathBuf), String>> = OnceLock::new();
+    let made = BUNDLE.get_or_init(|| {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
+        let d = dir.path();
+        let clink = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_clink")).args(args).current_dir(d).output();
+        let gen = ["gen-input", "--seed", "9", "--events", "2000", "--accounts", "16", "--segment-events", "500"];
+        let out = clink(&[&gen[..], &["--out", "input"]].concat()).map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("gen-input: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let job = repo().join("fixtures/jobs/example/job.json");
+        let job = job.to_string_lossy();
+        let run = [
+            "run", "--quiet", "--job", &job, "--input-dir", "input", "--output-dir", "out", "--checkpoint-dir", "ck",
+            "--capture-dir", "capture", "--ha-dir", "ha", "--checkpoint-every-records", "250",
+        ];
+        for fault in [Some("sink.before_commit@2"), None] {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
+            cmd.args(run).current_dir(d).env("CLINK_PROTOCOL_TRACE_DIR", d.join("traces")).env_remove("CLINK_FAULT");
+            if let Some(fault) = fault {
+                cmd.env("CLINK_FAULT", fault);
+            }
+            let out = cmd.output().map_err(|e| e.to_string())?;
+            if (ending(&out) == Ending::Killed) != fault.is_some() || (fault.is_none() && !out.status.success()) {
+                return Err(format!("clink run ({fault:?}): {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+        let collect = [
+            "incident-collect", "--checkpoint-dir", "ck", "--ha-dir", "ha", "--capture-dir", "capture", "--trace-dir",
+            "traces", "--include-state", "--include-captures", "--out", "bundle",
+        ];
+        let out = clink(&collect).map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("incident-collect: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let bundle = d.join("bundle");
+        Ok((dir, bundle))
+    });
+    made.as_ref().map(|(_, bundle)| bundle.as_path()).map_err(Clone::clone)
+}
+
+/// protocol.conformance on a freshly collected bundle (passed) and on a copy
+/// whose trace has two events swapped and is re-vouched for (failed, naming it).
 fn conformance(tools: &FormalTools, doctor: bool) -> Result<(), String> {
     use clink_bundle::read_bundle;
     use clink_verify::{verify, Profile, Selection, Status, VerifyOptions};
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let bundle_dir = scratch.path().join("bundle");
-    copy_dir(&repo().join("fixtures/bundles/good"), &bundle_dir);
+    copy_dir(fresh_bundle()?, &bundle_dir);
     if doctor {
         swap_write_and_broadcast(&bundle_dir)?;
     }
