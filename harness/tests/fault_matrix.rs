@@ -523,7 +523,11 @@ fn main() {
         ("recommit_unheld_at_open", KillThenResume("coordinator.before_completed_marker@2"), Duplicates),
         ("no_cleanup_at_open", KillThenResume("coordinator.before_completed_marker@2"), StagedLeftOver),
         ("sail_on_without_budget", failed_snapshot("checkpoint.snapshot_fails@2", true, Some("0")), Loss),
-        ("restore_without_marker", KillThenResume("source.after_position_snapshot@2"), FailedResume("restoring checkpoint 2")),
+        (
+            "restore_without_marker",
+            KillThenResume("source.after_position_snapshot@2"),
+            FailedResume("restoring checkpoint 2"),
+        ),
         ("no_restored_record", PlantedMarker { restart: false }, FailedResume("neither staged nor published")),
         ("restore_from_superseded", PlantedMarker { restart: false }, FailedResume("neither staged nor published")),
         ("restore_ignores_restored", PlantedMarker { restart: true }, FailedResume("neither staged nor published")),

@@ -534,8 +534,22 @@ fn fresh_bundle() -> Result<&'static Path, String> {
         let job = repo().join("fixtures/jobs/example/job.json");
         let job = job.to_string_lossy();
         let run = [
-            "run", "--quiet", "--job", &job, "--input-dir", "input", "--output-dir", "out", "--checkpoint-dir", "ck",
-            "--capture-dir", "capture", "--ha-dir", "ha", "--checkpoint-every-records", "250",
+            "run",
+            "--quiet",
+            "--job",
+            &job,
+            "--input-dir",
+            "input",
+            "--output-dir",
+            "out",
+            "--checkpoint-dir",
+            "ck",
+            "--capture-dir",
+            "capture",
+            "--ha-dir",
+            "ha",
+            "--checkpoint-every-records",
+            "250",
         ];
         for fault in [Some("sink.before_commit@2"), None] {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
@@ -545,12 +559,27 @@ fn fresh_bundle() -> Result<&'static Path, String> {
             }
             let out = cmd.output().map_err(|e| e.to_string())?;
             if (ending(&out) == Ending::Killed) != fault.is_some() || (fault.is_none() && !out.status.success()) {
-                return Err(format!("clink run ({fault:?}): {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+                return Err(format!(
+                    "clink run ({fault:?}): {:?}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
         }
         let collect = [
-            "incident-collect", "--checkpoint-dir", "ck", "--ha-dir", "ha", "--capture-dir", "capture", "--trace-dir",
-            "traces", "--include-state", "--include-captures", "--out", "bundle",
+            "incident-collect",
+            "--checkpoint-dir",
+            "ck",
+            "--ha-dir",
+            "ha",
+            "--capture-dir",
+            "capture",
+            "--trace-dir",
+            "traces",
+            "--include-state",
+            "--include-captures",
+            "--out",
+            "bundle",
         ];
         let out = clink(&collect).map_err(|e| e.to_string())?;
         if !out.status.success() {

@@ -20,7 +20,7 @@ use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
 use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
-    engine_restore_point, next_checkpoint_id, ChosenBy, CheckpointLayout, FileStateBackend, RestorePoint,
+    engine_restore_point, next_checkpoint_id, CheckpointLayout, ChosenBy, FileStateBackend, RestorePoint,
     RestoredRecord, GENERATION,
 };
 use crate::fault::{kill_point, FaultPoint};

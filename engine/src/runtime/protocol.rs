@@ -588,12 +588,7 @@ mod tests {
     use CheckpointKind::{Final, Periodic, Savepoint};
 
     fn protocol(participants: usize) -> Protocol {
-        Protocol::new(ProtocolConfig {
-            job: 1,
-            participants,
-            restart_budget: 3,
-            defects: ProtocolDefects::default(),
-        })
+        Protocol::new(ProtocolConfig { job: 1, participants, restart_budget: 3, defects: ProtocolDefects::default() })
     }
 
     fn ack_all(p: &mut Protocol, checkpoint: u64, tasks: std::ops::Range<usize>) -> Vec<Step> {

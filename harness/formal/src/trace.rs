@@ -831,7 +831,8 @@ mod tests {
 
     #[test]
     fn the_real_vocabulary_requires_role_and_refuses_cause() {
-        let role_missing = serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true});
+        let role_missing =
+            serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true});
         malformed("worker-7-100.ndjson", &file("worker:7", 10, &[role_missing]), "Placement without role");
         let cause = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0, "cause": "boom"});
         malformed(C, &file("coordinator:7", 10, &[cause]), "field cause the vocabulary does not list");
@@ -919,7 +920,8 @@ mod tests {
     fn restarts_failed_ends_and_the_first_epoch_are_read_off_the_trace() {
         let restart = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0});
         let failed = serde_json::json!({"event": "JobEnds", "job": 1, "outcome": "failed", "epoch": 1});
-        let recovers = serde_json::json!({"event": "CoordRecovers", "job": 1, "epoch": 2, "completed": 0, "confirmed": 0});
+        let recovers =
+            serde_json::json!({"event": "CoordRecovers", "job": 1, "epoch": 2, "completed": 0, "confirmed": 0});
         let placed = [placement("op-1-0", "source"), placement("op-3-0", "sink")];
         let fresh = merged(&[placed[0].clone(), placed[1].clone(), trigger(1), restart, failed.clone()]);
         let c = constants(&fresh).unwrap();
