@@ -9,6 +9,13 @@
 //! it is refused, never silently ignored. Each name is also a mutant of the
 //! formal specification (`mutants/`), and the rule each breaks is named in
 //! `engine/PROTOCOL.md`.
+//!
+//! Every switch's code is a branch marked `DEFECT <name>` at the rule it
+//! breaks, behind `#[cfg(any(test, feature = "defects"))]`: a default build
+//! compiles none of them. Where a defect only shows in some interleavings, its
+//! branch also takes the interleaving that exposes it (one the protocol
+//! allows: a decision or a broadcast taken later, never a step it forbids),
+//! so that the test that switches it on fails every time, not by chance.
 
 use std::collections::BTreeSet;
 
@@ -50,10 +57,47 @@ pub enum Defect {
     /// `key_by` panics on every record: not a protocol rule, the path a
     /// panicking operator takes (caught, restarted within the budget, reported).
     PanicInOperator,
+    /// A failed checkpoint discards nothing above it: the checkpoint above
+    /// stays in flight and completes before the restart (its exposing
+    /// interleaving: the failed decision waits for the next checkpoint's acks).
+    CompleteAboveFailed,
+    /// A sink's commit of `c` publishes every handle it holds, above `c` too
+    /// (its exposing interleaving: a completed checkpoint's broadcast waits
+    /// until the next checkpoint has every ack).
+    CommitAboveCheckpoint,
+    /// A reopening sink re-commits every staged file of its own it finds,
+    /// held by its restored snapshot or not.
+    RecommitUnheldAtOpen,
+    /// A reopening sink leaves the staged files its restored snapshot does not
+    /// hold.
+    NoCleanupAtOpen,
+    /// A cancelled sink deletes the staged files of every handle it holds.
+    CloseAbortsPrepared,
+    /// A redeploy numbers its checkpoints from the restore point plus one.
+    IdReuse,
+    /// A restart numbers from the disk's next id only, forgetting ids it
+    /// triggered that never reached the disk.
+    RestartNumbersFromDisk,
+    /// A redeploy writes no RESTORED record.
+    NoRestoredRecord,
+    /// An in-process restart's restore rule ignores the RESTORED record.
+    RestoreIgnoresRestored,
+    /// A new run's (a takeover's) restore rule ignores the RESTORED record.
+    RestoreFromSuperseded,
+    /// The restore takes the newest checkpoint any participant has a
+    /// snapshot of, marker or not.
+    RestoreWithoutMarker,
+    /// With the restart budget spent, a failed checkpoint is forgotten and
+    /// the job runs on.
+    SailOnWithoutBudget,
+    /// A restart keeps deciding, marking and broadcasting the checkpoints in
+    /// flight until its subtasks have stopped (its exposing interleaving: the
+    /// subtasks are cancelled only once nothing in flight can still complete).
+    BroadcastDuringDrain,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 7] = [
+    pub const ALL: [Defect; 20] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
@@ -61,6 +105,19 @@ impl Defect {
         Defect::CommitAtBarrier,
         Defect::StateOutsideSnapshot,
         Defect::PanicInOperator,
+        Defect::CompleteAboveFailed,
+        Defect::CommitAboveCheckpoint,
+        Defect::RecommitUnheldAtOpen,
+        Defect::NoCleanupAtOpen,
+        Defect::CloseAbortsPrepared,
+        Defect::IdReuse,
+        Defect::RestartNumbersFromDisk,
+        Defect::NoRestoredRecord,
+        Defect::RestoreIgnoresRestored,
+        Defect::RestoreFromSuperseded,
+        Defect::RestoreWithoutMarker,
+        Defect::SailOnWithoutBudget,
+        Defect::BroadcastDuringDrain,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,7 +129,28 @@ impl Defect {
             Defect::CommitAtBarrier => "commit_at_barrier",
             Defect::StateOutsideSnapshot => "state_outside_snapshot",
             Defect::PanicInOperator => "panic_in_operator",
+            Defect::CompleteAboveFailed => "complete_above_failed",
+            Defect::CommitAboveCheckpoint => "commit_above_checkpoint",
+            Defect::RecommitUnheldAtOpen => "recommit_unheld_at_open",
+            Defect::NoCleanupAtOpen => "no_cleanup_at_open",
+            Defect::CloseAbortsPrepared => "close_aborts_prepared",
+            Defect::IdReuse => "id_reuse",
+            Defect::RestartNumbersFromDisk => "restart_numbers_from_disk",
+            Defect::NoRestoredRecord => "no_restored_record",
+            Defect::RestoreIgnoresRestored => "restore_ignores_restored",
+            Defect::RestoreFromSuperseded => "restore_from_superseded",
+            Defect::RestoreWithoutMarker => "restore_without_marker",
+            Defect::SailOnWithoutBudget => "sail_on_without_budget",
+            Defect::BroadcastDuringDrain => "broadcast_during_drain",
         }
+    }
+
+    /// Whether the switch breaks a rule of the checkpoint and commit protocol:
+    /// then its name is also a mutant of the specification (`mutants/<name>`)
+    /// and a recorded trace (`traces/defect-<name>/`). The two others break
+    /// replay's rule and an operator's.
+    pub fn is_protocol(self) -> bool {
+        !matches!(self, Defect::StateOutsideSnapshot | Defect::PanicInOperator)
     }
 
     pub fn parse(name: &str) -> Option<Defect> {

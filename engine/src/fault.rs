@@ -24,6 +24,7 @@ pub enum FaultPoint {
     SinkAfterCommit,
     CoordinatorBeforeRestoredRecord,
     CheckpointSnapshotFails,
+    SourceSnapshotFails,
     /// The ClickHouse sink's INSERT of an interval was acknowledged; the
     /// barrier is not yet.
     ClickHouseAfterInsert,
@@ -35,7 +36,7 @@ pub enum FaultPoint {
 impl FaultPoint {
     /// The protocol's points, which every job passes (the file fault matrix
     /// has a trial for each).
-    pub const ALL: [FaultPoint; 10] = [
+    pub const ALL: [FaultPoint; 11] = [
         FaultPoint::SourceAfterPositionSnapshot,
         FaultPoint::SinkBeforePrepare,
         FaultPoint::SinkAfterPrepare,
@@ -46,6 +47,7 @@ impl FaultPoint {
         FaultPoint::SinkAfterCommit,
         FaultPoint::CoordinatorBeforeRestoredRecord,
         FaultPoint::CheckpointSnapshotFails,
+        FaultPoint::SourceSnapshotFails,
     ];
 
     /// The connectors' own points (the connector fault matrix covers them).
@@ -63,6 +65,7 @@ impl FaultPoint {
             FaultPoint::SinkAfterCommit => "sink.after_commit",
             FaultPoint::CoordinatorBeforeRestoredRecord => "coordinator.before_restored_record",
             FaultPoint::CheckpointSnapshotFails => "checkpoint.snapshot_fails",
+            FaultPoint::SourceSnapshotFails => "source.snapshot_fails",
             FaultPoint::ClickHouseAfterInsert => "clickhouse.after_insert",
             FaultPoint::ClickHouseResponseLost => "clickhouse.response_lost",
         }
@@ -73,9 +76,13 @@ impl FaultPoint {
     }
 
     /// Whether reaching the point kills the process (all but the snapshot
-    /// failure and the lost answer).
+    /// failures: a sink's, which fails its checkpoint, and the source's,
+    /// which fails the source subtask; and the lost answer of an INSERT).
     pub fn kills(self) -> bool {
-        !matches!(self, FaultPoint::CheckpointSnapshotFails | FaultPoint::ClickHouseResponseLost)
+        !matches!(
+            self,
+            FaultPoint::CheckpointSnapshotFails | FaultPoint::SourceSnapshotFails | FaultPoint::ClickHouseResponseLost
+        )
     }
 }
 

@@ -9,8 +9,8 @@
 (*                                                                         *)
 (* Every field of the vocabulary (formal/trace/events.txt) is read here:   *)
 (* EventFields lists, per event, the fields a record must carry and this   *)
-(* module constrains; OptionalFields those the engine does not emit yet    *)
-(* (events.txt's pending changes), constrained when present.               *)
+(* module constrains; OptionalFields those of events.txt's pending changes *)
+(* (none today), constrained when present.                                 *)
 (*                                                                         *)
 (* The trace and its constants come from two GENERATED modules of         *)
 (* literals, TraceConstants and TraceEvents (format: formal/README.md,     *)
@@ -43,10 +43,11 @@ VARIABLES
     ackedTo,    \* [TraceSubtasks -> Nat]: a non-sink subtask's last ack this deployment
     depWorker,  \* the worker this deployment's subtasks are placed on (0: none yet)
     closing,    \* this deployment triggered its final (or savepoint) checkpoint
-    epochNow    \* the live coordinator's epoch (0: an engine without fencing)
+    epochNow,   \* the live coordinator's epoch (0: before a recovery names it)
+    ended       \* the live process wrote its last line (JobEnds)
 
 traceOnly == <<placed, opened, ackedTo, depWorker, closing, epochNow>>
-traceVars == <<vars, pos, ev, traceOnly>>
+traceVars == <<vars, pos, ev, traceOnly, ended>>
 
 \* The vocabulary this module handles (formal/trace/events.txt), and the
 \* fields each event must carry, every one of which is read below.
@@ -64,13 +65,12 @@ EventFields ==
      CoordRecovers  |-> {"job", "epoch", "completed", "confirmed"},
      Redeploy       |-> {"job", "restore", "next"},
      RestartOnError |-> {"job", "ckpt"},
-     Placement      |-> {"job", "sub", "worker", "source"},
+     Placement      |-> {"job", "sub", "worker", "source", "role"},
      JobEnds        |-> {"job", "outcome", "epoch"}]
 
 \* Fields of events.txt's pending changes: the engine does not emit them yet;
-\* read and constrained when a record carries them.
-OptionalFields ==
-    [Placement      |-> {"role"}]
+\* read and constrained when a record carries them.  None today.
+OptionalFields == [e \in {} |-> {}]
 
 Optional(name) == IF name \in DOMAIN OptionalFields THEN OptionalFields[name] ELSE {}
 
@@ -144,8 +144,10 @@ FreshOpen(e) ==
     /\ e.recommitted = 0
     /\ UNCHANGED vars
 
-\* The coordinator lines of the live coordinator carry its epoch.
-LiveEpoch(e) == e.epoch = epochNow
+\* The lines of the live coordinator (and its source's barriers) carry its
+\* fencing epoch: 1 for a fresh start (TraceFirstEpoch), the one its
+\* CoordRecovers claimed for a recovery; never 0.
+LiveEpoch(e) == e.epoch = epochNow /\ epochNow >= 1
 
 Produce(e) ==
     \/ /\ e.event = "Trigger"
@@ -241,9 +243,9 @@ Produce(e) ==
        /\ UNCHANGED <<placed, ackedTo, depWorker, closing, epochNow>>
     \/ /\ e.event = "CoordRecovers"
        /\ phase = "down"
-       \* a new run claims an epoch above every earlier one; 0 throughout
-       \* is an engine without fencing
-       /\ e.epoch > epochNow \/ (e.epoch = 0 /\ epochNow = 0)
+       \* a new run claims an epoch above every earlier one
+       \* (engine/src/checkpoint/fence.rs: one above the job's EPOCH)
+       /\ e.epoch > epochNow
        \* this engine writes no CONFIRMED markers (the recoverable family)
        /\ e.confirmed = 0
        /\ RestorePoint(TRUE) = e.completed
@@ -266,19 +268,20 @@ Produce(e) ==
        /\ e.sub \notin placed            \* once per subtask per deployment
        /\ phase \in TasksRun
        /\ e.source = (e.sub = TraceSource)
-       /\ Has(e, "role") =>
-             e.role = CASE e.sub = TraceSource -> "source"
-                        [] e.sub \in Sinks -> "sink"
-                        [] OTHER -> "transform"
+       /\ e.role = CASE e.sub = TraceSource -> "source"
+                     [] e.sub \in Sinks -> "sink"
+                     [] OTHER -> "transform"
        \* this engine runs one worker per process: every subtask of a
        \* deployment is placed on the same one
        /\ depWorker = 0 \/ e.worker = depWorker
        /\ placed' = placed \cup {e.sub}
        /\ depWorker' = e.worker
        /\ UNCHANGED <<vars, opened, ackedTo, closing, epochNow>>
+    \* The process's last line: nothing of it follows (TraceNext: only a
+    \* new process's CoordRecovers may come after it).  A failed job may be
+    \* run again, as may a finished one.
     \/ /\ e.event = "JobEnds"
        /\ LiveEpoch(e)
-       /\ pos + 1 = Len(Trace)           \* the run's last line
        \* evaluated as a value: in an action, TLC expands a quantifier over a
        \* large set into nested calls (a stack overflow at 10,000 events)
        /\ (CASE e.outcome \in {"finished", "savepoint"} -> EndsSettled
@@ -292,9 +295,10 @@ Produce(e) ==
 Hidden(e) ==
     \/ /\ e.event = "CoordRecovers"
        /\ \/ Die                           \* the previous process died (or exited)
-          \/ /\ pipeC = e.completed        \* COMPLETED-<c> durable, its line
-             /\ WriteCompleted             \* lost to the death that followed
-          \/ DeliverBarrier                \* the source's position snapshot of a
+          \/ /\ ~ended                     \* (lines a death cut off: not after JobEnds)
+             /\ \/ /\ pipeC = e.completed  \* COMPLETED-<c> durable, its line
+                   /\ WriteCompleted       \* lost to the death that followed
+                \/ DeliverBarrier          \* the source's position snapshot of a
                                            \* triggered checkpoint durable, its
                                            \* DeliverBarrier line lost to the death
                                            \* (the line follows the write): the
@@ -304,6 +308,11 @@ Hidden(e) ==
     \/ /\ e.event = "RestartOnError"
        /\ e.ckpt = 0
        /\ SubtaskFails                     \* a subtask's Failed frame (no line)
+    \/ /\ e.event = "JobEnds"
+       /\ e.outcome = "failed"
+       /\ \/ JobFails                      \* no restart budget left (no line of
+                                           \* its own: JobEnds is the job's failure)
+          \/ SubtaskFails                  \* a subtask's Failed frame, with no budget
 
 TraceInit ==
     /\ Init
@@ -315,16 +324,22 @@ TraceInit ==
     /\ depWorker = 0
     /\ closing = FALSE
     /\ epochNow = TraceFirstEpoch
+    /\ ended = FALSE
     /\ TLCSet(1, 0)
 
 TraceNext ==
     \/ /\ pos < Len(Trace)
+       \* JobEnds is its process's last line: after it, only a new process
+       \* (its CoordRecovers, after the hidden Die) may go on.
+       /\ ended => ev.event = "CoordRecovers"
        /\ Produce(ev)
+       /\ ended' = (ev.event = "JobEnds")
        /\ pos' = pos + 1
        /\ ev' = IF pos + 1 < Len(Trace) THEN Trace[pos + 2] ELSE EndOfTrace
     \/ /\ pos < Len(Trace)
+       /\ ended => ev.event = "CoordRecovers"
        /\ Hidden(ev)
-       /\ UNCHANGED <<pos, ev, traceOnly>>
+       /\ UNCHANGED <<pos, ev, traceOnly, ended>>
 
 TraceSpec == TraceInit /\ [][TraceNext]_traceVars
 

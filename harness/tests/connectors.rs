@@ -170,6 +170,13 @@ impl Scenario {
         Scenario::on(job, env["CLINK_KAFKA_BOOTSTRAP"].clone(), env, &[])
     }
 
+    /// Small fetches, so the partitions' records arrive interleaved and the
+    /// windows fire during the run, not all at its end (3,000 events are
+    /// 240 KB: one default fetch would read a partition whole).
+    fn small_fetches() -> Vec<(&'static str, Json)> {
+        vec![("fetch_kbytes", Json::from(16))]
+    }
+
     /// A scenario reading from `bootstrap`, its job's source params changed by `source_params`.
     fn on(
         job: Job,
@@ -177,6 +184,8 @@ impl Scenario {
         env: &BTreeMap<String, String>,
         source_params: &[(&str, Json)],
     ) -> Result<Scenario, Failed> {
+        let mut params = Scenario::small_fetches();
+        params.extend(source_params.iter().cloned());
         let s = Scenario {
             job,
             dir: tempfile::tempdir_in(scratch())?,
@@ -187,7 +196,7 @@ impl Scenario {
             restores: Vec::new(),
         };
         s.create_table(&std::fs::read_to_string(job.fixture().join("table.sql"))?)?;
-        s.write_job(source_params)?;
+        s.write_job(&params)?;
         Ok(s)
     }
 
@@ -455,11 +464,11 @@ fn fault(job: Job, point: FaultPoint, env: &BTreeMap<String, String>) -> Result<
     s.produce()?;
     let fault = format!("{}@2", point.name());
     let last = match point {
-        FaultPoint::CheckpointSnapshotFails | FaultPoint::ClickHouseResponseLost => {
+        FaultPoint::CheckpointSnapshotFails | FaultPoint::SourceSnapshotFails | FaultPoint::ClickHouseResponseLost => {
             // Not a kill: the one run is the whole story.
             let out = s.run(Some(&fault), &[]);
             let armed_said = match point {
-                FaultPoint::CheckpointSnapshotFails => "injected snapshot failure",
+                FaultPoint::CheckpointSnapshotFails | FaultPoint::SourceSnapshotFails => "injected",
                 _ => "",
             };
             if !stderr(&out).contains(armed_said) {

@@ -1,8 +1,12 @@
 //! The fault matrix: the example job killed at every protocol fault point,
 //! resumed, and run to its END, must commit exactly the output the independent
-//! reference computes from the input alone. One trial per fault point and
-//! checkpoint, and one per protocol defect switched back on, which must make
-//! the same comparison fail: each guard is shown to be load-bearing.
+//! reference computes from the input alone, and leave nothing staged. One
+//! trial per fault point and checkpoint, and one per protocol defect switched
+//! back on whose harm shows in the output, which must make the same check fail
+//! in the way the defect predicts: each guard is shown to be load-bearing.
+//! (The defects whose harm does not show here are caught by trace validation
+//! of their recorded traces, `traces/defect-<name>/`, or by a unit test that
+//! their `expected.txt` names.)
 //!
 //! Every run leaves its protocol trace under the test's target directory
 //! (`fault-matrix-traces/<trial>/`), for the trace validation suite.
@@ -80,6 +84,11 @@ impl Scenario {
     }
 
     fn run(&self, env: &[(&str, &str)]) -> Output {
+        self.run_with(env, &[])
+    }
+
+    /// A run with more arguments (a paced source, a restart budget).
+    fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
         let mut cmd = Command::new(clink());
         cmd.arg("run")
             .arg("--quiet")
@@ -92,6 +101,7 @@ impl Scenario {
             .arg("--checkpoint-dir")
             .arg(self.dir.path().join("ck"))
             .args(["--checkpoint-every-records", EVERY])
+            .args(args)
             .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
             .env_remove("CLINK_FAULT")
             .env_remove("CLINK_TEST_DEFECT");
@@ -112,11 +122,67 @@ impl Scenario {
                 problems.push(format!("{uid}: {}", describe(&diff, 3)));
             }
         }
+        if let Err(left) = self.nothing_staged() {
+            problems.push(left);
+        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(problems.join("\n"))
         }
+    }
+
+    /// A run that ended settled leaves nothing staged: every staged file was
+    /// published by a commit or an open's re-commit, or removed by an abort or
+    /// an open's cleanup (the model's NoUnownedStaged at the end).
+    fn nothing_staged(&self) -> Result<(), String> {
+        let mut left = Vec::new();
+        for uid in ["windows-out", "idle-out"] {
+            let staged = self.output().join(uid).join(".staged");
+            for entry in std::fs::read_dir(&staged).map_err(|e| format!("{}: {e}", staged.display()))? {
+                let entry = entry.map_err(|e| e.to_string())?;
+                left.push(format!("{uid}/.staged/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("left staged after the run to END: {}", left.join(", ")))
+        }
+    }
+
+    /// Plants the late COMPLETED-3 a superseded coordinator that decided 3
+    /// would write (a copy of COMPLETED-2 naming 3): with fencing no live run
+    /// can, so the test writes it between two runs.
+    fn plant_late_marker(&self) -> Result<(), String> {
+        let jobs = self.dir.path().join("ck/_jobs/1");
+        let text = std::fs::read_to_string(jobs.join("COMPLETED-2")).map_err(|e| format!("COMPLETED-2: {e}"))?;
+        let mut marker: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        marker["checkpoint"] = 3.into();
+        let planted = jobs.join(".COMPLETED-3.planted");
+        std::fs::write(&planted, marker.to_string()).map_err(|e| e.to_string())?;
+        std::fs::rename(&planted, jobs.join("COMPLETED-3")).map_err(|e| e.to_string())
+    }
+
+    /// The first id a new run over the directory numbers: one above every id
+    /// the disk knows (markers, snapshots, the RESTORED record's next - 1).
+    fn next_id(&self) -> u64 {
+        let ck = self.dir.path().join("ck");
+        let mut highest = self.last_completed();
+        if let Ok(text) = std::fs::read_to_string(ck.join("_jobs/1/RESTORED")) {
+            let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            highest = highest.max(record["next"].as_u64().unwrap_or(1).saturating_sub(1));
+        }
+        let state = ck.join("_state/1/v1");
+        for participant in std::fs::read_dir(state).into_iter().flatten().flatten() {
+            for snap in std::fs::read_dir(participant.path()).into_iter().flatten().flatten() {
+                let name = snap.file_name().to_string_lossy().into_owned();
+                if let Some(id) = name.strip_prefix("checkpoint-").and_then(|n| n.strip_suffix(".snap")) {
+                    highest = highest.max(id.parse().unwrap_or(0));
+                }
+            }
+        }
+        highest + 1
     }
 
     /// Rows missing from and unexpected in the committed output, over both sinks.
@@ -242,10 +308,14 @@ fn fault_trial(point: &'static str, at: Checkpoint) -> Trial {
         let s = Scenario::new(&name);
         let c = at.id();
         let fault = format!("{point}@{c}");
-        let resumed = if point == "checkpoint.snapshot_fails" {
+        let resumed = if point == "checkpoint.snapshot_fails" || point == "source.snapshot_fails" {
             // Not a kill: the job rewinds in-process and runs on, and says so.
             let out = s.run(&[("CLINK_FAULT", &fault)]);
-            let restarted = format!("restarting (checkpoint {c} failed:");
+            let restarted = if point == "checkpoint.snapshot_fails" {
+                format!("restarting (checkpoint {c} failed:")
+            } else {
+                format!("restarting (op-1-0 failed: the position snapshot of checkpoint {c}:")
+            };
             if !stderr(&out).contains(&restarted) || !stderr(&out).contains("injected snapshot failure") {
                 return Err(format!("the snapshot of checkpoint {c} did not fail as armed:\n{}", stderr(&out)).into());
             }
@@ -301,33 +371,111 @@ enum Symptom {
     Loss,
     /// The resume fails (exit 1), its message naming this.
     FailedResume(&'static str),
+    /// The resume succeeds with the right output, but staged files are left
+    /// that no handle owns.
+    StagedLeftOver,
+}
+
+/// How a defect is exposed.
+#[derive(Clone, Copy, Debug)]
+enum Exposure {
+    /// Killed at the fault point, then resumed.
+    KillThenResume(&'static str),
+    /// One run with the fault armed (a failure, not a kill); `paced` holds the
+    /// source to 20,000 records a second, so the failure is decided before
+    /// the source has cut the checkpoints above it; `budget` the restart budget.
+    OneRun { fault: &'static str, paced: bool, budget: Option<&'static str> },
+    /// A paced run killed after deciding 3 and before its marker; the
+    /// recovery killed after deciding its first checkpoint; the late
+    /// COMPLETED-3 planted; a third run, whose first checkpoint fails when
+    /// `restart` (so its in-process restart chooses the restore point).
+    PlantedMarker { restart: bool },
+}
+
+const PACED: [&str; 2] = ["--source-rate", "20000"];
+
+/// Runs the exposure with `defect` switched on (or none), returning the last run.
+fn expose(s: &Scenario, exposure: Exposure, defect: Option<&str>) -> Result<Output, Failed> {
+    let defect_env: Vec<(&str, &str)> = defect.map(|d| ("CLINK_TEST_DEFECT", d)).into_iter().collect();
+    fn with<'a>(defect_env: &[(&'a str, &'a str)], fault: &'a str) -> Vec<(&'a str, &'a str)> {
+        let mut env = defect_env.to_vec();
+        env.push(("CLINK_FAULT", fault));
+        env
+    }
+    match exposure {
+        Exposure::KillThenResume(fault) => kill_then_resume(s, &[fault], defect),
+        Exposure::OneRun { fault, paced, budget } => {
+            let mut args: Vec<&str> = if paced { PACED.to_vec() } else { Vec::new() };
+            if let Some(budget) = budget {
+                args.extend(["--restart-budget", budget]);
+            }
+            Ok(s.run_with(&with(&defect_env, fault), &args))
+        }
+        Exposure::PlantedMarker { restart } => {
+            let first = s.run_with(&with(&defect_env, "coordinator.before_completed_marker@3"), &PACED);
+            // The recovery's first checkpoint, whatever id the disk makes it.
+            let recovery_fault = format!("coordinator.before_completed_marker@{}", s.next_id());
+            let second = s.run_with(&with(&defect_env, &recovery_fault), &PACED);
+            if !killed(&first) || !killed(&second) {
+                return Err(format!(
+                    "the first two runs were not killed where armed: {:?}, {:?}\n{}",
+                    first.status,
+                    second.status,
+                    stderr(&second)
+                )
+                .into());
+            }
+            s.plant_late_marker()?;
+            if restart {
+                let fault = format!("checkpoint.snapshot_fails@{}", s.next_id());
+                Ok(s.run_with(&with(&defect_env, &fault), &PACED))
+            } else {
+                Ok(s.run_with(&defect_env, &PACED))
+            }
+        }
+    }
+}
+
+/// The exposure of a planted marker run by the correct engine: the RESTORED
+/// record passes over the late marker, and the output is right.
+fn planted_control_trial(restart: bool) -> Trial {
+    let name = format!("fault::passed-over-marker{}", if restart { "-restart" } else { "" });
+    Trial::test(name.clone(), move || {
+        let s = Scenario::new(&name);
+        let last = expose(&s, Exposure::PlantedMarker { restart }, None)?;
+        if !last.status.success() {
+            return Err(format!("the third run failed: {:?}\n{}", last.status, stderr(&last)).into());
+        }
+        s.check_traces()?;
+        s.check_output().map_err(Failed::from)
+    })
 }
 
 /// A defect switched back on, under the fault that exposes it: the
 /// comparison with the reference must fail, in the way the defect predicts.
-fn defect_trial(defect: &'static str, fault: &'static str, symptom: Symptom) -> Trial {
+fn defect_trial(defect: &'static str, exposure: Exposure, symptom: Symptom) -> Trial {
     let name = format!("defect::{defect}");
     Trial::test(name.clone(), move || {
         let s = Scenario::new(&name);
-        let resumed = if fault.starts_with("checkpoint.snapshot_fails") {
-            // Not a kill: the one run is the whole story.
-            s.run(&[("CLINK_TEST_DEFECT", defect), ("CLINK_FAULT", fault)])
-        } else {
-            kill_then_resume(&s, &[fault], Some(defect))?
-        };
+        let resumed = expose(&s, exposure, Some(defect))?;
         let (missing, unexpected) = s.missing_and_unexpected()?;
         let caught = match symptom {
             Symptom::Duplicates => resumed.status.success() && unexpected > 0 && missing == 0,
             Symptom::Loss => resumed.status.success() && missing > 0 && unexpected == 0,
             Symptom::FailedResume(message) => resumed.status.code() == Some(1) && stderr(&resumed).contains(message),
+            Symptom::StagedLeftOver => {
+                resumed.status.success() && missing == 0 && unexpected == 0 && s.nothing_staged().is_err()
+            }
         };
         s.check_traces()?;
         if caught {
             Ok(())
         } else {
             Err(format!(
-                "with {defect} and {fault}: expected {symptom:?}, found exit {:?}, {missing} rows missing, {unexpected} unexpected",
-                resumed.status.code()
+                "with {defect} and {exposure:?}: expected {symptom:?}, found exit {:?}, {missing} rows missing, {unexpected} unexpected, {}\n{}",
+                resumed.status.code(),
+                s.nothing_staged().err().unwrap_or_else(|| "nothing staged".into()),
+                stderr(&resumed)
             )
             .into())
         }
@@ -355,15 +503,37 @@ fn main() {
     ] {
         trials.push(fault_trial(p, Checkpoint::Last));
     }
-    trials.push(defect_trial("broadcast_before_marker", "coordinator.before_completed_marker@2", Symptom::Duplicates));
-    trials.push(defect_trial("no_recommit_at_open", "coordinator.after_completed_marker@2", Symptom::Loss));
-    trials.push(defect_trial(
-        "ack_before_durable",
-        "coordinator.after_completed_marker@2",
-        Symptom::FailedResume("which is neither staged nor published"),
-    ));
-    trials.push(defect_trial("commit_at_barrier", "coordinator.before_completed_marker@2", Symptom::Duplicates));
-    trials.push(defect_trial("no_rewind_on_failed_checkpoint", "checkpoint.snapshot_fails@2", Symptom::Loss));
+    use Exposure::{KillThenResume, OneRun, PlantedMarker};
+    use Symptom::{Duplicates, FailedResume, Loss, StagedLeftOver};
+    let failed_snapshot = |fault, paced, budget| OneRun { fault, paced, budget };
+    trials.push(planted_control_trial(false));
+    trials.push(planted_control_trial(true));
+    for (defect, exposure, symptom) in [
+        ("broadcast_before_marker", KillThenResume("coordinator.before_completed_marker@2"), Duplicates),
+        ("no_recommit_at_open", KillThenResume("coordinator.after_completed_marker@2"), Loss),
+        (
+            "ack_before_durable",
+            KillThenResume("coordinator.after_completed_marker@2"),
+            FailedResume("which is neither staged nor published"),
+        ),
+        ("commit_at_barrier", KillThenResume("coordinator.before_completed_marker@2"), Duplicates),
+        ("no_rewind_on_failed_checkpoint", failed_snapshot("checkpoint.snapshot_fails@2", true, None), Loss),
+        ("complete_above_failed", failed_snapshot("checkpoint.snapshot_fails@2", false, None), Loss),
+        ("commit_above_checkpoint", failed_snapshot("checkpoint.snapshot_fails@3", false, None), Duplicates),
+        ("recommit_unheld_at_open", KillThenResume("coordinator.before_completed_marker@2"), Duplicates),
+        ("no_cleanup_at_open", KillThenResume("coordinator.before_completed_marker@2"), StagedLeftOver),
+        ("sail_on_without_budget", failed_snapshot("checkpoint.snapshot_fails@2", true, Some("0")), Loss),
+        (
+            "restore_without_marker",
+            KillThenResume("source.after_position_snapshot@2"),
+            FailedResume("restoring checkpoint 2"),
+        ),
+        ("no_restored_record", PlantedMarker { restart: false }, FailedResume("neither staged nor published")),
+        ("restore_from_superseded", PlantedMarker { restart: false }, FailedResume("neither staged nor published")),
+        ("restore_ignores_restored", PlantedMarker { restart: true }, FailedResume("neither staged nor published")),
+    ] {
+        trials.push(defect_trial(defect, exposure, symptom));
+    }
     trials.push(coverage_trial(&trials));
     libtest_mimic::run(&args, trials).exit();
 }

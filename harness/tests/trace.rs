@@ -103,7 +103,50 @@ fn traces_of_a_killed_and_resumed_run_are_well_formed_and_in_protocol_order() {
         "CoordRecovers",
         "Redeploy",
         "Placement",
+        "JobEnds",
     ] {
         assert!(seen_events.contains(must), "no {must} in the traces");
     }
+}
+
+/// Every line of every trace file in `dir`, in file order, files by name.
+fn all_lines(dir: &Path) -> Vec<Json> {
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect::<Vec<Json>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_position_snapshot_delivers_no_barrier_and_fails_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input");
+    let gen = Command::new(env!("CARGO_BIN_EXE_clink"))
+        .args(["gen-input", "--events", "3000", "--out"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(gen.status.success());
+    let traces = dir.path().join("traces");
+    let out = run(dir.path(), &input, &traces, Some("source.snapshot_fails@2"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restarting (op-1-0 failed: the position snapshot of checkpoint 2: injected"), "{stderr}");
+    let lines = all_lines(&traces);
+    let event = |l: &Json, name: &str, ckpt: u64| l["event"] == name && l["ckpt"] == ckpt;
+    // Checkpoint 2 was triggered, its position snapshot failed: no
+    // DeliverBarrier and no ack of 2, ever; the source failed (a restart
+    // with ckpt 0), and 2 was discarded.
+    assert!(lines.iter().any(|l| event(l, "Trigger", 2)));
+    assert!(!lines.iter().any(|l| event(l, "DeliverBarrier", 2)), "a barrier line for a snapshot that failed");
+    assert!(!lines.iter().any(|l| event(l, "SubtaskAck", 2)), "an ack of a checkpoint whose barrier never went out");
+    assert!(lines.iter().any(|l| event(l, "RestartOnError", 0)));
+    assert!(lines.iter().any(|l| event(l, "CoordComplete", 2) && l["outcome"] == "discarded"));
+    let ends: Vec<&Json> = lines.iter().filter(|l| l["event"] == "JobEnds").collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["outcome"], "finished");
 }

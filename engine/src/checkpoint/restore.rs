@@ -71,6 +71,67 @@ pub fn restore_point_on_disk(layout: &CheckpointLayout) -> Result<RestorePoint, 
     restore_point_on_disk_by(layout, RestoreRule::NewestCompleted)
 }
 
+/// Who chooses a restore point: a new run over the directory (a recovery,
+/// `CoordRecovers`), or an in-process restart after its drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChosenBy {
+    Recovery,
+    Restart,
+}
+
+/// Why the engine could not choose its restore point.
+#[derive(Debug, Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Markers(#[from] MarkerError),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// The engine's restore point: [`restore_point_on_disk`], the one rule, for a
+/// recovery and a restart alike. Only a test build's restore defects (each a
+/// branch marked `DEFECT`) choose otherwise.
+pub fn engine_restore_point(
+    layout: &CheckpointLayout,
+    chosen_by: ChosenBy,
+    defects: &crate::defects::Defects,
+) -> Result<RestorePoint, RestoreError> {
+    let point = restore_point_on_disk(layout)?;
+    #[cfg(any(test, feature = "defects"))]
+    if let Some(checkpoint) = defective_restore_point(layout, &point, chosen_by, defects)? {
+        return Ok(RestorePoint { checkpoint, ..point });
+    }
+    let _ = (chosen_by, defects);
+    Ok(point)
+}
+
+/// The restore point a restore defect chooses instead of the rule's.
+#[cfg(any(test, feature = "defects"))]
+fn defective_restore_point(
+    layout: &CheckpointLayout,
+    point: &RestorePoint,
+    chosen_by: ChosenBy,
+    defects: &crate::defects::Defects,
+) -> Result<Option<u64>, RestoreError> {
+    use crate::defects::Defect;
+    let ignores_record = match chosen_by {
+        // DEFECT restore_ignores_restored: a restart's rule without the record.
+        ChosenBy::Restart => defects.has(Defect::RestoreIgnoresRestored),
+        // DEFECT restore_from_superseded: a new run's rule without the record.
+        ChosenBy::Recovery => defects.has(Defect::RestoreFromSuperseded),
+    };
+    if ignores_record {
+        return Ok(Some(choose_restore_point(&point.completed, None)));
+    }
+    if defects.has(Defect::RestoreWithoutMarker) {
+        // DEFECT restore_without_marker: the newest checkpoint any participant
+        // has a snapshot of, marker or not.
+        let snapshots = FileStateBackend::new(layout.clone()).snapshot_ids()?;
+        return Ok(Some(snapshots.last().copied().unwrap_or(0).max(point.checkpoint)));
+    }
+    Ok(None)
+}
+
 /// Applies a restore rule to a job's markers on disk.
 pub fn restore_point_on_disk_by(layout: &CheckpointLayout, rule: RestoreRule) -> Result<RestorePoint, MarkerError> {
     let completed = list_completed(layout)?;
@@ -191,6 +252,31 @@ mod tests {
         assert_eq!(point.checkpoint, 2);
         assert_eq!(point.passed_over, vec![3]);
         assert_eq!(next_checkpoint_id(&layout, &point).unwrap(), 4);
+    }
+
+    #[test]
+    fn the_restore_defects_choose_otherwise_and_only_where_they_apply() {
+        use crate::defects::{Defect, Defects};
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 1);
+        for c in [1, 3] {
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![], None)).unwrap();
+        }
+        // A deploy restored from 1 and numbered from 4: the late marker 3 is passed over.
+        write_restored(&layout, &record(1, 4)).unwrap();
+        let choose = |by, defects: &[Defect]| engine_restore_point(&layout, by, &Defects::of(defects)).unwrap();
+        assert_eq!(choose(ChosenBy::Restart, &[]).checkpoint, 1);
+        assert_eq!(choose(ChosenBy::Recovery, &[]).checkpoint, 1);
+        assert_eq!(choose(ChosenBy::Restart, &[Defect::RestoreIgnoresRestored]).checkpoint, 3);
+        assert_eq!(choose(ChosenBy::Recovery, &[Defect::RestoreIgnoresRestored]).checkpoint, 1, "restarts only");
+        assert_eq!(choose(ChosenBy::Recovery, &[Defect::RestoreFromSuperseded]).checkpoint, 3);
+        assert_eq!(choose(ChosenBy::Restart, &[Defect::RestoreFromSuperseded]).checkpoint, 1, "recoveries only");
+        // A snapshot of 5 without a marker.
+        let backend = FileStateBackend::new(layout.clone());
+        let header = crate::checkpoint::snapshot::SnapshotHeader { job: 1, checkpoint: 5, operator: 1, subtask: 0 };
+        backend.write("op-1-0", &header, &crate::checkpoint::StateSlots::new()).unwrap();
+        assert_eq!(choose(ChosenBy::Recovery, &[]).checkpoint, 1);
+        assert_eq!(choose(ChosenBy::Recovery, &[Defect::RestoreWithoutMarker]).checkpoint, 5);
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
         "end",
         "broker_timeout_ms",
         "prefetch_kbytes",
+        "fetch_kbytes",
     ])?;
     let topic = f.str("topic")?.to_string();
     if topic.is_empty() || topic.len() > 249 || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
@@ -116,6 +117,10 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
     if !(1..=1_048_576).contains(&prefetch_kbytes) {
         return Err(f.error("prefetch_kbytes", "1 to 1048576"));
     }
+    let fetch_kbytes = f.optional("fetch_kbytes", Fields::u32)?.unwrap_or(Prefetch::default().fetch_bytes / 1024);
+    if !(1..=65_536).contains(&fetch_kbytes) {
+        return Err(f.error("fetch_kbytes", "1 to 65536"));
+    }
     Ok(Plan {
         topic,
         columns,
@@ -124,7 +129,7 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
         isolation,
         bounded,
         broker_timeout_ms,
-        prefetch: Prefetch { queued_kbytes: prefetch_kbytes, ..Prefetch::default() },
+        prefetch: Prefetch { queued_kbytes: prefetch_kbytes, fetch_bytes: fetch_kbytes * 1024 },
     })
 }
 

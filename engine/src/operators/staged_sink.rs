@@ -19,7 +19,9 @@ use clink_basics::digest::sha256_hex;
 use crate::checkpoint::durable::{create_dir_durably, remove_stale_temps_of, rename_durably, sync_dir, write_durably};
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
-use crate::defects::{Defect, Defects};
+#[cfg(any(test, feature = "defects"))]
+use crate::defects::Defect;
+use crate::defects::Defects;
 use crate::value::{render_line, Row};
 
 use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
@@ -48,6 +50,7 @@ pub struct StagedFileSink {
     pending: BTreeMap<u64, Handle>,
     /// Only under the `ack_before_durable` defect: contents acked but not yet written.
     unsealed: BTreeMap<u64, Vec<u8>>,
+    #[cfg_attr(not(any(test, feature = "defects")), allow(dead_code))]
     defects: Defects,
 }
 
@@ -109,23 +112,46 @@ impl StagedFileSink {
         Ok(sealed_now)
     }
 
-    /// Removes this subtask's staged files that no held handle names.
-    fn remove_unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<(), OperatorError> {
-        let entries = fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
-        let mut removed = false;
-        for entry in entries {
+    /// This subtask's staged files that no held handle names, by checkpoint.
+    fn unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<Vec<(u64, PathBuf)>, OperatorError> {
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))? {
             let entry = entry.map_err(OperatorError::io(&self.staged_dir))?;
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
             if let Some(checkpoint) = parse_part_name(&name, self.subtask) {
                 if !held.contains_key(&checkpoint) {
-                    fs::remove_file(entry.path()).map_err(OperatorError::io(&entry.path()))?;
-                    removed = true;
+                    found.push((checkpoint, entry.path()));
                 }
             }
         }
-        if removed {
+        found.sort();
+        Ok(found)
+    }
+
+    /// DEFECT recommit_unheld_at_open: publishes every staged file of this
+    /// subtask that no held handle names; returns how many.
+    #[cfg(any(test, feature = "defects"))]
+    fn publish_unheld_staged(&mut self, held: &BTreeMap<u64, Handle>) -> Result<u64, OperatorError> {
+        let mut published = 0;
+        for (checkpoint, path) in self.unheld_staged(held)? {
+            let bytes = fs::symlink_metadata(&path).map(|m| m.len()).map_err(OperatorError::io(&path))?;
+            let file = part_name(self.subtask, checkpoint);
+            let handle = Handle { checkpoint, file, rows: 0, bytes, sha256: String::new() };
+            self.publish(&handle)?;
+            published += 1;
+        }
+        Ok(published)
+    }
+
+    /// Removes this subtask's staged files that no held handle names.
+    fn remove_unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<(), OperatorError> {
+        let unheld = self.unheld_staged(held)?;
+        for (_, path) in &unheld {
+            fs::remove_file(path).map_err(OperatorError::io(path))?;
+        }
+        if !unheld.is_empty() {
             sync_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))?;
         }
         Ok(())
@@ -151,13 +177,31 @@ impl Sink for StagedFileSink {
             None => BTreeMap::new(),
         };
         let mut recommitted = 0;
-        if !self.defects.has(Defect::NoRecommitAtOpen) {
+        // DEFECT no_recommit_at_open: the restored handles are not re-committed.
+        #[cfg(any(test, feature = "defects"))]
+        let recommit = !self.defects.has(Defect::NoRecommitAtOpen);
+        #[cfg(not(any(test, feature = "defects")))]
+        let recommit = true;
+        if recommit {
             for handle in held.values() {
                 self.publish(handle)?;
                 recommitted += 1;
             }
         }
-        self.remove_unheld_staged(&held)?;
+        // DEFECT recommit_unheld_at_open: every staged file of ours is
+        // published, held or not, and counted as re-committed.
+        #[cfg(any(test, feature = "defects"))]
+        if self.defects.has(Defect::RecommitUnheldAtOpen) {
+            recommitted += self.publish_unheld_staged(&held)?;
+        }
+        // DEFECT no_cleanup_at_open: the staged files the snapshot does not hold stay.
+        #[cfg(any(test, feature = "defects"))]
+        let clean_up = !self.defects.has(Defect::NoCleanupAtOpen);
+        #[cfg(not(any(test, feature = "defects")))]
+        let clean_up = true;
+        if clean_up {
+            self.remove_unheld_staged(&held)?;
+        }
         self.pending.clear();
         Ok(recommitted)
     }
@@ -181,12 +225,18 @@ impl Sink for StagedFileSink {
             bytes: contents.len() as u64,
             sha256: sha256_hex(&contents),
         };
+        // DEFECT ack_before_durable: the file is sealed only when the commit arrives.
+        #[cfg(any(test, feature = "defects"))]
         let durable = !self.defects.has(Defect::AckBeforeDurable);
+        #[cfg(not(any(test, feature = "defects")))]
+        let durable = true;
         if durable {
             write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
         } else {
             self.unsealed.insert(checkpoint, contents);
         }
+        // DEFECT commit_at_barrier: published at the barrier.
+        #[cfg(any(test, feature = "defects"))]
         if durable && self.defects.has(Defect::CommitAtBarrier) {
             self.publish(&handle)?;
             return Ok(Prepared { staged: true, durable, published: true });
@@ -232,6 +282,14 @@ impl Sink for StagedFileSink {
 
     fn commit(&mut self, checkpoint: u64) -> Result<Vec<u64>, OperatorError> {
         let due: Vec<u64> = self.pending.range(..=checkpoint).map(|(&c, _)| c).collect();
+        // DEFECT commit_above_checkpoint: every handle held is published, above
+        // `checkpoint` too.
+        #[cfg(any(test, feature = "defects"))]
+        let due: Vec<u64> = if self.defects.has(Defect::CommitAboveCheckpoint) {
+            self.pending.keys().copied().collect()
+        } else {
+            due
+        };
         let mut sealed_now = Vec::new();
         for c in due {
             if let Some(handle) = self.pending.get(&c).cloned() {
@@ -362,6 +420,56 @@ mod tests {
         again.open(Some(&snapshot)).unwrap();
         again.commit(5).unwrap();
         assert!(published(dir.path()).is_empty());
+    }
+
+    /// Seals 1 (held by the snapshot returned) and 2 (not held: sealed after
+    /// it, never completed), then reopens a new incarnation from that snapshot.
+    fn reopen_with_an_unheld_staged_file(dir: &Path, defects: Defects) -> (u64, Vec<String>, bool) {
+        let mut s = sink(dir, Defects::none());
+        s.write(&vec![Value::Int(1)]).unwrap();
+        s.prepare(1).unwrap();
+        let snapshot = s.snapshot().unwrap();
+        s.write(&vec![Value::Int(2)]).unwrap();
+        s.prepare(2).unwrap();
+        let mut again = StagedFileSink::new(dir.join("out"), 0, defects);
+        let recommitted = again.open(Some(&snapshot)).unwrap();
+        (recommitted, published(dir), dir.join("out/.staged/part-0-2").exists())
+    }
+
+    #[test]
+    fn the_open_defects_publish_or_keep_a_staged_file_the_snapshot_does_not_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(reopen_with_an_unheld_staged_file(dir.path(), Defects::none()), (1, vec!["part-0-1".into()], false));
+        let dir = tempfile::tempdir().unwrap();
+        let recommit_all = Defects::of(&[Defect::RecommitUnheldAtOpen]);
+        assert_eq!(
+            reopen_with_an_unheld_staged_file(dir.path(), recommit_all),
+            (2, vec!["part-0-1".into(), "part-0-2".into()], false),
+            "the uncompleted interval 2 is published, and counted"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            reopen_with_an_unheld_staged_file(dir.path(), Defects::of(&[Defect::NoCleanupAtOpen])),
+            (1, vec!["part-0-1".into()], true),
+            "the unheld staged file is left behind"
+        );
+    }
+
+    #[test]
+    fn a_commit_publishes_only_up_to_its_checkpoint_but_the_defect_publishes_every_handle() {
+        for (defects, want) in [
+            (Defects::none(), vec!["part-0-1"]),
+            (Defects::of(&[Defect::CommitAboveCheckpoint]), vec!["part-0-1", "part-0-2"]),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = sink(dir.path(), defects);
+            for c in [1, 2] {
+                s.write(&vec![Value::Int(c as i64)]).unwrap();
+                s.prepare(c).unwrap();
+            }
+            s.commit(1).unwrap();
+            assert_eq!(published(dir.path()), want);
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! waits on its subtasks without a bound: a subtask whose thread ended
 //! without a word fails the job by name.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
@@ -20,20 +20,25 @@ use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
 use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{
-    next_checkpoint_id, restore_point_on_disk, CheckpointLayout, FileStateBackend, RestoredRecord, GENERATION,
+    engine_restore_point, next_checkpoint_id, CheckpointLayout, ChosenBy, FileStateBackend, RestorePoint,
+    RestoredRecord, GENERATION,
 };
-use crate::defects::Defect;
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::OperatorKind;
 use crate::trace_event;
 
 use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
-use super::protocol::{Protocol, ProtocolConfig, ProtocolError, Step};
+use super::protocol::{Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 
 /// How long the coordinator waits for a frame before it looks at its subtasks' threads.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
+/// DEFECT broadcast_during_drain: how long a deciding drain waits for a frame
+/// before it takes what is still in flight as unable to complete.
+#[cfg(any(test, feature = "defects"))]
+const DRAIN_QUIET: Duration = Duration::from_millis(500);
 
 pub struct Coordinator {
     options: RunOptions,
@@ -70,13 +75,11 @@ impl Coordinator {
         let participants = deploy::participants(&options);
         let sinks =
             participants.iter().enumerate().filter(|(_, p)| p.kind == OperatorKind::Sink).map(|(i, _)| i).collect();
-        let defects = &options.env.defects;
         let protocol = Protocol::new(ProtocolConfig {
             job: options.job.job_id,
             participants: participants.len(),
             restart_budget: options.restart_budget,
-            broadcast_before_marker: defects.has(Defect::BroadcastBeforeMarker),
-            no_rewind_on_failed_checkpoint: defects.has(Defect::NoRewindOnFailedCheckpoint),
+            defects: ProtocolDefects::of(&options.env.defects),
         });
         Ok(Coordinator {
             options,
@@ -147,7 +150,7 @@ impl Coordinator {
     /// then redeploy from the restore point.
     fn recover(&mut self) -> Result<(), RunError> {
         remove_stale_temps(&self.layout.jobs_dir()).map_err(|e| RunError::Failed(e.to_string()))?;
-        let point = restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
+        let point = self.restore_point(ChosenBy::Recovery)?;
         trace_event!(
             CoordRecovers,
             job = self.layout.job(),
@@ -155,18 +158,32 @@ impl Coordinator {
             completed = point.checkpoint,
             confirmed = 0u64
         );
-        self.redeploy()
+        self.redeploy(point)
     }
 
-    /// Chooses the restore point, records it, and deploys from it.
-    fn redeploy(&mut self) -> Result<(), RunError> {
-        let point = restore_point_on_disk(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
+    /// The restore rule, applied to the directory now.
+    fn restore_point(&self, chosen_by: ChosenBy) -> Result<RestorePoint, RunError> {
+        engine_restore_point(&self.layout, chosen_by, &self.options.env.defects)
+            .map_err(|e| RunError::Failed(e.to_string()))
+    }
+
+    /// Records the restore point and deploys from it: `next` is the larger of
+    /// the disk's next id and this coordinator's own, and the RESTORED record
+    /// is durable before any subtask starts.
+    fn redeploy(&mut self, point: RestorePoint) -> Result<(), RunError> {
         let disk_next = next_checkpoint_id(&self.layout, &point)
             .map_err(|e| RunError::Failed(format!("reading the checkpoint directory: {e}")))?;
         let next = self.protocol.redeployed(point.checkpoint, disk_next);
         kill_point(FaultPoint::CoordinatorBeforeRestoredRecord, point.checkpoint);
-        let record = RestoredRecord::new(self.layout.job(), point.checkpoint, next);
-        write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
+        // DEFECT no_restored_record: the redeploy writes no RESTORED record.
+        #[cfg(any(test, feature = "defects"))]
+        let write_record = !self.options.env.defects.has(crate::defects::Defect::NoRestoredRecord);
+        #[cfg(not(any(test, feature = "defects")))]
+        let write_record = true;
+        if write_record {
+            let record = RestoredRecord::new(self.layout.job(), point.checkpoint, next);
+            write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
+        }
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
         self.deployment =
             Some(deploy::deploy(&self.options, &self.participants, &self.backend, point.checkpoint, self.epoch())?);
@@ -289,15 +306,9 @@ impl Coordinator {
                         self.send(sink, ToTask::CommitCheckpoint { checkpoint });
                     }
                 }
-                Step::AwaitCommits { checkpoint } => self.await_commits(checkpoint)?,
                 Step::Prune { checkpoint } => {
                     self.prune(checkpoint)?;
                     self.report_progress(checkpoint);
-                }
-                Step::RunOn { checkpoint, reason } => {
-                    eprintln!(
-                        "clink: job {job}: checkpoint {checkpoint} failed ({reason}); running on without a rewind"
-                    );
                 }
                 Step::TearDown { checkpoint, cause } => {
                     // The cause is free text no trace module could constrain:
@@ -309,10 +320,63 @@ impl Coordinator {
                     }
                     self.deferred.clear();
                 }
-                Step::Redeploy => self.redeploy()?,
+                Step::Redeploy => {
+                    let point = self.restore_point(ChosenBy::Restart)?;
+                    self.redeploy(point)?;
+                }
+                Step::GiveUp { cause, budget } => {
+                    return Err(RunError::Failed(ProtocolError::BudgetSpent { cause, budget }.to_string()));
+                }
+                #[cfg(any(test, feature = "defects"))]
+                Step::AwaitCommits { checkpoint } => self.await_commits(checkpoint)?,
+                #[cfg(any(test, feature = "defects"))]
+                Step::RunOn { checkpoint, reason, stranded } => {
+                    eprintln!(
+                        "clink: job {job}: checkpoint {checkpoint} failed ({reason}); DEFECT: running on without a rewind"
+                    );
+                    if stranded {
+                        return Err(RunError::Failed(format!(
+                            "DEFECT: checkpoint {checkpoint} failed and the source's last checkpoint was discarded without a rewind: the job can never end"
+                        )));
+                    }
+                }
+                #[cfg(any(test, feature = "defects"))]
+                Step::TearDownDeciding { checkpoint, cause } => self.tear_down_deciding(checkpoint, cause)?,
             }
         }
         Ok(())
+    }
+
+    /// DEFECT broadcast_during_drain: the restart begins, but its subtasks run
+    /// on and their acks are decided (marked, broadcast) until nothing in
+    /// flight is left or no frame comes for a while; only then are they
+    /// cancelled, and the restore point is chosen after that.
+    #[cfg(any(test, feature = "defects"))]
+    fn tear_down_deciding(&mut self, checkpoint: u64, cause: String) -> Result<(), RunError> {
+        let job = self.layout.job();
+        trace_event!(RestartOnError, job = job, ckpt = checkpoint);
+        eprintln!("clink: job {job}: restarting ({cause}); DEFECT: deciding what is in flight during the drain");
+        let mut last_frame = Instant::now();
+        while !self.protocol.in_flight().is_empty() && last_frame.elapsed() < DRAIN_QUIET {
+            let Some(deployment) = &self.deployment else {
+                break;
+            };
+            let Ok(frame) = deployment.from_tasks.recv_timeout(Duration::from_millis(50)) else {
+                continue;
+            };
+            last_frame = Instant::now();
+            // Requests trigger nothing during a drain; finishes, commits and
+            // failures change nothing now.
+            if matches!(frame, ToCoordinator::Ack { .. }) {
+                self.on_frame(frame)?;
+            }
+        }
+        if let Some(deployment) = self.deployment.take() {
+            deployment.shut_down();
+        }
+        self.deferred.clear();
+        let steps = self.protocol.drain_ended();
+        self.take(steps)
     }
 
     fn send(&self, task: usize, frame: ToTask) {
@@ -332,10 +396,11 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Only under the `broadcast_before_marker` defect: waits until every sink
-    /// has committed, the worst interleaving of a broadcast before the marker.
+    /// DEFECT broadcast_before_marker: waits until every sink has committed,
+    /// the worst interleaving of a broadcast before the marker.
+    #[cfg(any(test, feature = "defects"))]
     fn await_commits(&mut self, checkpoint: u64) -> Result<(), RunError> {
-        let mut committed = BTreeSet::new();
+        let mut committed = std::collections::BTreeSet::new();
         while committed.len() < self.sinks.len() {
             match self.receive(LIVENESS_CHECK)? {
                 Some(ToCoordinator::Committed { task, checkpoint: c }) if c >= checkpoint => {

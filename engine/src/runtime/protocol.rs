@@ -4,22 +4,28 @@
 //! when a checkpoint is complete (every participant acked, all ok), that its
 //! marker is written before its commit is broadcast, that a failed checkpoint
 //! discards every checkpoint above it and restarts the job within the restart
-//! budget, and that a restart never numbers below an id already used. It
-//! answers each input with the [`Step`]s the runtime must take, in order; the
-//! runtime ([`super::coordinator`]) takes them (markers, frames, trace
-//! events, fault points) and tells the core what it found on disk.
+//! budget (with none left, the decision is recorded and the job fails), and
+//! that a restart never numbers below an id already used. It answers each
+//! input with the [`Step`]s the runtime must take, in order; the runtime
+//! ([`super::coordinator`]) takes them (markers, frames, trace events, fault
+//! points) and tells the core what it found on disk.
 //!
 //! It never touches a file, a channel or a clock, so every ordering the fault
 //! matrix exercises is unit-tested here directly. An input the protocol
 //! cannot receive (an ack of a checkpoint never triggered, a second ack from
 //! one subtask, a task that does not exist) is a [`ProtocolError::Invariant`]
 //! that fails the job by name: it is never dropped.
+//!
+//! The test-only defects of [`ProtocolDefects`] are branches marked
+//! `DEFECT <name>`, compiled only in builds with the switches
+//! (`crate::defects`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
 use crate::checkpoint::markers::CheckpointKind;
+use crate::defects::{Defect, Defects};
 
 /// How the coordinator decided a checkpoint (the trace's `CoordComplete` outcome).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,19 +57,32 @@ pub enum Step {
     WriteMarker { checkpoint: u64, kind: CheckpointKind },
     /// Send `CommitCheckpoint` to every sink.
     BroadcastCommit { checkpoint: u64 },
-    /// Wait until every sink has committed the checkpoint (only under the
-    /// `broadcast_before_marker` defect, its worst interleaving).
-    AwaitCommits { checkpoint: u64 },
     /// Keep the snapshots of the newest completed checkpoints only.
     Prune { checkpoint: u64 },
-    /// A failed checkpoint restarts nothing (only under the
-    /// `no_rewind_on_failed_checkpoint` defect).
-    RunOn { checkpoint: u64, reason: String },
     /// Cancel every subtask and wait for them: the job restarts.
     TearDown { checkpoint: u64, cause: String },
     /// Choose the restore point on disk, record it, deploy from it, and tell
     /// the core with [`Protocol::redeployed`].
     Redeploy,
+    /// No restart budget is left: the job fails (its decisions before this
+    /// step are recorded all the same).
+    GiveUp { cause: String, budget: u32 },
+    /// DEFECT broadcast_before_marker: wait until every sink has committed the
+    /// checkpoint (its worst interleaving).
+    #[cfg(any(test, feature = "defects"))]
+    AwaitCommits { checkpoint: u64 },
+    /// DEFECT no_rewind_on_failed_checkpoint, sail_on_without_budget: a failed
+    /// checkpoint restarts nothing. `stranded`: the source's last checkpoint
+    /// (final or savepoint) was among those discarded, and the source, its
+    /// input ended, cuts no other: the job can never end, and fails instead.
+    #[cfg(any(test, feature = "defects"))]
+    RunOn { checkpoint: u64, reason: String, stranded: bool },
+    /// DEFECT broadcast_during_drain: the restart begins (RestartOnError), but
+    /// the subtasks are left running and their acks decided until nothing in
+    /// flight can complete; then they are cancelled and the runtime takes
+    /// [`Protocol::drain_ended`]'s steps.
+    #[cfg(any(test, feature = "defects"))]
+    TearDownDeciding { checkpoint: u64, cause: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -76,6 +95,46 @@ pub enum ProtocolError {
     Invariant(String),
 }
 
+/// The test-only defects the core itself decides (the others are the
+/// runtime's, the restore rule's or the sinks'). All false in a default build.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtocolDefects {
+    /// Broadcast, wait for the commits, then write the marker.
+    pub broadcast_before_marker: bool,
+    /// A failed checkpoint (its above discarded) restarts nothing.
+    pub no_rewind_on_failed_checkpoint: bool,
+    /// A failed checkpoint discards nothing above it; the checkpoint above
+    /// completes before the restart.
+    pub complete_above_failed: bool,
+    /// The core's part of `commit_above_checkpoint` (the sink publishes every
+    /// handle): the interleaving that exposes it, a completed checkpoint's
+    /// broadcast held until the next checkpoint has every ack.
+    pub commit_above_checkpoint: bool,
+    /// A redeploy numbers from the restore point plus one.
+    pub id_reuse: bool,
+    /// A restart numbers from the disk's next id only.
+    pub restart_numbers_from_disk: bool,
+    /// With the budget spent, a failed checkpoint is forgotten.
+    pub sail_on_without_budget: bool,
+    /// A restart decides what is in flight until the subtasks stop.
+    pub broadcast_during_drain: bool,
+}
+
+impl ProtocolDefects {
+    pub fn of(defects: &Defects) -> ProtocolDefects {
+        ProtocolDefects {
+            broadcast_before_marker: defects.has(Defect::BroadcastBeforeMarker),
+            no_rewind_on_failed_checkpoint: defects.has(Defect::NoRewindOnFailedCheckpoint),
+            complete_above_failed: defects.has(Defect::CompleteAboveFailed),
+            commit_above_checkpoint: defects.has(Defect::CommitAboveCheckpoint),
+            id_reuse: defects.has(Defect::IdReuse),
+            restart_numbers_from_disk: defects.has(Defect::RestartNumbersFromDisk),
+            sail_on_without_budget: defects.has(Defect::SailOnWithoutBudget),
+            broadcast_during_drain: defects.has(Defect::BroadcastDuringDrain),
+        }
+    }
+}
+
 /// What the core needs to know about the job and the build.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtocolConfig {
@@ -84,10 +143,8 @@ pub struct ProtocolConfig {
     pub participants: usize,
     /// In-process restarts a failure may take before the job fails.
     pub restart_budget: u32,
-    /// Test-only defect: broadcast, wait for the commits, then write the marker.
-    pub broadcast_before_marker: bool,
-    /// Test-only defect: a failed checkpoint restarts nothing.
-    pub no_rewind_on_failed_checkpoint: bool,
+    /// Test-only defects (none but in test builds).
+    pub defects: ProtocolDefects,
 }
 
 #[derive(Debug)]
@@ -112,6 +169,23 @@ pub struct Progress {
     pub stopped_with_savepoint: bool,
 }
 
+/// What only a defect's branch keeps (always empty in a default build).
+#[derive(Debug, Default)]
+#[cfg_attr(not(any(test, feature = "defects")), allow(dead_code))]
+struct DefectState {
+    /// complete_above_failed: a failed checkpoint whose decision waits for
+    /// the next checkpoint's acks.
+    held_failure: Option<(u64, String)>,
+    /// commit_above_checkpoint: a completed checkpoint whose broadcast waits
+    /// for the next checkpoint's acks.
+    held_broadcast: Option<u64>,
+    /// no_rewind / sail_on: checkpoints discarded without a restart, whose
+    /// late acks are dropped (the deployment runs on and sends them).
+    dropped: BTreeSet<u64>,
+    /// broadcast_during_drain: a restart has begun and its subtasks still run.
+    draining: bool,
+}
+
 pub struct Protocol {
     config: ProtocolConfig,
     next_id: u64,
@@ -120,6 +194,7 @@ pub struct Protocol {
     /// The source asked for its last checkpoint: no more interval triggers.
     source_closing: bool,
     progress: Progress,
+    defect: DefectState,
 }
 
 impl Protocol {
@@ -131,6 +206,7 @@ impl Protocol {
             pending: BTreeMap::new(),
             finished: BTreeSet::new(),
             source_closing: false,
+            defect: DefectState::default(),
         }
     }
 
@@ -155,11 +231,17 @@ impl Protocol {
 
     /// Every subtask finished and nothing is in flight: the run is over.
     pub fn is_done(&self) -> bool {
-        self.finished.len() == self.config.participants && self.pending.is_empty()
+        let held = self.defect.held_failure.is_some() || self.defect.held_broadcast.is_some();
+        self.finished.len() == self.config.participants && self.pending.is_empty() && !held
     }
 
     /// The source asks for a checkpoint (every N records, at END, for a savepoint).
     pub fn request(&mut self, kind: CheckpointKind) -> Vec<Step> {
+        // DEFECT broadcast_during_drain: nothing is triggered while a restart drains.
+        #[cfg(any(test, feature = "defects"))]
+        if self.defect.draining {
+            return Vec::new();
+        }
         if kind != CheckpointKind::Periodic {
             self.source_closing = true;
         }
@@ -169,6 +251,11 @@ impl Protocol {
     /// The checkpoint interval elapsed: a periodic trigger, unless the source
     /// has asked for its last checkpoint.
     pub fn interval_elapsed(&mut self) -> Vec<Step> {
+        // DEFECT broadcast_during_drain: nothing is triggered while a restart drains.
+        #[cfg(any(test, feature = "defects"))]
+        if self.defect.draining {
+            return Vec::new();
+        }
         if self.source_closing {
             return Vec::new();
         }
@@ -201,6 +288,13 @@ impl Protocol {
         result: Result<(), String>,
     ) -> Result<Vec<Step>, ProtocolError> {
         self.check_task(task, &format!("an ack of checkpoint {checkpoint}"))?;
+        // DEFECT no_rewind_on_failed_checkpoint, sail_on_without_budget: the
+        // deployment ran on past a discard, so the discarded checkpoints' acks
+        // still come; they are dropped, as a restart's cancel would have.
+        #[cfg(any(test, feature = "defects"))]
+        if self.defect.dropped.contains(&checkpoint) {
+            return Ok(Vec::new());
+        }
         let participants = self.config.participants;
         let Some(pending) = self.pending.get_mut(&checkpoint) else {
             let why = if checkpoint >= self.next_id { "was never triggered" } else { "is already decided" };
@@ -215,10 +309,16 @@ impl Protocol {
         if pending.acked.len() < participants {
             return Ok(Vec::new());
         }
-        match pending.failed.clone() {
-            None => Ok(self.complete(checkpoint)),
-            Some(reason) => self.fail(checkpoint, reason),
+        let (kind, failed) = (pending.kind, pending.failed.clone());
+        #[cfg(any(test, feature = "defects"))]
+        if let Some(steps) = self.defect_on_decidable(checkpoint, kind, &failed) {
+            return Ok(steps);
         }
+        let _ = kind;
+        Ok(match failed {
+            None => self.complete(checkpoint),
+            Some(reason) => self.fail(checkpoint, reason),
+        })
     }
 
     /// Every ack is in and ok: the marker, then the broadcast.
@@ -228,14 +328,13 @@ impl Protocol {
         };
         let kind = pending.kind;
         let mut steps = vec![Step::Decided { checkpoint, outcome: Outcome::Completed }];
-        if self.config.broadcast_before_marker {
-            steps.extend([
-                Step::BroadcastCommit { checkpoint },
-                Step::AwaitCommits { checkpoint },
-                Step::WriteMarker { checkpoint, kind },
-            ]);
-        } else {
-            steps.extend([Step::WriteMarker { checkpoint, kind }, Step::BroadcastCommit { checkpoint }]);
+        #[cfg(any(test, feature = "defects"))]
+        let defective = self.defect_complete(checkpoint, kind);
+        #[cfg(not(any(test, feature = "defects")))]
+        let defective: Option<Vec<Step>> = None;
+        match defective {
+            Some(defective) => steps.extend(defective),
+            None => steps.extend([Step::WriteMarker { checkpoint, kind }, Step::BroadcastCommit { checkpoint }]),
         }
         self.progress.last_completed = checkpoint;
         self.progress.completed += 1;
@@ -247,41 +346,74 @@ impl Protocol {
     }
 
     /// A checkpoint failed: it and every checkpoint above it still in flight
-    /// are decided without a marker, and the job restarts.
-    fn fail(&mut self, checkpoint: u64, reason: String) -> Result<Vec<Step>, ProtocolError> {
+    /// are decided without a marker, and the job restarts (or, with no budget
+    /// left, fails, its decisions recorded).
+    fn fail(&mut self, checkpoint: u64, reason: String) -> Vec<Step> {
         self.pending.remove(&checkpoint);
         let mut steps = vec![Step::Decided { checkpoint, outcome: Outcome::Failed }];
-        if self.config.no_rewind_on_failed_checkpoint {
-            steps.push(Step::RunOn { checkpoint, reason });
-            return Ok(steps);
-        }
         let above: Vec<u64> = self.pending.range(checkpoint + 1..).map(|(&c, _)| c).collect();
-        for c in above {
-            self.pending.remove(&c);
+        let mut last_discarded = false;
+        for &c in &above {
+            if let Some(p) = self.pending.remove(&c) {
+                last_discarded |= p.kind != CheckpointKind::Periodic;
+            }
             steps.push(Step::Decided { checkpoint: c, outcome: Outcome::Discarded });
         }
-        steps.extend(self.restart(checkpoint, format!("checkpoint {checkpoint} failed: {reason}"))?);
-        Ok(steps)
+        #[cfg(any(test, feature = "defects"))]
+        if let Some(defective) = self.defect_after_failure(checkpoint, &reason, &above, last_discarded) {
+            steps.extend(defective);
+            return steps;
+        }
+        #[cfg(not(any(test, feature = "defects")))]
+        let _ = last_discarded;
+        steps.extend(self.restart(checkpoint, format!("checkpoint {checkpoint} failed: {reason}")));
+        steps
     }
 
     /// A subtask failed (an operator error, an I/O error, a panic).
     pub fn task_failed(&mut self, task: usize, cause: String) -> Result<Vec<Step>, ProtocolError> {
         self.check_task(task, "a failure")?;
-        self.restart(0, cause)
+        #[cfg(any(test, feature = "defects"))]
+        if let Some(steps) = self.defect_task_failed(&cause) {
+            return Ok(steps);
+        }
+        Ok(self.restart(0, cause))
     }
 
-    /// Restarts the job in this process, within the restart budget.
-    fn restart(&mut self, checkpoint: u64, cause: String) -> Result<Vec<Step>, ProtocolError> {
+    /// Restarts the job in this process, within the restart budget; with none
+    /// left, gives up.
+    fn restart(&mut self, checkpoint: u64, cause: String) -> Vec<Step> {
+        let mut steps = Vec::new();
+        // DEFECT commit_above_checkpoint: a held broadcast goes out before the
+        // restart (its marker is durable; a broadcast precedes any restart).
+        #[cfg(any(test, feature = "defects"))]
+        if let Some(c) = self.defect.held_broadcast.take() {
+            steps.push(Step::BroadcastCommit { checkpoint: c });
+        }
         if self.progress.restarts >= self.config.restart_budget {
-            return Err(ProtocolError::BudgetSpent { cause, budget: self.config.restart_budget });
+            steps.push(Step::GiveUp { cause, budget: self.config.restart_budget });
+            return steps;
         }
         self.progress.restarts += 1;
-        let mut steps = vec![Step::TearDown { checkpoint, cause }];
-        for (c, _) in std::mem::take(&mut self.pending) {
-            steps.push(Step::Decided { checkpoint: c, outcome: Outcome::Discarded });
+        #[cfg(any(test, feature = "defects"))]
+        if self.config.defects.broadcast_during_drain {
+            // DEFECT broadcast_during_drain: what is in flight stays decidable.
+            self.defect.draining = true;
+            steps.push(Step::TearDownDeciding { checkpoint, cause });
+            return steps;
         }
+        steps.push(Step::TearDown { checkpoint, cause });
+        steps.extend(self.discard_all());
         steps.push(Step::Redeploy);
-        Ok(steps)
+        steps
+    }
+
+    /// Every checkpoint in flight, discarded (a restart's).
+    fn discard_all(&mut self) -> Vec<Step> {
+        std::mem::take(&mut self.pending)
+            .into_keys()
+            .map(|c| Step::Decided { checkpoint: c, outcome: Outcome::Discarded })
+            .collect()
     }
 
     /// A subtask is done (its input ended; for a sink, its last checkpoint committed).
@@ -297,13 +429,156 @@ impl Protocol {
     /// used, so a checkpoint id never repeats within a job's history.
     pub fn redeployed(&mut self, restore_point: u64, disk_next: u64) -> u64 {
         let next = disk_next.max(self.next_id);
+        #[cfg(any(test, feature = "defects"))]
+        let next = self.defect_next(restore_point, disk_next).unwrap_or(next);
         self.next_id = next;
         self.progress.first_checkpoint = next;
         self.progress.restored_from = restore_point;
         self.progress.last_completed = self.progress.last_completed.max(restore_point);
         self.finished.clear();
         self.source_closing = false;
+        self.defect = DefectState::default();
         next
+    }
+}
+
+/// The defects' branches: each answers `Some(steps)` where its defect takes
+/// over from the rule, `None` where the rule stands.
+#[cfg(any(test, feature = "defects"))]
+impl Protocol {
+    /// Every ack of `checkpoint` is in.
+    fn defect_on_decidable(
+        &mut self,
+        checkpoint: u64,
+        kind: CheckpointKind,
+        failed: &Option<String>,
+    ) -> Option<Vec<Step>> {
+        let d = self.config.defects;
+        let mut steps = Vec::new();
+        // DEFECT commit_above_checkpoint: the held broadcast goes out now that
+        // the next checkpoint has every ack (its sinks hold its handle).
+        if let Some(c) = self.defect.held_broadcast.take() {
+            steps.push(Step::BroadcastCommit { checkpoint: c });
+        }
+        // DEFECT complete_above_failed: the held failure is decided now, the
+        // checkpoint above completes (nothing was discarded), then the restart.
+        if let Some((c, reason)) = self.defect.held_failure.take() {
+            steps.push(Step::Decided { checkpoint: c, outcome: Outcome::Failed });
+            match failed {
+                None => steps.extend(self.complete(checkpoint)),
+                Some(_) => {
+                    self.pending.remove(&checkpoint);
+                    steps.push(Step::Decided { checkpoint, outcome: Outcome::Failed });
+                }
+            }
+            steps.extend(self.restart(c, format!("checkpoint {c} failed: {reason}")));
+            return Some(steps);
+        }
+        if let Some(reason) = failed {
+            if d.complete_above_failed && kind == CheckpointKind::Periodic && !self.defect.draining {
+                // DEFECT complete_above_failed: hold the failed decision until the
+                // checkpoint above has every ack (a decision taken later).
+                self.pending.remove(&checkpoint);
+                self.defect.held_failure = Some((checkpoint, reason.clone()));
+                return Some(steps);
+            }
+            if self.defect.draining {
+                // DEFECT broadcast_during_drain: decided during the drain; the
+                // restart under way is the only one.
+                self.pending.remove(&checkpoint);
+                steps.push(Step::Decided { checkpoint, outcome: Outcome::Failed });
+                return Some(steps);
+            }
+        }
+        if steps.is_empty() {
+            return None;
+        }
+        steps.extend(match failed {
+            None => self.complete(checkpoint),
+            Some(reason) => self.fail(checkpoint, reason.clone()),
+        });
+        Some(steps)
+    }
+
+    /// `checkpoint` completed: the marker and the broadcast, as a defect orders them.
+    fn defect_complete(&mut self, checkpoint: u64, kind: CheckpointKind) -> Option<Vec<Step>> {
+        let d = self.config.defects;
+        if d.broadcast_before_marker {
+            // DEFECT broadcast_before_marker: step 8 before step 7.
+            return Some(vec![
+                Step::BroadcastCommit { checkpoint },
+                Step::AwaitCommits { checkpoint },
+                Step::WriteMarker { checkpoint, kind },
+            ]);
+        }
+        if d.commit_above_checkpoint && kind == CheckpointKind::Periodic && !self.defect.draining {
+            // DEFECT commit_above_checkpoint: the marker now, the broadcast
+            // once the next checkpoint has every ack (a broadcast taken later).
+            self.defect.held_broadcast = Some(checkpoint);
+            return Some(vec![Step::WriteMarker { checkpoint, kind }]);
+        }
+        None
+    }
+
+    /// `checkpoint` failed and the checkpoints `above` were discarded
+    /// (`stranded`: the source's last one among them).
+    fn defect_after_failure(
+        &mut self,
+        checkpoint: u64,
+        reason: &str,
+        above: &[u64],
+        stranded: bool,
+    ) -> Option<Vec<Step>> {
+        let d = self.config.defects;
+        let spent = self.progress.restarts >= self.config.restart_budget;
+        // DEFECT no_rewind_on_failed_checkpoint: no restart, the job runs on.
+        // DEFECT sail_on_without_budget: the same, once the budget is spent.
+        if d.no_rewind_on_failed_checkpoint || (d.sail_on_without_budget && spent) {
+            self.defect.dropped.extend(above.iter().copied());
+            let mut steps = Vec::new();
+            if let Some(c) = self.defect.held_broadcast.take() {
+                steps.push(Step::BroadcastCommit { checkpoint: c });
+            }
+            steps.push(Step::RunOn { checkpoint, reason: reason.to_string(), stranded });
+            return Some(steps);
+        }
+        None
+    }
+
+    /// A subtask failed.
+    fn defect_task_failed(&mut self, cause: &str) -> Option<Vec<Step>> {
+        // DEFECT broadcast_during_drain: a restart is under way already.
+        if self.defect.draining {
+            return Some(Vec::new());
+        }
+        // DEFECT complete_above_failed: a held failure is decided, and restarts.
+        let (c, reason) = self.defect.held_failure.take()?;
+        let _ = cause;
+        let mut steps = vec![Step::Decided { checkpoint: c, outcome: Outcome::Failed }];
+        steps.extend(self.restart(c, format!("checkpoint {c} failed: {reason}")));
+        Some(steps)
+    }
+
+    /// DEFECT broadcast_during_drain: the subtasks have stopped; what is still
+    /// in flight is discarded and the job redeploys.
+    pub fn drain_ended(&mut self) -> Vec<Step> {
+        let mut steps = self.discard_all();
+        steps.push(Step::Redeploy);
+        steps
+    }
+
+    /// The first id of a redeploy, as a numbering defect chooses it.
+    fn defect_next(&self, restore_point: u64, disk_next: u64) -> Option<u64> {
+        let d = self.config.defects;
+        if d.id_reuse {
+            // DEFECT id_reuse: from the restore point.
+            Some(restore_point + 1)
+        } else if d.restart_numbers_from_disk {
+            // DEFECT restart_numbers_from_disk: the disk's next id only.
+            Some(disk_next)
+        } else {
+            None
+        }
     }
 }
 
@@ -313,13 +588,7 @@ mod tests {
     use CheckpointKind::{Final, Periodic, Savepoint};
 
     fn protocol(participants: usize) -> Protocol {
-        Protocol::new(ProtocolConfig {
-            job: 1,
-            participants,
-            restart_budget: 3,
-            broadcast_before_marker: false,
-            no_rewind_on_failed_checkpoint: false,
-        })
+        Protocol::new(ProtocolConfig { job: 1, participants, restart_budget: 3, defects: ProtocolDefects::default() })
     }
 
     fn ack_all(p: &mut Protocol, checkpoint: u64, tasks: std::ops::Range<usize>) -> Vec<Step> {
@@ -368,7 +637,7 @@ mod tests {
     #[test]
     fn the_broadcast_before_marker_defect_inverts_exactly_that_order() {
         let mut p = protocol(1);
-        p.config.broadcast_before_marker = true;
+        p.config.defects.broadcast_before_marker = true;
         p.request(Periodic);
         let steps = p.ack(0, 1, Ok(())).unwrap();
         let marker = steps.iter().position(|s| matches!(s, Step::WriteMarker { .. })).unwrap();
@@ -441,9 +710,27 @@ mod tests {
         for _ in 0..3 {
             p.task_failed(0, "boom".into()).unwrap();
         }
-        let err = p.task_failed(0, "boom".into()).unwrap_err();
-        assert_eq!(err, ProtocolError::BudgetSpent { cause: "boom".into(), budget: 3 });
+        let steps = p.task_failed(0, "boom".into()).unwrap();
+        assert_eq!(steps, [Step::GiveUp { cause: "boom".into(), budget: 3 }]);
+        let err = ProtocolError::BudgetSpent { cause: "boom".into(), budget: 3 };
         assert_eq!(err.to_string(), "boom; the restart budget (3) is spent");
+    }
+
+    #[test]
+    fn with_no_budget_left_a_failed_checkpoint_is_decided_and_recorded_before_the_job_fails() {
+        let mut p = protocol(1);
+        p.config.restart_budget = 0;
+        p.request(Periodic);
+        p.request(Periodic);
+        let steps = p.ack(0, 1, Err("x".into())).unwrap();
+        assert_eq!(
+            steps,
+            [
+                Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
+                Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
+                Step::GiveUp { cause: "checkpoint 1 failed: x".into(), budget: 0 },
+            ]
+        );
     }
 
     #[test]
@@ -501,18 +788,167 @@ mod tests {
     }
 
     #[test]
-    fn the_no_rewind_defect_runs_on_without_a_restart() {
+    fn the_no_rewind_defect_discards_what_is_above_then_runs_on_without_a_restart() {
         let mut p = protocol(1);
-        p.config.no_rewind_on_failed_checkpoint = true;
+        p.config.defects.no_rewind_on_failed_checkpoint = true;
+        p.request(Periodic);
         p.request(Periodic);
         let steps = p.ack(0, 1, Err("x".into())).unwrap();
         assert_eq!(
             steps,
             [
                 Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
-                Step::RunOn { checkpoint: 1, reason: "x".into() },
+                Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
+                Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: false },
             ]
         );
         assert_eq!(p.progress().restarts, 0);
+        // The deployment runs on: the discarded checkpoint's ack is dropped,
+        // and the next one completes.
+        assert!(p.ack(0, 2, Ok(())).unwrap().is_empty());
+        assert_eq!(p.request(Periodic), [Step::Trigger { checkpoint: 3, kind: Periodic }]);
+        assert!(p.ack(0, 3, Ok(())).unwrap().contains(&Step::WriteMarker { checkpoint: 3, kind: Periodic }));
+        // The source's final checkpoint discarded: nothing can end the job.
+        p.request(Final);
+        let steps = p.ack(0, 4, Err("y".into())).unwrap();
+        assert!(steps.contains(&Step::RunOn { checkpoint: 4, reason: "y".into(), stranded: false }), "{steps:?}");
+        let mut q = protocol(1);
+        q.config.defects.no_rewind_on_failed_checkpoint = true;
+        q.request(Periodic);
+        q.request(Final);
+        let steps = q.ack(0, 1, Err("x".into())).unwrap();
+        assert!(steps.contains(&Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: true }), "{steps:?}");
+    }
+
+    #[test]
+    fn the_complete_above_failed_defect_completes_the_checkpoint_above_before_the_restart() {
+        let run = |defect: bool| {
+            let mut p = protocol(2);
+            p.config.defects.complete_above_failed = defect;
+            p.request(Periodic);
+            p.request(Periodic);
+            let mut steps = ack_all(&mut p, 1, 0..1);
+            steps.extend(p.ack(1, 1, Err("x".into())).unwrap());
+            for t in 0..2 {
+                if p.in_flight().contains(&2) {
+                    steps.extend(p.ack(t, 2, Ok(())).unwrap());
+                }
+            }
+            steps
+        };
+        let teardown = Step::TearDown { checkpoint: 1, cause: "checkpoint 1 failed: x".into() };
+        assert_eq!(
+            run(false),
+            [
+                Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
+                Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
+                teardown.clone(),
+                Step::Redeploy,
+            ]
+        );
+        // The failed decision waits for 2's acks, then 2 completes: marked and
+        // broadcast above a failed checkpoint.
+        assert_eq!(
+            run(true),
+            [
+                Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
+                Step::Decided { checkpoint: 2, outcome: Outcome::Completed },
+                Step::WriteMarker { checkpoint: 2, kind: Periodic },
+                Step::BroadcastCommit { checkpoint: 2 },
+                Step::Prune { checkpoint: 2 },
+                teardown,
+                Step::Redeploy,
+            ]
+        );
+    }
+
+    #[test]
+    fn the_commit_above_checkpoint_interleaving_holds_a_broadcast_until_the_next_checkpoint_is_acked() {
+        let mut p = protocol(1);
+        p.config.defects.commit_above_checkpoint = true;
+        p.request(Periodic);
+        p.request(Periodic);
+        let first = p.ack(0, 1, Ok(())).unwrap();
+        assert!(first.contains(&Step::WriteMarker { checkpoint: 1, kind: Periodic }));
+        assert!(!first.iter().any(|s| matches!(s, Step::BroadcastCommit { .. })), "{first:?}");
+        assert!(!p.is_done());
+        // 2 fails: 1's broadcast goes out first (its marker is durable), then the restart.
+        let steps = p.ack(0, 2, Err("x".into())).unwrap();
+        assert_eq!(steps[0], Step::BroadcastCommit { checkpoint: 1 });
+        assert_eq!(steps[1], Step::Decided { checkpoint: 2, outcome: Outcome::Failed });
+        assert!(steps.contains(&Step::Redeploy));
+        // A final checkpoint is broadcast at once.
+        p.redeployed(1, 3);
+        p.request(Final);
+        assert!(p.ack(0, 3, Ok(())).unwrap().contains(&Step::BroadcastCommit { checkpoint: 3 }));
+    }
+
+    #[test]
+    fn the_sail_on_defect_forgets_a_failure_only_once_the_budget_is_spent() {
+        let mut p = protocol(1);
+        p.config.restart_budget = 0;
+        p.config.defects.sail_on_without_budget = true;
+        p.request(Periodic);
+        p.request(Periodic);
+        let steps = p.ack(0, 1, Err("x".into())).unwrap();
+        assert_eq!(
+            steps,
+            [
+                Step::Decided { checkpoint: 1, outcome: Outcome::Failed },
+                Step::Decided { checkpoint: 2, outcome: Outcome::Discarded },
+                Step::RunOn { checkpoint: 1, reason: "x".into(), stranded: false },
+            ]
+        );
+        // A subtask's error is not a failed checkpoint: the job still fails.
+        assert_eq!(p.task_failed(0, "boom".into()).unwrap(), [Step::GiveUp { cause: "boom".into(), budget: 0 }]);
+        // With budget, the defect changes nothing.
+        let mut q = protocol(1);
+        q.config.defects.sail_on_without_budget = true;
+        q.request(Periodic);
+        assert!(q.ack(0, 1, Err("x".into())).unwrap().contains(&Step::Redeploy));
+    }
+
+    #[test]
+    fn the_broadcast_during_drain_defect_decides_what_is_in_flight_until_the_drain_ends() {
+        let mut p = protocol(2);
+        p.config.defects.broadcast_during_drain = true;
+        p.request(Periodic);
+        let steps = p.task_failed(1, "boom".into()).unwrap();
+        assert_eq!(steps, [Step::TearDownDeciding { checkpoint: 0, cause: "boom".into() }]);
+        assert!(p.request(Periodic).is_empty(), "nothing is triggered during the drain");
+        assert!(p.task_failed(0, "again".into()).unwrap().is_empty(), "one restart at a time");
+        let decided = ack_all(&mut p, 1, 0..2);
+        assert!(decided.contains(&Step::BroadcastCommit { checkpoint: 1 }), "{decided:?}");
+        assert_eq!(p.drain_ended(), [Step::Redeploy]);
+        assert_eq!(p.redeployed(1, 2), 2);
+        // Without the defect the restart discards what is in flight at once.
+        let mut q = protocol(2);
+        q.request(Periodic);
+        assert_eq!(
+            q.task_failed(1, "boom".into()).unwrap(),
+            [
+                Step::TearDown { checkpoint: 0, cause: "boom".into() },
+                Step::Decided { checkpoint: 1, outcome: Outcome::Discarded },
+                Step::Redeploy,
+            ]
+        );
+    }
+
+    #[test]
+    fn the_numbering_defects_reuse_ids() {
+        let mut p = protocol(1);
+        p.request(Periodic); // 1
+        p.request(Periodic); // 2, never on disk
+        p.task_failed(0, "boom".into()).unwrap();
+        let mut from_disk = protocol(1);
+        from_disk.config.defects.restart_numbers_from_disk = true;
+        from_disk.request(Periodic);
+        from_disk.request(Periodic);
+        from_disk.task_failed(0, "boom".into()).unwrap();
+        assert_eq!(p.redeployed(1, 2), 3);
+        assert_eq!(from_disk.redeployed(1, 2), 2, "2 was triggered before the restart");
+        let mut reuse = protocol(1);
+        reuse.config.defects.id_reuse = true;
+        assert_eq!(reuse.redeployed(1, 5), 2, "from the restore point");
     }
 }

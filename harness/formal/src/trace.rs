@@ -386,22 +386,19 @@ pub struct TraceConstants {
     pub deaths: u64,
     pub snap_fails: u64,
     pub restarts: u64,
-    /// The epoch of the first run's coordinator lines (0 when the trace starts
-    /// with a recovery, whose own line fixes it).
+    /// Subtask errors the trace may hide: one per `RestartOnError`, and one
+    /// per `JobEnds` `failed` (a subtask error with no restart budget left).
+    pub task_errors: u64,
+    /// The epoch the trace's first run carries: 1 when it starts fresh (a
+    /// fresh start claims the job's first epoch), 0 when it starts with a
+    /// recovery, whose own line names its epoch.
     pub first_epoch: u64,
 }
 
-/// The operator of a participant name `op-<id>-<subtask>`.
-fn operator_of(sub: &str) -> Option<&str> {
-    let rest = sub.strip_prefix("op-")?;
-    rest.rsplit_once('-').map(|(op, _)| op)
-}
-
 /// Reads the constants off a merged trace. The subtasks, the source and the
-/// sinks come from the Placement events, never from which subtasks happened to
-/// act: a Placement's `role` names the sinks; a trace from an engine that does
-/// not write `role` yet takes every placed subtask of an operator some subtask
-/// of which acted as a sink (a sink event names it).
+/// sinks come from the Placement events (their `role`), never from which
+/// subtasks happened to act: a sink that never acted is a sink all the same,
+/// and its missing acks are found.
 pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
     let placements: Vec<&TraceLine> = trace.events.iter().filter(|e| e.event() == "Placement").collect();
     let subtasks: BTreeSet<String> = placements.iter().filter_map(|e| e.str("sub").map(str::to_string)).collect();
@@ -418,25 +415,14 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
         [] => return Err("no Placement names a source subtask".into()),
         many => return Err(format!("the model has one source; this trace places {many:?}")),
     };
-    let with_role = placements.iter().filter(|e| e.fields.contains_key("role")).count();
-    let sinks: BTreeSet<String> = if with_role == placements.len() {
-        placements
-            .iter()
-            .filter(|e| e.str("role") == Some("sink"))
-            .filter_map(|e| e.str("sub").map(str::to_string))
-            .collect()
-    } else if with_role == 0 {
-        let sink_events = ["SinkPrepare", "DeliverCommit", "SinkCommit", "SinkOpens"];
-        let operators: BTreeSet<&str> = trace
-            .events
-            .iter()
-            .filter(|e| sink_events.contains(&e.event()))
-            .filter_map(|e| e.str("sub").and_then(operator_of))
-            .collect();
-        subtasks.iter().filter(|s| operator_of(s).is_some_and(|op| operators.contains(op))).cloned().collect()
-    } else {
-        return Err(format!("{with_role} of {} Placement events carry a role: all or none must", placements.len()));
-    };
+    if let Some(bare) = placements.iter().find(|e| e.str("role").is_none()) {
+        return Err(format!("{}:{}: a Placement without a role", bare.file, bare.seq));
+    }
+    let sinks: BTreeSet<String> = placements
+        .iter()
+        .filter(|e| e.str("role") == Some("sink"))
+        .filter_map(|e| e.str("sub").map(str::to_string))
+        .collect();
     if sinks.is_empty() {
         return Err("the trace places no sink subtask: there is nothing to validate".into());
     }
@@ -450,13 +436,11 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
         }
     }
     let count = |pred: &dyn Fn(&TraceLine) -> bool| trace.events.iter().filter(|e| pred(e)).count() as u64;
-    let first_epoch = trace
-        .events
-        .iter()
-        .find(|e| coordinator_event(e.event()) && e.fields.contains_key("epoch"))
-        .filter(|e| e.event() != "CoordRecovers")
-        .and_then(|e| e.u64("epoch"))
-        .unwrap_or(0);
+    let starts_with_recovery =
+        trace.events.iter().find(|e| coordinator_event(e.event())).is_some_and(|e| e.event() == "CoordRecovers");
+    let first_epoch = if starts_with_recovery { 0 } else { 1 };
+    let restarts = count(&|e| e.event() == "RestartOnError");
+    let failed_ends = count(&|e| e.event() == "JobEnds" && e.str("outcome") == Some("failed"));
     Ok(TraceConstants {
         job: trace.job,
         subtasks,
@@ -469,7 +453,8 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
                 && e.fields.get("ok") == Some(&Json::Bool(false))
                 && e.str("sub").is_some_and(|s| sinks.contains(s))
         }),
-        restarts: count(&|e| e.event() == "RestartOnError"),
+        restarts,
+        task_errors: restarts + failed_ends,
         first_epoch,
     })
 }
@@ -521,6 +506,7 @@ pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -
          TraceDeaths == {}\n\
          TraceSnapFails == {}\n\
          TraceRestarts == {}\n\
+         TraceTaskErrors == {}\n\
          TraceFirstEpoch == {}\n\
          TraceFamily == \"recoverable\"\n\
          ====\n",
@@ -532,6 +518,7 @@ pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -
         c.deaths,
         c.snap_fails,
         c.restarts,
+        c.task_errors,
         tla_value("epoch", &Json::from(c.first_epoch))?,
     );
     let mut events = String::from("---- MODULE TraceEvents ----\nTrace == <<\n");
@@ -742,11 +729,11 @@ mod tests {
     }
 
     fn trigger(ckpt: u64) -> Json {
-        serde_json::json!({"event": "Trigger", "job": 1, "ckpt": ckpt, "epoch": 0, "kind": "periodic"})
+        serde_json::json!({"event": "Trigger", "job": 1, "ckpt": ckpt, "epoch": 1, "kind": "periodic"})
     }
 
-    fn placement(sub: &str, source: bool) -> Json {
-        serde_json::json!({"event": "Placement", "job": 1, "sub": sub, "worker": 1, "source": source})
+    fn placement(sub: &str, role: &str) -> Json {
+        serde_json::json!({"event": "Placement", "job": 1, "sub": sub, "worker": 1, "source": role == "source", "role": role})
     }
 
     fn read(name: &str, text: &str) -> Result<Vec<TraceLine>, Malformed> {
@@ -814,18 +801,47 @@ mod tests {
         malformed("worker-7-100.ndjson", &file("worker:7", 10, &[trigger(1)]), "in a worker file");
     }
 
+    /// A vocabulary with pending changes, as events.txt writes them while the
+    /// engine has not made them yet (the real one has none today).
+    const PENDING: &str = "Trigger | c | job ckpt epoch kind | Trigger\n\
+        RestartOnError | c | job ckpt cause | RestartOnError\n\
+        Placement | w | job sub worker source | none\n\
+        #+ JobEnds | c | job outcome epoch | none\n\
+        #+ Placement | role(source/transform/sink)\n\
+        #- RestartOnError | cause\n";
+
     #[test]
     fn pending_changes_are_read_when_present() {
-        let v = vocabulary();
+        let v = parse_vocabulary(PENDING).unwrap();
+        assert_eq!(v.pending, vec!["add event JobEnds", "Placement: add role", "RestartOnError: drop cause"]);
+        let read = |name: &str, text: &str| read_file(&v, name, text);
+        let bare = serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true});
         let role = serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true, "role": "source"});
         let cause = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0, "cause": "op-3-1 failed"});
-        let ends = serde_json::json!({"event": "JobEnds", "job": 1, "outcome": "finished", "epoch": 0});
-        read("worker-7-100.ndjson", &file("worker:7", 10, std::slice::from_ref(&role))).unwrap();
-        let lines = read(C, &file("coordinator:7", 10, &[cause, ends])).unwrap();
+        let no_cause = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0});
+        // A field to be added is optional until the engine writes it; one to be
+        // dropped is tolerated until it stops.
+        read("worker-7-100.ndjson", &file("worker:7", 10, &[bare, role.clone()])).unwrap();
+        let lines = read(C, &file("coordinator:7", 10, &[cause, no_cause])).unwrap();
         // A field the engine is to drop is not written for TLC; one it is to add is.
         assert_eq!(tla_record(&v, &lines[0]).unwrap(), r#"[event |-> "RestartOnError", ckpt |-> 0, job |-> 1]"#);
         let placed = read("worker-7-100.ndjson", &file("worker:7", 10, &[role])).unwrap();
         assert!(tla_record(&v, &placed[0]).unwrap().contains(r#"role |-> "source""#));
+    }
+
+    #[test]
+    fn the_real_vocabulary_requires_role_and_refuses_cause() {
+        let role_missing =
+            serde_json::json!({"event": "Placement", "job": 1, "sub": "op-1-0", "worker": 1, "source": true});
+        malformed("worker-7-100.ndjson", &file("worker:7", 10, &[role_missing]), "Placement without role");
+        let cause = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0, "cause": "boom"});
+        malformed(C, &file("coordinator:7", 10, &[cause]), "field cause the vocabulary does not list");
+        let ends = serde_json::json!({"event": "JobEnds", "job": 1, "outcome": "finished", "epoch": 1});
+        let lines = read(C, &file("coordinator:7", 10, &[ends])).unwrap();
+        assert_eq!(
+            tla_record(&vocabulary(), &lines[0]).unwrap(),
+            r#"[event |-> "JobEnds", epoch |-> 1, job |-> 1, outcome |-> "finished"]"#
+        );
     }
 
     fn lines(name: &str, proc: &str, first_ts: u64, events: &[Json]) -> Vec<TraceLine> {
@@ -835,8 +851,8 @@ mod tests {
     #[test]
     fn merging_orders_by_ts_and_reports_ties_between_processes() {
         let mut all = lines(C, "coordinator:7", 10, &[trigger(1), trigger(2)]); // ts 10, 20
-        all.extend(lines("worker-7-100.ndjson", "worker:7", 15, &[placement("op-1-0", true)])); // ts 15
-        all.extend(lines("worker-9-200.ndjson", "worker:9", 20, &[placement("op-3-0", false)])); // ts 20: a tie
+        all.extend(lines("worker-7-100.ndjson", "worker:7", 15, &[placement("op-1-0", "source")])); // ts 15
+        all.extend(lines("worker-9-200.ndjson", "worker:9", 20, &[placement("op-3-0", "sink")])); // ts 20: a tie
         let merged = merge(all.clone(), None).unwrap();
         let order: Vec<(u64, &str)> = merged.events.iter().map(|l| (l.ts, l.file.as_str())).collect();
         assert_eq!(
@@ -848,7 +864,7 @@ mod tests {
         assert!(merged.ties[0].contains("share ts 20"));
         // Two files of one process never share a stamp: one clock.
         let mut same = lines(C, "coordinator:7", 10, &[trigger(1)]);
-        same.extend(lines("worker-7-100.ndjson", "worker:7", 10, &[placement("op-1-0", true)]));
+        same.extend(lines("worker-7-100.ndjson", "worker:7", 10, &[placement("op-1-0", "source")]));
         let err = merge(same, None).unwrap_err();
         assert!(err.0.contains("one process never stamps two lines alike"), "{err}");
     }
@@ -874,13 +890,13 @@ mod tests {
     #[test]
     fn the_sinks_come_from_the_placements_never_from_who_acted() {
         let opens = |sub: &str| serde_json::json!({"event": "SinkOpens", "job": 1, "sub": sub, "family": "recoverable", "restore": 0, "recommitted": 0});
-        // op-3-1 is placed and never acts: it is a sink all the same (its
-        // operator's other subtask is one).
+        // op-3-1 is placed as a sink and never acts: it is a sink all the same;
+        // op-2-0 is a transform whatever it does.
         let m = merged(&[
-            placement("op-1-0", true),
-            placement("op-2-0", false),
-            placement("op-3-0", false),
-            placement("op-3-1", false),
+            placement("op-1-0", "source"),
+            placement("op-2-0", "transform"),
+            placement("op-3-0", "sink"),
+            placement("op-3-1", "sink"),
             opens("op-3-0"),
             trigger(1),
         ]);
@@ -888,26 +904,38 @@ mod tests {
         assert_eq!(c.sinks.iter().map(String::as_str).collect::<Vec<_>>(), vec!["op-3-0", "op-3-1"]);
         assert_eq!(c.source, "op-1-0");
         assert_eq!(c.subtasks.len(), 4);
-        // With roles, the roles decide, whether or not a sink acted.
-        let with_role = |sub: &str, role: &str| serde_json::json!({"event": "Placement", "job": 1, "sub": sub, "worker": 1, "source": role == "source", "role": role});
-        let m = merged(&[
-            with_role("op-1-0", "source"),
-            with_role("op-2-0", "transform"),
-            with_role("op-4-0", "sink"),
-            trigger(1),
-        ]);
+        // A sink that acted is not a sink unless its Placement says so.
+        let m = merged(&[placement("op-1-0", "source"), placement("op-4-0", "sink"), opens("op-3-0"), trigger(1)]);
         assert_eq!(constants(&m).unwrap().sinks.into_iter().collect::<Vec<_>>(), vec!["op-4-0"]);
         // No Placement: nothing to validate.
         assert!(constants(&merged(&[trigger(1)])).is_err());
+        // No sink placed: nothing to validate.
+        assert!(constants(&merged(&[placement("op-1-0", "source"), placement("op-2-0", "transform")])).is_err());
         // Two sources: outside the model.
-        assert!(constants(&merged(&[placement("op-1-0", true), placement("op-1-1", true), opens("op-3-0")])).is_err());
+        let two = merged(&[placement("op-1-0", "source"), placement("op-1-1", "source"), placement("op-3-0", "sink")]);
+        assert!(constants(&two).is_err());
+    }
+
+    #[test]
+    fn restarts_failed_ends_and_the_first_epoch_are_read_off_the_trace() {
+        let restart = serde_json::json!({"event": "RestartOnError", "job": 1, "ckpt": 0});
+        let failed = serde_json::json!({"event": "JobEnds", "job": 1, "outcome": "failed", "epoch": 1});
+        let recovers =
+            serde_json::json!({"event": "CoordRecovers", "job": 1, "epoch": 2, "completed": 0, "confirmed": 0});
+        let placed = [placement("op-1-0", "source"), placement("op-3-0", "sink")];
+        let fresh = merged(&[placed[0].clone(), placed[1].clone(), trigger(1), restart, failed.clone()]);
+        let c = constants(&fresh).unwrap();
+        assert_eq!((c.restarts, c.task_errors, c.first_epoch), (1, 2, 1), "a fresh start claims epoch 1");
+        let resumed = merged(&[recovers, placed[0].clone(), placed[1].clone(), trigger(1), failed]);
+        let c = constants(&resumed).unwrap();
+        assert_eq!((c.restarts, c.task_errors, c.first_epoch, c.deaths), (0, 1, 0, 1), "a recovery names its own");
     }
 
     #[test]
     fn the_modules_are_literals_of_what_the_module_reads() {
         let m = merged(&[
-            placement("op-1-0", true),
-            placement("op-5-0", false),
+            placement("op-1-0", "source"),
+            placement("op-5-0", "sink"),
             serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-5-0", "family": "recoverable", "restore": 0, "recommitted": 0}),
             trigger(1),
         ]);
@@ -916,12 +944,14 @@ mod tests {
         assert_eq!(c.sinks.into_iter().collect::<Vec<_>>(), vec!["op-5-0"]);
         let events = std::fs::read_to_string(dir.path().join("TraceEvents.tla")).unwrap();
         assert!(
-            events.contains(r#"[event |-> "Trigger", ckpt |-> 1, epoch |-> 0, job |-> 1, kind |-> "periodic"]"#),
+            events.contains(r#"[event |-> "Trigger", ckpt |-> 1, epoch |-> 1, job |-> 1, kind |-> "periodic"]"#),
             "{events}"
         );
         assert!(!events.contains("ts |->") && !events.contains("seq |->") && !events.contains("proc |->"));
         let constants = std::fs::read_to_string(dir.path().join("TraceConstants.tla")).unwrap();
         assert!(constants.contains("TraceSinks == {\"op-5-0\"}") && constants.contains("TraceSource == \"op-1-0\""));
+        assert!(constants.contains("TraceFirstEpoch == 1\n") && constants.contains("TraceTaskErrors == 0\n"));
+        assert!(events.contains(r#"role |-> "sink""#), "the role is written for the module: {events}");
     }
 
     #[test]
@@ -947,13 +977,16 @@ mod tests {
     }
 
     #[test]
-    fn the_vocabulary_parses_with_its_pending_changes() {
+    fn the_vocabulary_has_no_pending_change_left_and_parses_strictly() {
         let v = vocabulary();
-        assert!(v.events["JobEnds"].pending);
-        assert_eq!(v.events["Placement"].added, vec!["role"]);
-        assert_eq!(v.events["RestartOnError"].dropped, vec!["cause"]);
+        assert!(v.pending.is_empty(), "{:?}", v.pending);
+        assert!(!v.events["JobEnds"].pending);
+        assert_eq!(v.events["JobEnds"].fields, vec!["job", "outcome", "epoch"]);
+        assert_eq!(v.events["Placement"].fields, vec!["job", "sub", "worker", "source", "role"]);
+        assert_eq!(v.events["RestartOnError"].fields, vec!["job", "ckpt"]);
         assert!(parse_vocabulary("Trigger | c | ckpt job | s\n").is_err(), "job first");
         assert!(parse_vocabulary("Trigger | c | job nope | s\n").is_err(), "unknown field type");
         assert!(parse_vocabulary("#- Trigger | kind\n").is_err(), "no such event");
+        assert!(parse_vocabulary("Trigger | c | job ckpt | s\n#- Trigger | kind\n").is_err(), "no such field");
     }
 }

@@ -60,7 +60,13 @@ impl SinkTask<'_> {
                 Input::Control(ToTask::TriggerCheckpoint { checkpoint, .. }) => {
                     return Err(TaskExit::violation(format!("a sink was sent the trigger of checkpoint {checkpoint}")))
                 }
-                Input::Control(ToTask::Cancel) | Input::Cancelled => return Err(TaskExit::Cancelled),
+                Input::Control(ToTask::Cancel) | Input::Cancelled => {
+                    // DEFECT close_aborts_prepared: the cancelled sink deletes
+                    // the staged files of every handle it holds.
+                    #[cfg(any(test, feature = "defects"))]
+                    abort_held_on_cancel(sink, &self.cx.env.defects, self.last_committed, self.last_acked)?;
+                    return Err(TaskExit::Cancelled);
+                }
                 Input::Violation(what) => return Err(TaskExit::violation(what)),
             }
         }
@@ -165,5 +171,59 @@ impl SinkTask<'_> {
         kill_point(FaultPoint::SinkAfterCommit, checkpoint);
         self.last_committed = self.last_committed.max(checkpoint);
         self.cx.send(ToCoordinator::Committed { task: self.cx.task, checkpoint })
+    }
+}
+
+/// DEFECT close_aborts_prepared: a cancelled sink aborts every handle it holds
+/// (those it prepared after its last commit), deleting their staged files. A
+/// correct sink leaves them: the restore point's snapshot may hold one, which
+/// the next open re-commits.
+#[cfg(any(test, feature = "defects"))]
+fn abort_held_on_cancel(
+    sink: &mut dyn Sink,
+    defects: &crate::defects::Defects,
+    last_committed: u64,
+    last_acked: u64,
+) -> Result<(), TaskExit> {
+    if defects.has(crate::defects::Defect::CloseAbortsPrepared) {
+        for checkpoint in last_committed + 1..=last_acked {
+            sink.abort(checkpoint)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::defects::{Defect, Defects};
+    use crate::operators::staged_sink::StagedFileSink;
+    use crate::value::Value;
+
+    /// A sink prepares checkpoint 1 and snapshots it; 1 completes (its marker
+    /// is durable) but the sink is cancelled before it takes the commit; the
+    /// next deploy reopens it from that snapshot, as the restore point.
+    fn cancel_before_the_commit_then_reopen(defects: Defects) -> Result<u64, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = dir.path().join("out");
+        let mut s = StagedFileSink::new(out.clone(), 0, defects.clone());
+        s.open(None).map_err(|e| e.to_string())?;
+        s.write(&vec![Value::Int(1)]).map_err(|e| e.to_string())?;
+        s.prepare(1).map_err(|e| e.to_string())?;
+        let snapshot = s.snapshot().map_err(|e| e.to_string())?;
+        abort_held_on_cancel(&mut s, &defects, 0, 1).map_err(|e| format!("{e:?}"))?;
+        let mut again = StagedFileSink::new(out.clone(), 0, defects);
+        let recommitted = again.open(Some(&snapshot)).map_err(|e| e.to_string())?;
+        if !out.join("part-0-1").is_file() {
+            return Err("the restore point's rows were never published".into());
+        }
+        Ok(recommitted)
+    }
+
+    #[test]
+    fn a_cancelled_sink_keeps_the_staged_files_a_reopen_re_commits() {
+        assert_eq!(cancel_before_the_commit_then_reopen(Defects::none()), Ok(1));
+        let broken = cancel_before_the_commit_then_reopen(Defects::of(&[Defect::CloseAbortsPrepared])).unwrap_err();
+        assert!(broken.contains("neither staged nor published"), "{broken}");
     }
 }

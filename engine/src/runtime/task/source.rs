@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::checkpoint::markers::CheckpointKind;
-use crate::fault::{kill_point, FaultPoint};
+use crate::fault::{fails, kill_point, FaultPoint};
 use crate::operators::{Source, SourceItem};
 use crate::trace_event;
 
@@ -171,7 +171,12 @@ impl SourceTask<'_> {
     fn checkpoint(&mut self, source: &mut dyn Source, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
         let slots = source.snapshot()?;
         let header = self.cx.header(checkpoint);
-        if let Err(e) = self.cx.backend.write(&self.cx.participant, &header, &slots) {
+        let written = if fails(FaultPoint::SourceSnapshotFails, checkpoint) {
+            Err("injected snapshot failure".to_string())
+        } else {
+            self.cx.backend.write(&self.cx.participant, &header, &slots).map(|_| ()).map_err(|e| e.to_string())
+        };
+        if let Err(e) = written {
             return Err(TaskExit::Failed(format!("the position snapshot of checkpoint {checkpoint}: {e}")));
         }
         // The line follows the durable write, so it never claims a position
