@@ -66,7 +66,10 @@ impl Transform for IdleDetector {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let key = key_bytes(&row, &self.plan.key);
-        let seen = self.last_seen.entry(key.clone()).or_insert(i64::MIN);
+        let seen = match self.last_seen.get_mut(&key) {
+            Some(seen) => seen,
+            None => self.last_seen.entry(key.clone()).or_insert(i64::MIN),
+        };
         if *time > *seen {
             *seen = *time;
             cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key, namespace: 0 });

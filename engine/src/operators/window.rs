@@ -155,12 +155,17 @@ impl Transform for TumblingWindow {
             return Ok(());
         }
         let key = key_bytes(&row, &self.plan.key);
-        let value = row.get(self.plan.value).cloned().unwrap_or(Value::Null);
-        let zero = self.zero();
-        let acc =
-            self.windows.entry(key.clone()).or_default().entry(start).or_insert(Accumulator { count: 0, sum: zero });
-        acc.count += 1;
-        acc.sum = add(&acc.sum, &value)?;
+        let value = row.get(self.plan.value).unwrap_or(&Value::Null);
+        // The timer of a window is registered when its accumulator is made;
+        // it stays registered until it fires (the timer set is snapshotted).
+        let existing = self.windows.get_mut(&key).and_then(|per_key| per_key.get_mut(&start));
+        if let Some(acc) = existing {
+            acc.count += 1;
+            acc.sum = add(&acc.sum, value)?;
+            return Ok(());
+        }
+        let acc = Accumulator { count: 1, sum: add(&self.zero(), value)? };
+        self.windows.entry(key.clone()).or_default().insert(start, acc);
         cx.timers.register_event_time(Timer { time: end, key, namespace: start });
         Ok(())
     }
