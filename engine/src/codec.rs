@@ -98,6 +98,10 @@ impl Writer {
 
     /// An unsigned LEB128 varint: 7 bits a byte, low first.
     pub fn uvarint(&mut self, mut v: u128) -> &mut Self {
+        if v < 0x80 {
+            self.buf.push(v as u8);
+            return self;
+        }
         while v >= 0x80 {
             self.buf.push((v as u8) | 0x80);
             v >>= 7;
@@ -109,6 +113,17 @@ impl Writer {
     /// A signed varint, zigzag-mapped so small magnitudes take few bytes.
     pub fn ivarint(&mut self, v: i128) -> &mut Self {
         self.uvarint(((v << 1) ^ (v >> 127)) as u128)
+    }
+
+    /// A signed varint of a 64-bit value (the common case, in 64-bit arithmetic).
+    pub fn ivarint64(&mut self, v: i64) -> &mut Self {
+        let mut u = ((v << 1) ^ (v >> 63)) as u64;
+        while u >= 0x80 {
+            self.buf.push((u as u8) | 0x80);
+            u >>= 7;
+        }
+        self.buf.push(u as u8);
+        self
     }
 }
 

@@ -18,8 +18,6 @@
 
 use thiserror::Error;
 
-use std::collections::HashMap;
-
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::event::Event;
 use crate::value::{decode_row, Decimal, Value, MAX_DECIMAL_SCALE, MAX_ROW_COLUMNS};
@@ -129,7 +127,8 @@ pub fn encode_header(h: &CaptureHeader) -> Vec<u8> {
 /// One per file: [`EventEncoder::reset`] starts the next.
 #[derive(Debug, Default)]
 pub struct EventEncoder {
-    strings: HashMap<String, u32>,
+    /// FxHash: the dictionary is probed for every string of every record.
+    strings: rustc_hash::FxHashMap<String, u32>,
     last: Deltas,
 }
 
@@ -141,10 +140,10 @@ struct Deltas {
 }
 
 /// The difference a delta encodes, wrapping so any pair of i64 has one.
-fn delta(now: i64, before: &mut i64) -> i128 {
+fn delta(now: i64, before: &mut i64) -> i64 {
     let d = now.wrapping_sub(*before);
     *before = now;
-    i128::from(d)
+    d
 }
 
 impl EventEncoder {
@@ -169,10 +168,10 @@ impl EventEncoder {
             }
             Event::Watermark { time, idle } => {
                 w.u8(if *idle { TAG_IDLE_WATERMARK } else { TAG_WATERMARK });
-                w.ivarint(delta(*time, &mut self.last.watermark));
+                w.ivarint64(delta(*time, &mut self.last.watermark));
             }
             Event::ProcessingTime(now) => {
-                w.u8(TAG_PROCESSING_TIME).ivarint(delta(*now, &mut self.last.clock));
+                w.u8(TAG_PROCESSING_TIME).ivarint64(delta(*now, &mut self.last.clock));
             }
         }
     }
@@ -189,7 +188,7 @@ impl EventEncoder {
                 w.u8(V_TRUE);
             }
             Value::Int(v) => {
-                w.u8(V_INT).ivarint(i128::from(*v));
+                w.u8(V_INT).ivarint64(*v);
             }
             Value::Float(f) => {
                 w.u8(V_FLOAT).f64(*f);
@@ -198,7 +197,7 @@ impl EventEncoder {
                 w.u8(V_DECIMAL).u8(d.scale).ivarint(d.unscaled);
             }
             Value::Timestamp(t) => {
-                w.u8(V_TIMESTAMP).ivarint(delta(*t, &mut self.last.timestamp));
+                w.u8(V_TIMESTAMP).ivarint64(delta(*t, &mut self.last.timestamp));
             }
             Value::Str(s) => match self.strings.get(s.as_str()) {
                 Some(&index) => {

@@ -17,7 +17,7 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{ColumnType, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed};
 use super::window::{column, key_columns, typed_column};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
@@ -52,11 +52,13 @@ pub struct IdleDetector {
     plan: Plan,
     last_seen: BTreeMap<Vec<u8>, i64>,
     idle_count: BTreeMap<Vec<u8>, i64>,
+    /// A record's key bytes, reused from record to record.
+    scratch: Vec<u8>,
 }
 
 impl IdleDetector {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, last_seen: BTreeMap::new(), idle_count: BTreeMap::new() }
+        Self { plan, last_seen: BTreeMap::new(), idle_count: BTreeMap::new(), scratch: Vec::new() }
     }
 }
 
@@ -65,15 +67,17 @@ impl Transform for IdleDetector {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
-        let key = key_bytes(&row, &self.plan.key);
-        let seen = match self.last_seen.get_mut(&key) {
+        let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
+        let seen = match self.last_seen.get_mut(key.as_slice()) {
             Some(seen) => seen,
             None => self.last_seen.entry(key.clone()).or_insert(i64::MIN),
         };
         if *time > *seen {
             *seen = *time;
-            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key, namespace: 0 });
+            let timer = Timer { time: time.saturating_add(self.plan.timeout_ms), key: key.clone(), namespace: 0 };
+            cx.timers.register_event_time(timer);
         }
+        self.scratch = key;
         Ok(())
     }
 
