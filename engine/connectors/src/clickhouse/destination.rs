@@ -23,6 +23,15 @@ pub struct Server {
     pub version: String,
     pub uuid: Known,
     pub timezone: Known,
+    /// `hostName()`: with the table's data path, what tells one server from
+    /// another where the server has no UUID.
+    #[serde(default = "not_recorded")]
+    pub host_name: Known,
+}
+
+/// A field a description written before it existed does not hold.
+fn not_recorded() -> Known {
+    Known::Unavailable("not recorded (a description written before the field existed)".into())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +59,15 @@ pub struct Destination {
     pub engine: String,
     pub engine_full: Known,
     pub create_table_query: Known,
+    /// Where the server keeps the table's data (`system.tables.data_path`):
+    /// it names the server's data directory, so another server's table of
+    /// the same name has another.
+    #[serde(default = "not_recorded")]
+    pub data_path: Known,
+    /// When the table's definition was last written: a table dropped and
+    /// created again under the same name has another.
+    #[serde(default = "not_recorded")]
+    pub metadata_modification_time: Known,
     pub columns: Vec<TableColumn>,
     /// Session settings that decide deduplication and asynchronous inserts.
     pub settings: Vec<Setting>,
@@ -125,10 +143,14 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
             Some(tz) => Known::Value(tz),
             None => Known::Unavailable("timezone() returned no row".into()),
         },
+        host_name: match one("the server's host name", "SELECT hostName()")? {
+            Some(host) => Known::Value(host),
+            None => Known::Unavailable("hostName() returned no row".into()),
+        },
     };
 
     let table_fields = column_names(conn, "system", "tables", &settings)?;
-    let optional = ["uuid", "engine_full", "create_table_query"];
+    let optional = ["uuid", "engine_full", "create_table_query", "data_path", "metadata_modification_time"];
     let mut select = vec!["engine".to_string()];
     select.extend(optional.iter().filter(|f| table_fields.contains(**f)).map(|f| sql::identifier(f)));
     let statement = format!(
@@ -157,6 +179,8 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
     let table_uuid = field("uuid");
     let engine_full = field("engine_full");
     let create_table_query = field("create_table_query");
+    let data_path = field("data_path");
+    let metadata_modification_time = field("metadata_modification_time");
 
     let statement = format!(
         "SELECT name, type, default_kind FROM system.columns WHERE database = {} AND table = {}",
@@ -184,6 +208,8 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
         engine,
         engine_full,
         create_table_query,
+        data_path,
+        metadata_modification_time,
         columns,
         settings: named_settings(conn, "system.settings", &SESSION_SETTINGS, &settings)?,
         merge_tree_settings: named_settings(conn, "system.merge_tree_settings", &MERGE_TREE_SETTINGS, &settings)?,
@@ -256,6 +282,7 @@ mod tests {
                 version: "18.16.1".into(),
                 uuid: Known::Unavailable("old".into()),
                 timezone: Known::Value("UTC".into()),
+                host_name: Known::Value("h".into()),
             },
             database: "default".into(),
             table: "t".into(),
@@ -263,6 +290,8 @@ mod tests {
             engine: engine.into(),
             engine_full: Known::Value(engine_full.into()),
             create_table_query: Known::Unavailable("old".into()),
+            data_path: Known::Value("/data/default/t/".into()),
+            metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: Vec::new(),
             settings: settings
                 .iter()
