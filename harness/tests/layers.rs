@@ -28,6 +28,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-html", &["clink-basics", "clink-formal"]),
     // The checks sit on top of the libraries.
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
+    // Reconciliation reads bundles and a destination (through the connectors'
+    // client) and reuses the bundle.* checks; it never replays and knows no TLC.
+    (
+        "clink-reconcile",
+        &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify"],
+    ),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // The command line and the generated suites may use everything.
@@ -42,6 +48,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-formal",
             "clink-verify",
             "clink-html",
+            "clink-reconcile",
             "clink-reference",
         ],
     ),

@@ -55,6 +55,9 @@ pub struct Options {
     pub table_holds_only_this_run: bool,
     /// How many findings of each relationship the report lists.
     pub list: usize,
+    /// Where to write the expected rows (the sink's recorded input over the
+    /// scope) as canonical cells, one JSON object per line.
+    pub expected_out: Option<PathBuf>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             coverage: Coverage::SelectedKeys,
             table_holds_only_this_run: false,
             list: 20,
+            expected_out: None,
         }
     }
 }
@@ -200,6 +204,9 @@ pub fn reconcile(bundle: &Bundle, options: &Options, progress: &mut dyn Reconcil
 
     // reconcile.scope
     let expected_rows = scope.expected_rows();
+    if let Some(path) = &options.expected_out {
+        write_expected(path, &scope, &expected_rows).map_err(|e| Refusal(format!("--expected-out {}: {e}", path.display())))?;
+    }
     let key_kinds: Vec<CellKind> = key.iter().map(|&i| scope.kinds[i]).collect();
     let scope_check = scope_check(&scope, &expected_rows, &key, &key_kinds);
     let scope_ok = scope_check.status == Status::Passed;
@@ -570,6 +577,32 @@ impl Run<'_> {
             result,
         }
     }
+}
+
+/// The expected rows as canonical cells, one JSON object per line, written
+/// beside the path and renamed into place.
+fn write_expected(path: &std::path::Path, scope: &Scope, rows: &[Row]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new().prefix(".clink-expected-").tempfile_in(&dir)?;
+    {
+        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
+        let names: Vec<&str> = scope.shape.columns.iter().map(|c| c.name.as_str()).collect();
+        writeln!(
+            w,
+            "{}",
+            json!({"type": "columns", "columns": names, "cells": scope.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(), "semantics": cells::SEMANTICS, "scope_sha256": scope.document().get("scope_sha256")})
+        )?;
+        for row in rows {
+            writeln!(w, "{}", json!({"type": "row", "cells": cells::row_json(row)}))?;
+        }
+        w.flush()?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn findings(relationship: &'static str, compares: &'static str, c: &Comparison, list: usize) -> Findings {
