@@ -36,6 +36,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
+    // Nor does the audit's reference implementation: it reads Kafka with
+    // rdkafka itself, never through clink-connectors.
+    ("clink-reference-audit", &[]),
     // The command line and the generated suites may use everything.
     (
         "clink-harness",
@@ -116,7 +119,9 @@ fn a_forbidden_edge_is_caught() {
     let mut edges = workspace_edges();
     edges.entry("clink-engine".into()).or_default().insert("clink-verify".into());
     edges.entry("clink-reference".into()).or_default().insert("clink-basics".into());
+    edges.entry("clink-reference-audit".into()).or_default().insert("clink-connectors".into());
     let problems = violations(&edges, ALLOWED);
+    assert!(problems.iter().any(|p| p.contains("clink-reference-audit depends on clink-connectors")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-engine depends on clink-verify")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-reference depends on clink-basics")), "{problems:?}");
     edges.insert("clink-new".into(), BTreeSet::new());
