@@ -30,10 +30,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
     // Reconciliation reads bundles and a destination (through the connectors'
     // client) and reuses the bundle.* checks; it never replays and knows no TLC.
-    (
-        "clink-reconcile",
-        &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify"],
-    ),
+    ("clink-reconcile", &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify"]),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // Nor does the audit's reference implementation: it reads Kafka with
@@ -53,6 +50,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-html",
             "clink-reconcile",
             "clink-reference",
+            "clink-reference-audit",
         ],
     ),
 ];

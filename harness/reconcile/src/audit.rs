@@ -205,7 +205,8 @@ pub fn reconcile(bundle: &Bundle, options: &Options, progress: &mut dyn Reconcil
     // reconcile.scope
     let expected_rows = scope.expected_rows();
     if let Some(path) = &options.expected_out {
-        write_expected(path, &scope, &expected_rows).map_err(|e| Refusal(format!("--expected-out {}: {e}", path.display())))?;
+        write_expected(path, &scope, &expected_rows)
+            .map_err(|e| Refusal(format!("--expected-out {}: {e}", path.display())))?;
     }
     let key_kinds: Vec<CellKind> = key.iter().map(|&i| scope.kinds[i]).collect();
     let scope_check = scope_check(&scope, &expected_rows, &key, &key_kinds);
@@ -623,7 +624,8 @@ fn duplicate_sources(scope: &Scope) -> Vec<(String, BTreeMap<Row, usize>)> {
     for d in &scope.discarded {
         let mut rows: BTreeMap<Row, usize> = BTreeMap::new();
         for s in &d.subtasks {
-            for r in s.rows.iter().flatten() {
+            let sent = s.rows.as_ref().or(s.rows_without_evidence.as_ref().map(|(r, _)| r));
+            for r in sent.into_iter().flatten() {
                 *rows.entry(r.clone()).or_default() += 1;
             }
         }

@@ -75,6 +75,9 @@ pub struct SubtaskInterval {
     pub rows: Option<Vec<Vec<Cell>>>,
     /// The interval's INSERT ledger, as the evidence records it.
     pub inserts: Vec<Json>,
+    /// The recorded input of an interval whose evidence was never written
+    /// (a run killed after its INSERT): what it may have sent, unchecked.
+    pub rows_without_evidence: Option<(Vec<Vec<Cell>>, u64)>,
 }
 
 impl SubtaskInterval {
@@ -640,12 +643,18 @@ fn read_subtask_interval(
     epoch: u64,
     kinds: &[CellKind],
 ) -> (SubtaskInterval, Option<String>) {
-    let mut s = SubtaskInterval { subtask, evidence: None, rows: None, inserts: Vec::new() };
+    let mut s =
+        SubtaskInterval { subtask, evidence: None, rows: None, inserts: Vec::new(), rows_without_evidence: None };
     let dir = format!("capture/op-{sink}/subtask-{subtask}");
     let evidence_path = format!("{dir}/{}", clink_engine::capture::sink_evidence_name(epoch));
     let capture_path = clink_bundle::manifest::capture_path(sink, subtask, epoch);
     let label = format!("interval {epoch} of sink subtask {subtask}");
     if bundle.artifact(&evidence_path).is_none() {
+        // A run killed between its INSERT and its evidence leaves the
+        // recorded input alone: enough to say what it may have sent.
+        if let Ok(rows) = read_rows(bundle, &capture_path, kinds, &label) {
+            s.rows_without_evidence = Some(rows);
+        }
         return (s, Some(format!("{label}: its evidence ({evidence_path}) is not in the bundle")));
     }
     let evidence = match SinkEvidence::read(&bundle.root.join(&evidence_path)) {
@@ -668,47 +677,17 @@ fn read_subtask_interval(
     if evidence.capture.truncated {
         return (s, Some(format!("{label}: the sink's recorded input was truncated (raise --capture-records)")));
     }
-    let Some(artifact) = bundle.artifact(&capture_path) else {
-        return (s, Some(format!("{label}: its recorded input ({capture_path}) is not in the bundle")));
+    let (rows, true_records) = match read_rows(bundle, &capture_path, kinds, &label) {
+        Ok(r) => r,
+        Err(problem) => return (s, Some(problem)),
     };
-    let bytes = match clink_basics::files::read_bounded(&bundle.root.join(&capture_path), artifact.size) {
-        Ok(b) => b,
-        Err(e) => return (s, Some(format!("{label}: {capture_path}: {e}"))),
-    };
-    let capture = match read_capture(&bytes) {
-        Ok(c) => c,
-        Err(e) => return (s, Some(format!("{label}: {capture_path}: {e}"))),
-    };
-    if !capture.is_whole() {
-        return (s, Some(format!("{label}: {capture_path} is not whole (truncated or cut short)")));
-    }
-    let mut rows = Vec::new();
-    for event in &capture.events {
-        if let Event::Record(row) = event {
-            if row.len() != kinds.len() {
-                return (
-                    s,
-                    Some(format!(
-                        "{label}: a recorded row has {} values, the sink writes {} columns",
-                        row.len(),
-                        kinds.len()
-                    )),
-                );
-            }
-            let cells: Result<Vec<Cell>, _> = row.iter().zip(kinds).map(|(v, k)| cells::from_value(v, *k)).collect();
-            match cells {
-                Ok(c) => rows.push(c),
-                Err(e) => return (s, Some(format!("{label}: a recorded row: {e}"))),
-            }
-        }
-    }
     let n = rows.len() as u64;
-    if capture.header.true_records != n || evidence.capture.records != n {
+    if true_records != n || evidence.capture.records != n {
         return (
             s,
             Some(format!(
-                "{label}: the recorded input holds {n} rows, its header counts {} and the evidence {}",
-                capture.header.true_records, evidence.capture.records
+                "{label}: the recorded input holds {n} rows, its header counts {true_records} and the evidence {}",
+                evidence.capture.records
             )),
         );
     }
@@ -721,6 +700,39 @@ fn read_subtask_interval(
     }
     s.rows = Some(rows);
     (s, None)
+}
+
+/// The rows of a sink's recorded input, whole, as cells, and the count its header gives.
+fn read_rows(
+    bundle: &Bundle,
+    capture_path: &str,
+    kinds: &[CellKind],
+    label: &str,
+) -> Result<(Vec<Vec<Cell>>, u64), String> {
+    let Some(artifact) = bundle.artifact(capture_path) else {
+        return Err(format!("{label}: its recorded input ({capture_path}) is not in the bundle"));
+    };
+    let bytes = clink_basics::files::read_bounded(&bundle.root.join(capture_path), artifact.size)
+        .map_err(|e| format!("{label}: {capture_path}: {e}"))?;
+    let capture = read_capture(&bytes).map_err(|e| format!("{label}: {capture_path}: {e}"))?;
+    if !capture.is_whole() {
+        return Err(format!("{label}: {capture_path} is not whole (truncated or cut short)"));
+    }
+    let mut rows = Vec::new();
+    for event in &capture.events {
+        if let Event::Record(row) = event {
+            if row.len() != kinds.len() {
+                return Err(format!(
+                    "{label}: a recorded row has {} values, the sink writes {} columns",
+                    row.len(),
+                    kinds.len()
+                ));
+            }
+            let cells: Result<Vec<Cell>, _> = row.iter().zip(kinds).map(|(v, k)| cells::from_value(v, *k)).collect();
+            rows.push(cells.map_err(|e| format!("{label}: a recorded row: {e}"))?);
+        }
+    }
+    Ok((rows, capture.header.true_records))
 }
 
 fn list(items: &BTreeSet<u64>) -> String {

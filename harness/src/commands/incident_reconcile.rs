@@ -177,7 +177,11 @@ pub fn main(args: IncidentReconcileArgs) -> Exit {
     let json = render_json(&report);
     if let Some(path) = &args.report {
         if let Err(e) = super::incident_scope::write_beside(path, json.as_bytes()) {
-            return out.refuse(format!("--report {}: {e} (the reconciliation concluded exit {})", path.display(), report.exit_code));
+            return out.refuse(format!(
+                "--report {}: {e} (the reconciliation concluded exit {})",
+                path.display(),
+                report.exit_code
+            ));
         }
     }
     if args.json {

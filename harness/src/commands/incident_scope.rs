@@ -54,7 +54,10 @@ pub fn main(args: IncidentScopeArgs) -> Exit {
         Outcome::Whole(doc) => (doc, Exit::Passed, Vec::new()),
         Outcome::NotWhole(doc, problems) => (doc, Exit::NotEstablished, problems),
         Outcome::Unsupported(why) => {
-            return out.stop(Exit::NotEstablished, format!("the job is not one the audit supports: {why}; no scope is written"))
+            return out.stop(
+                Exit::NotEstablished,
+                format!("the job is not one the audit supports: {why}; no scope is written"),
+            )
         }
         Outcome::Refused(why) => return out.refuse(why),
     };

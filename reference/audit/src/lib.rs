@@ -138,7 +138,9 @@ fn read_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, Failure> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| Failure::Usage(format!("{what} {}: {e}", path.display())))?;
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| Failure::Usage(format!("{what} {}: {e}", path.display())))?;
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::Usage(format!("{what} {}: {e}", path.display())))?;
     if bytes.len() as u64 > max {
         return Err(Failure::Usage(format!("{what} {} is larger than {max} bytes", path.display())));
     }
@@ -155,12 +157,22 @@ fn run_start_offsets(text: Option<&str>) -> Result<(Option<i64>, BTreeMap<i32, i
     let mut each = BTreeMap::new();
     let Some(text) = text else { return Ok((all, each)) };
     for part in text.split(',') {
-        let (p, o) = part.split_once('=').ok_or_else(|| Failure::Usage(format!("--run-start-offset {part:?} is not P=OFFSET")))?;
-        let o: i64 = o.parse().ok().filter(|o| *o >= 0).ok_or_else(|| Failure::Usage(format!("--run-start-offset: {o:?} is not an offset")))?;
+        let (p, o) = part
+            .split_once('=')
+            .ok_or_else(|| Failure::Usage(format!("--run-start-offset {part:?} is not P=OFFSET")))?;
+        let o: i64 = o
+            .parse()
+            .ok()
+            .filter(|o| *o >= 0)
+            .ok_or_else(|| Failure::Usage(format!("--run-start-offset: {o:?} is not an offset")))?;
         if p == "ALL" {
             all = Some(o);
         } else {
-            let p: i32 = p.parse().ok().filter(|p| *p >= 0).ok_or_else(|| Failure::Usage(format!("--run-start-offset: {p:?} is not a partition")))?;
+            let p: i32 = p
+                .parse()
+                .ok()
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| Failure::Usage(format!("--run-start-offset: {p:?} is not a partition")))?;
             each.insert(p, o);
         }
     }
@@ -172,8 +184,12 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
     let scope = scope::parse(&scope_bytes)?;
     let windowed = scope.version >= 2;
     match (args.transform, windowed) {
-        (Transform::Credits, true) => return Err(Failure::Usage("--transform credits for a windowed scope (version 2 or 3)".into())),
-        (Transform::Windows, false) => return Err(Failure::Usage("--transform windows for a record-wise scope (version 1)".into())),
+        (Transform::Credits, true) => {
+            return Err(Failure::Usage("--transform credits for a windowed scope (version 2 or 3)".into()))
+        }
+        (Transform::Windows, false) => {
+            return Err(Failure::Usage("--transform windows for a record-wise scope (version 1)".into()))
+        }
         _ => {}
     }
     let (all, each) = run_start_offsets(args.run_start_offset.as_deref())?;
@@ -199,8 +215,10 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
     let state_in = match (&args.state_in, scope.version) {
         (Some(path), 3) => {
             let bytes = read_file(path, MAX_STATE_BYTES, "--state-in")?;
-            let state = windows::State::parse(&bytes).map_err(|e| Failure::Usage(format!("--state-in {}: {e}", path.display())))?;
-            let base = scope.base.as_ref().ok_or_else(|| Failure::Usage("a version 3 scope without its base".into()))?;
+            let state = windows::State::parse(&bytes)
+                .map_err(|e| Failure::Usage(format!("--state-in {}: {e}", path.display())))?;
+            let base =
+                scope.base.as_ref().ok_or_else(|| Failure::Usage("a version 3 scope without its base".into()))?;
             if state.checkpoint != base.checkpoint || state.positions != base.positions || state.topic != scope.topic {
                 return Err(Failure::Usage(format!(
                     "--state-in is the state at checkpoint {} of topic {:?}; the increment's base is checkpoint {} of {:?} (positions must match too)",
@@ -209,7 +227,11 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
             }
             Some((state, sha256_hex(&bytes)))
         }
-        (None, 3) => return Err(Failure::Usage("an increment (version 3 scope) needs the reference's state at its base: --state-in".into())),
+        (None, 3) => {
+            return Err(Failure::Usage(
+                "an increment (version 3 scope) needs the reference's state at its base: --state-in".into(),
+            ))
+        }
         (Some(_), _) => return Err(Failure::Usage("--state-in is for an increment (a version 3 scope)".into())),
         (None, _) => None,
     };
@@ -240,7 +262,10 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
                 match transform::read_event(&r.payload) {
                     Ok(e) => events.entry(*p).or_default().push((r.offset, e)),
                     Err(why) => {
-                        incomplete = Some(format!("partition {p} offset {}: the message is not one of the job's records: {why}", r.offset));
+                        incomplete = Some(format!(
+                            "partition {p} offset {}: the message is not one of the job's records: {why}",
+                            r.offset
+                        ));
                         break;
                     }
                 }
@@ -345,9 +370,12 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
     }
     text.push_str(&end.to_string());
     text.push('\n');
-    write_beside(&args.out, text.as_bytes()).map_err(|e| Failure::Write(format!("--out {}: {e}", args.out.display())))?;
+    write_beside(&args.out, text.as_bytes())
+        .map_err(|e| Failure::Write(format!("--out {}: {e}", args.out.display())))?;
     let summary = match &incomplete {
-        None => format!("wrote {}: complete, {} rows, {} windows left out", args.out.display(), rows.len(), left_out.len()),
+        None => {
+            format!("wrote {}: complete, {} rows, {} windows left out", args.out.display(), rows.len(), left_out.len())
+        }
         Some(why) => format!("wrote {}: INCOMPLETE ({why})", args.out.display()),
     };
     Ok((incomplete.is_none(), summary))

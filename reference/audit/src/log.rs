@@ -82,9 +82,15 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
     // The log must be the one the scope recorded.
     let cluster = consumer.client().fetch_cluster_id(REQUEST_TIMEOUT);
     match (r.cluster_id, cluster.as_deref()) {
-        (Some(want), Some(got)) if want == got => out.verified.push(format!("the cluster's id is the recorded {want:?}")),
-        (Some(want), Some(got)) => return Err(format!("another cluster: its id is {got:?}, the scope recorded {want:?}")),
-        (Some(want), None) => return Err(format!("an error: the broker named no cluster id (the scope recorded {want:?})")),
+        (Some(want), Some(got)) if want == got => {
+            out.verified.push(format!("the cluster's id is the recorded {want:?}"))
+        }
+        (Some(want), Some(got)) => {
+            return Err(format!("another cluster: its id is {got:?}, the scope recorded {want:?}"))
+        }
+        (Some(want), None) => {
+            return Err(format!("an error: the broker named no cluster id (the scope recorded {want:?})"))
+        }
         (None, _) => out.unverified.push("the cluster's id: the scope records none".into()),
     }
     let metadata = consumer
@@ -108,9 +114,9 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
         "the topic's id: this client (the rdkafka crate) cannot see it, so a topic deleted and created again is told apart only by its offsets".into(),
     );
     match compaction(r) {
-        Ok(Some(policy)) if policy.contains("compact") => {
-            return Err(format!("compacted history: the topic's cleanup.policy is {policy:?}, so offsets in the range may hold no record"))
-        }
+        Ok(Some(policy)) if policy.contains("compact") => return Err(format!(
+            "compacted history: the topic's cleanup.policy is {policy:?}, so offsets in the range may hold no record"
+        )),
         Ok(Some(policy)) => out.verified.push(format!("the topic does not compact (cleanup.policy {policy:?})")),
         Ok(None) => out.unverified.push("the topic's cleanup.policy: the broker did not name it".into()),
         Err(why) => out.unverified.push(format!("the topic's cleanup.policy: {why}")),
@@ -123,7 +129,9 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
             .fetch_watermarks(r.topic, p, REQUEST_TIMEOUT)
             .map_err(|e| format!("an error: partition {p}'s offsets: {e}"))?;
         if from < low && from < to {
-            return Err(format!("expired history: partition {p} now starts at offset {low}, after the range's start {from}"));
+            return Err(format!(
+                "expired history: partition {p} now starts at offset {low}, after the range's start {from}"
+            ));
         }
         if high < to {
             return Err(format!("a log that ends early: partition {p} ends at offset {high}, before the range's end {to} (recreated or truncated)"));
@@ -188,7 +196,9 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
                         pending.remove(&p);
                     }
                     Some(at) => {
-                        return Err(format!("a log that ends early: partition {p} ends at offset {at}, before the range's end {to}"))
+                        return Err(format!(
+                            "a log that ends early: partition {p} ends at offset {at}, before the range's end {to}"
+                        ))
                     }
                     None => {}
                 }
@@ -217,9 +227,8 @@ fn compaction(r: &Request<'_>) -> Result<Option<String>, String> {
         .map_err(|e| format!("a runtime for the admin client: {e}"))?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let specifier = [ResourceSpecifier::Topic(r.topic)];
-    let answer = runtime.block_on(async {
-        tokio::time::timeout(REQUEST_TIMEOUT, admin.describe_configs(&specifier, &options)).await
-    });
+    let answer = runtime
+        .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, admin.describe_configs(&specifier, &options)).await });
     let results = match answer {
         Err(_) => return Err("the broker did not describe the topic in time".into()),
         Ok(Err(e)) => return Err(format!("the broker did not describe the topic: {e}")),

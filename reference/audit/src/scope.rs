@@ -85,7 +85,8 @@ fn point(v: &Json, field: &str) -> Result<LineagePoint, Failure> {
 }
 
 pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
-    let raw: Json = serde_json::from_slice(bytes).map_err(|e| Failure::Usage(format!("the scope document is not JSON: {e}")))?;
+    let raw: Json =
+        serde_json::from_slice(bytes).map_err(|e| Failure::Usage(format!("the scope document is not JSON: {e}")))?;
     if raw.get("format").and_then(Json::as_str) != Some("clink-audit-scope") {
         return Err(bad("format", "not clink-audit-scope"));
     }
@@ -93,15 +94,23 @@ pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
     if !(1..=3).contains(&version) {
         return Err(bad("version", "this reference reads versions 1 to 3"));
     }
-    let sha256 = raw.get("scope_sha256").and_then(Json::as_str).ok_or_else(|| bad("scope_sha256", "missing"))?.to_string();
+    let sha256 =
+        raw.get("scope_sha256").and_then(Json::as_str).ok_or_else(|| bad("scope_sha256", "missing"))?.to_string();
     let sources = raw.get("sources").and_then(Json::as_array).ok_or_else(|| bad("sources", "missing"))?;
     let [source] = sources.as_slice() else {
         return Err(bad("sources", "this reference reads one Kafka source"));
     };
     let mut ranges = Vec::new();
-    for (i, p) in source.get("partitions").and_then(Json::as_array).ok_or_else(|| bad("sources[0].partitions", "missing"))?.iter().enumerate() {
+    for (i, p) in source
+        .get("partitions")
+        .and_then(Json::as_array)
+        .ok_or_else(|| bad("sources[0].partitions", "missing"))?
+        .iter()
+        .enumerate()
+    {
         let field = format!("sources[0].partitions[{i}]");
-        let partition = p.get("partition").and_then(Json::as_i64).and_then(|x| i32::try_from(x).ok()).filter(|x| *x >= 0);
+        let partition =
+            p.get("partition").and_then(Json::as_i64).and_then(|x| i32::try_from(x).ok()).filter(|x| *x >= 0);
         let to = p.get("to").and_then(Json::as_i64).filter(|x| *x >= 0);
         let from = match p.get("from") {
             None | Some(Json::Null) => None,
@@ -133,7 +142,11 @@ pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
         version,
         job: raw.pointer("/job/id").and_then(Json::as_str).unwrap_or_default().to_string(),
         checkpoint: raw.get("checkpoint").and_then(Json::as_u64).ok_or_else(|| bad("checkpoint", "missing"))?,
-        topic: source.get("topic").and_then(Json::as_str).ok_or_else(|| bad("sources[0].topic", "missing"))?.to_string(),
+        topic: source
+            .get("topic")
+            .and_then(Json::as_str)
+            .ok_or_else(|| bad("sources[0].topic", "missing"))?
+            .to_string(),
         cluster_id: source.pointer("/cluster_id/value").and_then(Json::as_str).map(str::to_string),
         isolation: source.get("isolation").and_then(Json::as_str).unwrap_or("read_committed").to_string(),
         partitions_in_log: source.pointer("/log_at_end/partitions").and_then(Json::as_u64),

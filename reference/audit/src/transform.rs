@@ -38,13 +38,21 @@ pub fn read_event(payload: &[u8]) -> Result<Event, String> {
     let time = obj.get("time").and_then(Json::as_i64).ok_or("no integer time")?;
     let account = obj.get("account").and_then(Json::as_str).ok_or("no account string")?.to_string();
     let amount_text = obj.get("amount").and_then(Json::as_str).ok_or("no amount string")?;
-    let amount = cells::parse_decimal(amount_text, AMOUNT_SCALE).ok_or_else(|| format!("amount {amount_text:?} is not a decimal of scale 2"))?;
+    let amount = cells::parse_decimal(amount_text, AMOUNT_SCALE)
+        .ok_or_else(|| format!("amount {amount_text:?} is not a decimal of scale 2"))?;
     Ok(Event { id, time, account, amount })
 }
 
 /// The `credits` row of an event, or `None` when the filter drops it.
 pub fn credit(e: &Event) -> Option<Vec<Json>> {
-    (e.amount > 0).then(|| vec![cells::int(i128::from(e.id)), cells::text(&e.account), cells::int(e.amount), cells::int(i128::from(e.time))])
+    (e.amount > 0).then(|| {
+        vec![
+            cells::int(i128::from(e.id)),
+            cells::text(&e.account),
+            cells::int(e.amount),
+            cells::int(i128::from(e.time)),
+        ]
+    })
 }
 
 /// The window rules this reference implements, as it declares them.

@@ -106,11 +106,15 @@ impl State {
 
     pub fn parse(bytes: &[u8]) -> Result<State, String> {
         let v: Json = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-        if v.get("format").and_then(Json::as_str) != Some(STATE_FORMAT) || v.get("version").and_then(Json::as_u64) != Some(1) {
+        if v.get("format").and_then(Json::as_str) != Some(STATE_FORMAT)
+            || v.get("version").and_then(Json::as_u64) != Some(1)
+        {
             return Err(format!("not a {STATE_FORMAT} version 1"));
         }
         let list = |f: &str| v.get(f).and_then(Json::as_array).cloned().ok_or_else(|| format!("{f}: expected a list"));
-        let partition = |x: &Json| x.get("partition").and_then(Json::as_i64).and_then(|p| i32::try_from(p).ok()).ok_or("a partition");
+        let partition = |x: &Json| {
+            x.get("partition").and_then(Json::as_i64).and_then(|p| i32::try_from(p).ok()).ok_or("a partition")
+        };
         let mut s = State {
             job: v.get("job").and_then(Json::as_str).unwrap_or_default().to_string(),
             topic: v.get("topic").and_then(Json::as_str).unwrap_or_default().to_string(),
@@ -199,7 +203,10 @@ pub fn compute(
     let bound_at = |point: &LineagePoint| -> Result<Bound, String> {
         let mut bound = Bound::PosInf;
         for (p, part) in &partitions {
-            let position = *point.positions.get(p).ok_or_else(|| format!("checkpoint {} records no position of partition {p}", point.checkpoint))?;
+            let position = *point
+                .positions
+                .get(p)
+                .ok_or_else(|| format!("checkpoint {} records no position of partition {p}", point.checkpoint))?;
             if part.end.is_some_and(|end| position >= end) {
                 continue; // read to its end: it holds nothing back
             }
@@ -226,7 +233,8 @@ pub fn compute(
             let Some(next) = next else {
                 return Err(format!("partition {p} offset {offset} is past the audited checkpoint's position"));
             };
-            let floor = if next == 0 { scope.base.as_ref().and_then(|b| b.watermark) } else { lineage[next - 1].watermark };
+            let floor =
+                if next == 0 { scope.base.as_ref().and_then(|b| b.watermark) } else { lineage[next - 1].watermark };
             let own = if i == 0 { part.before } else { Some(part.records[i - 1].2) };
             let own = own.map_or(Bound::NegInf, |g| Bound::At(g.saturating_sub(lag)));
             let upper = bounds[next].1.min(own);
@@ -269,7 +277,15 @@ pub fn compute(
                 ]);
             }
         } else if !bound_n.reaches(closing) {
-            left_out.push((identity, "open", format!("its end plus lateness {closing} is above what the source allows at checkpoint {} ({})", last.checkpoint, bound_n.json())));
+            left_out.push((
+                identity,
+                "open",
+                format!(
+                    "its end plus lateness {closing} is above what the source allows at checkpoint {} ({})",
+                    last.checkpoint,
+                    bound_n.json()
+                ),
+            ));
             carried.insert((account, start), acc);
         } else {
             left_out.push((identity, "undetermined", format!(
@@ -312,8 +328,18 @@ mod tests {
             isolation: "read_committed".into(),
             partitions_in_log: Some(2),
             ranges: vec![
-                Range { partition: 0, from: Some(0), to: lineage.last().map_or(0, |l| l.positions[&0]), end: Some(ends[0]) },
-                Range { partition: 1, from: Some(0), to: lineage.last().map_or(0, |l| l.positions[&1]), end: Some(ends[1]) },
+                Range {
+                    partition: 0,
+                    from: Some(0),
+                    to: lineage.last().map_or(0, |l| l.positions[&0]),
+                    end: Some(ends[0]),
+                },
+                Range {
+                    partition: 1,
+                    from: Some(0),
+                    to: lineage.last().map_or(0, |l| l.positions[&1]),
+                    end: Some(ends[1]),
+                },
             ],
             complete: true,
             sha256: String::new(),
@@ -344,7 +370,10 @@ mod tests {
         let out = compute(&rules, &s, records, None).unwrap();
         assert_eq!((out.fates.folded, out.fates.dropped_late, out.fates.undetermined), (3, 1, 0));
         let sums: Vec<(String, String)> = out.rows.iter().map(|r| (r[1].to_string(), r[4].to_string())).collect();
-        assert_eq!(sums, vec![("\"0\"".to_string(), "\"100\"".to_string()), ("\"20\"".to_string(), "\"12\"".to_string())]);
+        assert_eq!(
+            sums,
+            vec![("\"0\"".to_string(), "\"100\"".to_string()), ("\"20\"".to_string(), "\"12\"".to_string())]
+        );
         assert_eq!(out.bounds, vec![(1, Bound::At(21)), (2, Bound::PosInf)]);
     }
 
@@ -368,7 +397,8 @@ mod tests {
         let rules = WindowRules { size_ms: 10, lag_ms: 0, allowed_lateness_ms: 0 };
         let lineage = vec![point(1, 1, 1, Some(10))];
         let s = scope(lineage, Some(10), [5, 5]);
-        let records: BTreeMap<i32, Vec<(i64, Event)>> = [(0, vec![(0, event(12, 1))]), (1, vec![(0, event(11, 1))])].into();
+        let records: BTreeMap<i32, Vec<(i64, Event)>> =
+            [(0, vec![(0, event(12, 1))]), (1, vec![(0, event(11, 1))])].into();
         let out = compute(&rules, &s, records, None).unwrap();
         assert!(out.rows.is_empty());
         assert_eq!(out.left_out.len(), 1);
