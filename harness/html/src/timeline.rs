@@ -338,7 +338,7 @@ mod tests {
 
     fn line(file: &str, seq: u64, ts: u64, v: Json) -> TraceLine {
         let Json::Object(fields) = v else { unreachable!() };
-        let process = file.trim_end_matches(".ndjson").splitn(2, '-').nth(1).unwrap_or("").to_string();
+        let process = file.trim_end_matches(".ndjson").split_once('-').map_or("", |(_, p)| p).to_string();
         TraceLine { file: file.into(), seq, ts, process, fields }
     }
 

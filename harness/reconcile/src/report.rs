@@ -87,7 +87,7 @@ pub fn render_text(report: &Report) -> String {
         report.checkpoint
     );
     if let Some(d) = report.destination.get("observed_table") {
-        let _ = writeln!(out, "destination: {}", esc(&d.as_str().unwrap_or_default().to_string()));
+        let _ = writeln!(out, "destination: {}", esc(d.as_str().unwrap_or_default()));
     }
     if let Some(s) = report.scope.get("summary").and_then(Json::as_str) {
         let _ = writeln!(out, "scope: {}", esc(s));

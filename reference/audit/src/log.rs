@@ -114,9 +114,11 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
         "the topic's id: this client (the rdkafka crate) cannot see it, so a topic deleted and created again is told apart only by its offsets".into(),
     );
     match compaction(r) {
-        Ok(Some(policy)) if policy.contains("compact") => return Err(format!(
+        Ok(Some(policy)) if policy.contains("compact") => {
+            return Err(format!(
             "compacted history: the topic's cleanup.policy is {policy:?}, so offsets in the range may hold no record"
-        )),
+        ))
+        }
         Ok(Some(policy)) => out.verified.push(format!("the topic does not compact (cleanup.policy {policy:?})")),
         Ok(None) => out.unverified.push("the topic's cleanup.policy: the broker did not name it".into()),
         Err(why) => out.unverified.push(format!("the topic's cleanup.policy: {why}")),
