@@ -37,6 +37,8 @@ enum Command {
     IncidentCollect(commands::incident_collect::IncidentCollectArgs),
     IncidentVerify(commands::incident_verify::IncidentVerifyArgs),
     IncidentRegress(commands::incident_regress::IncidentRegressArgs),
+    IncidentScope(commands::incident_scope::IncidentScopeArgs),
+    IncidentReconcile(commands::incident_reconcile::IncidentReconcileArgs),
     TraceValidate(commands::trace_validate::TraceValidateArgs),
 }
 
@@ -62,6 +64,8 @@ fn main() -> ExitCode {
         Command::IncidentCollect(args) => commands::incident_collect::main(args),
         Command::IncidentVerify(args) => commands::incident_verify::main(args),
         Command::IncidentRegress(args) => commands::incident_regress::main(args),
+        Command::IncidentScope(args) => commands::incident_scope::main(args),
+        Command::IncidentReconcile(args) => commands::incident_reconcile::main(args),
         Command::TraceValidate(args) => commands::trace_validate::main(args),
     };
     exit.into()

@@ -451,13 +451,15 @@ mod tests {
 
     fn destination(engine: &str, columns: &[(&str, &str, &str)]) -> Destination {
         Destination {
-            server: Server { version: "18.16.1".into(), uuid: Known::Unavailable("old".into()), timezone: Known::Value("UTC".into()) },
+            server: Server { version: "18.16.1".into(), uuid: Known::Unavailable("old".into()), timezone: Known::Value("UTC".into()), host_name: Known::Value("h".into()) },
             database: "default".into(),
             table: "t".into(),
             table_uuid: Known::Unavailable("old".into()),
             engine: engine.into(),
             engine_full: Known::Value(format!("{engine} ORDER BY id")),
             create_table_query: Known::Unavailable("old".into()),
+            data_path: Known::Value("/data/default/t/".into()),
+            metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: columns
                 .iter()
                 .map(|(n, t, d)| TableColumn { name: n.to_string(), type_name: t.to_string(), default_kind: d.to_string() })

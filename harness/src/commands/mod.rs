@@ -8,7 +8,9 @@
 pub mod compare;
 pub mod gen_input;
 pub mod incident_collect;
+pub mod incident_reconcile;
 pub mod incident_regress;
+pub mod incident_scope;
 pub mod incident_verify;
 pub mod produce;
 pub mod reference;
