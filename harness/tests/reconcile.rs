@@ -660,10 +660,26 @@ fn restore_duplicates(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     s.run_clean()?;
     let restored: Json =
         serde_json::from_slice(&std::fs::read(s.checkpoint_dir().join("_jobs").join(s.job.id()).join("RESTORED"))?)?;
-    let next = restored["next"].as_u64().ok_or("no RESTORED next")?;
-    let audited = *s.completed()?.iter().find(|c| **c >= next).ok_or("no checkpoint after the restore")?;
-    let (bundle, reference) = s.audit_inputs(audited)?;
-    let r = s.reconcile_with_reference(&bundle, &reference, audited)?;
+    // How far the killed run got before interval 2's INSERT (checkpoint 1
+    // completed or not, how many were triggered) depends on scheduling, and
+    // so does which interval of the resumed run re-sends those rows. The
+    // scope from the run's start holds them whatever the timing: every row
+    // the killed run inserted was re-sent, since no checkpoint covering its
+    // INSERT completed. The fresh topic starts at offset 0.
+    let from = restored["restored_from"].as_u64().ok_or("no RESTORED restored_from")?;
+    let restore = format!("the restore to checkpoint {from}");
+    let audited = *s.completed()?.last().ok_or("no completed checkpoint")?;
+    let bundle = s.collect(audited, true)?;
+    let (code, scope) = s.scope(&bundle, audited, &["--from-run-start"])?;
+    if code != 0 {
+        return Err(format!("incident-scope --from-run-start exited {code}").into());
+    }
+    let (code, reference) = s.reference(&scope, &["--run-start-offset", "ALL=0"])?;
+    if code != 0 {
+        return Err(format!("the reference exited {code}").into());
+    }
+    let reference = reference.to_string_lossy().into_owned();
+    let r = s.reconcile(&bundle, audited, &["--from-run-start", "--reference", &reference])?;
     r.expect(
         1,
         &with_bundle(&[
@@ -678,9 +694,7 @@ fn restore_duplicates(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     let rows = r.check("reconcile.rows");
     let details = rows["details"].as_array().cloned().unwrap_or_default();
     if details.is_empty()
-        || !details.iter().all(|d| {
-            d.as_str().is_some_and(|d| d.starts_with("duplicated") && d.contains("the restore to checkpoint 1"))
-        })
+        || !details.iter().all(|d| d.as_str().is_some_and(|d| d.starts_with("duplicated") && d.contains(&restore)))
     {
         return Err(format!("every finding must be a duplicate explained by the restore: {rows}").into());
     }
