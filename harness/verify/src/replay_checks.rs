@@ -67,7 +67,10 @@ pub fn run_observed(
     expected: Option<&Path>,
     progress: &mut dyn crate::progress::VerifyProgress,
 ) -> Result<Vec<CheckResult>, UsageError> {
-    let completed = completed_checkpoints(bundle);
+    let completed = match completed_checkpoints(bundle) {
+        Ok(c) => c,
+        Err(why) => return Ok(markers_unreadable(&why, expected.is_some())),
+    };
     let (selected, cut) = select(bundle, selection, &completed);
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
@@ -117,9 +120,22 @@ fn describe(e: &EpochEntry) -> String {
 
 /// The checkpoints whose COMPLETED marker the bundle holds: an epoch is whole
 /// only when its checkpoint completed.
-fn completed_checkpoints(bundle: &Bundle) -> BTreeSet<u64> {
+/// A listing that fails is never read as "none completed": the caller makes
+/// every replay check unavailable with the reason.
+fn completed_checkpoints(bundle: &Bundle) -> Result<BTreeSet<u64>, String> {
     let layout = clink_engine::checkpoint::CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
-    clink_engine::checkpoint::markers::list_completed(&layout).map(|c| c.into_iter().collect()).unwrap_or_default()
+    clink_engine::checkpoint::markers::list_completed(&layout)
+        .map(|c| c.into_iter().collect())
+        .map_err(|e| format!("the bundle's COMPLETED markers could not be listed: {e}"))
+}
+
+/// Every replay check, unavailable: which epochs are whole is not known.
+fn markers_unreadable(why: &str, expected: bool) -> Vec<CheckResult> {
+    let mut names = vec!["replay.determinism", "replay.recorded_output"];
+    if expected {
+        names.push("replay.expected_output");
+    }
+    names.into_iter().map(|name| CheckResult::new(name, Status::Unavailable, why)).collect()
 }
 
 /// The captured operator epochs the selection names. Without `--epoch`, an
