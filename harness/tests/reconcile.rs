@@ -276,7 +276,14 @@ impl Scenario {
         let mut job: Json = serde_json::from_slice(&std::fs::read(self.job.fixture().join("job.json"))?)?;
         for op in job["operators"].as_array_mut().ok_or("the fixture has no operators")? {
             match op["type"].as_str() {
-                Some("kafka_source") => op["params"]["topic"] = self.topic.clone().into(),
+                Some("kafka_source") => {
+                    op["params"]["topic"] = self.topic.clone().into();
+                    // Small fetches interleave the partitions as a busy
+                    // broker would: with the default 1 MiB one fetch reads a
+                    // partition whole, and a watermark that runs ahead shows
+                    // only at the end of input, where no check can see it.
+                    op["params"]["fetch_kbytes"] = 4.into();
+                }
                 Some("clickhouse_sink") => op["params"]["table"] = self.table.clone().into(),
                 _ => {}
             }

@@ -29,7 +29,7 @@ use crate::trace_event;
 
 use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
-use super::protocol::{Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step};
+use super::protocol::{Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 
 /// How long the coordinator waits for a frame before it looks at its subtasks' threads.
@@ -79,6 +79,7 @@ impl Coordinator {
             job: options.job.job_id,
             participants: participants.len(),
             restart_budget: options.restart_budget,
+            max_in_flight: MAX_IN_FLIGHT,
             defects: ProtocolDefects::of(&options.env.defects),
         });
         Ok(Coordinator {
