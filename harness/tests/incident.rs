@@ -219,7 +219,13 @@ fn a_divergence_in_one_epoch_fails_determinism_while_another_is_unavailable() {
         (result.status.code(), json(&result))
     };
     let check = |report: &Json, name: &str| {
-        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
+        report["checks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no checks: {report}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{report}"))
+            .clone()
     };
 
     // The correct build: the one replayable epoch passes, the other is unavailable.

@@ -77,12 +77,11 @@ pub fn run_observed(
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
     let restores = known_restores(bundle);
     let job = JobEvidence { graph, restores: &restores, completed: &completed };
-    let mut results: Vec<EpochResult> = Vec::with_capacity(checked.len());
-    progress.epochs(0, checked.len());
-    for e in &checked {
-        results.push(check_epoch(bundle, e, &job));
-        progress.epochs(results.len(), checked.len());
-    }
+    // Only replay.expected_output reads the replayed rows after an epoch's
+    // own checks: without it, an epoch's rows are dropped once checked, so
+    // memory holds the epochs being replayed, not the bundle's output.
+    let keep_rows = expected.is_some();
+    let results = replay_epochs(bundle, &checked, &job, keep_rows, progress);
     let counts_base = Counts {
         selected: selected.len(),
         checked: checked.len(),
@@ -193,6 +192,45 @@ struct JobEvidence<'a> {
     completed: &'a BTreeSet<u64>,
 }
 
+/// Every epoch checked, on as many threads as the machine has cores (epochs
+/// are independent: each replays from its own starting state). Results come
+/// back in the selection's order; progress counts epochs as they finish.
+fn replay_epochs(
+    bundle: &Bundle,
+    checked: &[&EpochEntry],
+    job: &JobEvidence<'_>,
+    keep_rows: bool,
+    progress: &mut dyn crate::progress::VerifyProgress,
+) -> Vec<EpochResult> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let total = checked.len();
+    progress.epochs(0, total);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, total.max(1));
+    let next = AtomicUsize::new(0);
+    let mut slots: Vec<Option<EpochResult>> = (0..total).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..workers {
+            let (tx, next) = (tx.clone(), &next);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = checked.get(i) else { break };
+                if tx.send((i, check_epoch(bundle, entry, job, keep_rows))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (done, (i, result)) in rx.iter().enumerate() {
+            slots[i] = Some(result);
+            progress.epochs(done + 1, total);
+        }
+    });
+    // A worker that panicked re-panics when the scope joins it, so every
+    // slot is filled here.
+    slots.into_iter().flatten().collect()
+}
+
 fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<EpochEvidence, EpochStatus> {
     if !job.completed.contains(&entry.epoch) {
         let checkable: BTreeSet<u64> =
@@ -212,7 +250,7 @@ fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<Ep
     load_bundle_epoch(bundle, entry, job.restores, graph).map_err(status_of)
 }
 
-fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> EpochResult {
+fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_rows: bool) -> EpochResult {
     let at = EpochRef { operator: entry.operator_id(), subtask: entry.subtask, epoch: entry.epoch };
     let evidence = match load(bundle, entry, job) {
         Ok(e) => e,
@@ -256,7 +294,7 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Ep
         None => compare_downstream(bundle, &evidence, &rows),
     };
     let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
-    EpochResult { at, determinism, recorded, rows: whole.then_some(rows), output_schema }
+    EpochResult { at, determinism, recorded, rows: (whole && keep_rows).then_some(rows), output_schema }
 }
 
 /// Compares the replay's rows with each consumer's capture of the same epoch.
