@@ -445,7 +445,8 @@ fn models(_scratch: &Path, figures: &mut Vec<Figure>) {
     };
     for name in clink_formal::suite::configs(&tools.formal_dir.join("models")) {
         let start = Instant::now();
-        let outcome = clink_formal::suite::check_model(&tools, &name).map(|o| o.to_string()).unwrap_or_else(|e| e);
+        let outcome =
+            clink_formal::suite::check_model(&tools, &name).map(|o| o.to_string()).unwrap_or_else(|e| e.to_string());
         figures.push(Figure::new("models", format!("{name}: {outcome}"), start.elapsed().as_secs_f64(), "s"));
     }
 }

@@ -24,6 +24,7 @@ use clink_formal::suite::{
     read_trace_expectation, subdirs, TraceExpectation,
 };
 use clink_formal::tlc::{parse_expected, Expectation};
+use clink_formal::tools::ToolsError;
 use clink_formal::trace::{read_and_merge, read_vocabulary, Vocabulary};
 use clink_formal::{locate, FormalTools};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -32,15 +33,15 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn tlc_trial(
+fn tlc_trial<E: std::fmt::Display>(
     name: String,
-    tools: &Result<FormalTools, String>,
-    f: impl FnOnce(&FormalTools) -> Result<(), String> + Send + 'static,
+    tools: &Result<FormalTools, ToolsError>,
+    f: impl FnOnce(&FormalTools) -> Result<(), E> + Send + 'static,
 ) -> Trial {
     match tools {
         Ok(tools) => {
             let tools = tools.clone();
-            Trial::test(name, move || f(&tools).map_err(Failed::from))
+            Trial::test(name, move || f(&tools).map_err(|e| Failed::from(e.to_string())))
         }
         // The kind is a constant word so trial names are stable across
         // machines; main prints the reason once.
@@ -49,7 +50,7 @@ fn tlc_trial(
 }
 
 fn vocabulary() -> Result<Vocabulary, String> {
-    read_vocabulary(&repo().join("formal"))
+    read_vocabulary(&repo().join("formal")).map_err(|e| e.to_string())
 }
 
 /// The emitter, events.txt and the trace module agree: the engine emits
@@ -184,7 +185,7 @@ fn main() {
     let mutants = repo().join("mutants");
     let expected = std::fs::read_to_string(mutants.join("expected.txt"))
         .map_err(|e| e.to_string())
-        .and_then(|t| parse_expected(&t));
+        .and_then(|t| parse_expected(&t).map_err(|e| e.to_string()));
     match expected {
         Err(e) => trials.push(Trial::test("mutant::expected.txt", move || Err(e.into()))),
         Ok(expected) => {
@@ -349,7 +350,7 @@ fn check_testrun(tools: &FormalTools, dir: &Path, name: &str) -> Result<(), Stri
         None => false,
         Some(defect) => {
             let recorded = repo().join("traces").join(format!("defect-{defect}")).join("expected.txt");
-            !matches!(read_trace_expectation(&recorded)?, TraceExpectation::Accepted)
+            !matches!(read_trace_expectation(&recorded).map_err(|e| e.to_string())?, TraceExpectation::Accepted)
         }
     };
     match (&validation.verdict, rejection_expected) {

@@ -163,7 +163,7 @@ pub fn reconcile(bundle: &Bundle, options: &Options, progress: &mut dyn Reconcil
             return Ok(run.finish(bundle, observation, started, json!({"unsupported": why})));
         }
     };
-    let key = scope.key_columns(options.key.as_deref()).map_err(Refusal)?;
+    let key = scope.key_columns(options.key.as_deref()).map_err(|e| Refusal(e.to_string()))?;
     let scope_doc = scope.document();
 
     // What the operator expects must be what the evidence names.

@@ -78,7 +78,7 @@ pub mod scope_command {
         };
         let shape = match crate::shape::shape(&graph) {
             Ok(s) => s,
-            Err(why) => return Outcome::Unsupported(why),
+            Err(why) => return Outcome::Unsupported(why.to_string()),
         };
         if let Some(why) = shape.unsupported() {
             return Outcome::Unsupported(why.to_string());

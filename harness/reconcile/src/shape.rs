@@ -4,6 +4,7 @@
 //! before the sink, and one ClickHouse sink. Anything else is named and
 //! refused.
 
+use clink_basics::fields::FieldError;
 use clink_basics::ids::OperatorId;
 use clink_engine::job::JobGraph;
 use clink_engine::operators::{clickhouse_sink, kafka_source};
@@ -101,21 +102,39 @@ impl JobShape {
     }
 }
 
+/// Why the audit does not support a job graph, by name.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    #[error("the job has {count} sources; the audit supports one Kafka source")]
+    Sources { count: usize },
+    #[error("the source {uid:?} is a {type_name}; the audit supports one {} (a Kafka topic)", kafka_source::TYPE)]
+    SourceNotKafka { uid: String, type_name: String },
+    #[error("the source's params: {0}")]
+    SourceParams(FieldError),
+    /// An operator of the chain feeds no operator or several.
+    #[error("operator {operator} feeds {outputs} operators; the audit supports a chain from the source to one sink")]
+    NotAChain { operator: OperatorId, outputs: usize },
+    #[error("the job graph names no operator {0}")]
+    NoSuchOperator(OperatorId),
+    #[error("operator {uid:?} has several inputs (a join or a union), which the audit does not support")]
+    SeveralInputs { uid: String },
+    #[error("the sink's params: {0}")]
+    SinkParams(FieldError),
+}
+
 /// The job's shape, or why the audit does not support it (by name).
-pub fn shape(graph: &JobGraph) -> Result<JobShape, String> {
+pub fn shape(graph: &JobGraph) -> Result<JobShape, ShapeError> {
     let sources: Vec<_> = graph.operators.iter().filter(|o| o.input_schema.is_none()).collect();
     let [source] = sources.as_slice() else {
-        return Err(format!("the job has {} sources; the audit supports one Kafka source", sources.len()));
+        return Err(ShapeError::Sources { count: sources.len() });
     };
     if source.spec.type_name != kafka_source::TYPE {
-        return Err(format!(
-            "the source {:?} is a {}; the audit supports one {} (a Kafka topic)",
-            source.spec.uid,
-            source.spec.type_name,
-            kafka_source::TYPE
-        ));
+        return Err(ShapeError::SourceNotKafka {
+            uid: source.spec.uid.clone(),
+            type_name: source.spec.type_name.clone(),
+        });
     }
-    let source_plan = kafka_source::plan(&source.spec.params).map_err(|e| format!("the source's params: {e}"))?;
+    let source_plan = kafka_source::plan(&source.spec.params).map_err(ShapeError::SourceParams)?;
     let mut chain = Vec::new();
     let mut window: Option<WindowRules> = None;
     let mut unsupported: Option<String> = None;
@@ -123,17 +142,11 @@ pub fn shape(graph: &JobGraph) -> Result<JobShape, String> {
     let sink = loop {
         let outputs: Vec<_> = graph.outputs_of(at).collect();
         let [edge] = outputs.as_slice() else {
-            return Err(format!(
-                "operator {at} feeds {} operators; the audit supports a chain from the source to one sink",
-                outputs.len()
-            ));
+            return Err(ShapeError::NotAChain { operator: at, outputs: outputs.len() });
         };
-        let next = graph.operator(edge.to).ok_or_else(|| format!("the job graph names no operator {}", edge.to))?;
+        let next = graph.operator(edge.to).ok_or(ShapeError::NoSuchOperator(edge.to))?;
         if graph.outputs_of(next.spec.id).count() > 1 || graph.inputs_of(next.spec.id).count() != 1 {
-            return Err(format!(
-                "operator {:?} has several inputs (a join or a union), which the audit does not support",
-                next.spec.uid
-            ));
+            return Err(ShapeError::SeveralInputs { uid: next.spec.uid.clone() });
         }
         let t = next.spec.type_name.as_str();
         if t == clickhouse_sink::TYPE {
@@ -164,7 +177,7 @@ pub fn shape(graph: &JobGraph) -> Result<JobShape, String> {
         }
         at = next.spec.id;
     };
-    let sink_plan = clickhouse_sink::plan(&sink.spec.params).map_err(|e| format!("the sink's params: {e}"))?;
+    let sink_plan = clickhouse_sink::plan(&sink.spec.params).map_err(ShapeError::SinkParams)?;
     let columns = sink.input_schema.clone().map(|s| s.0).unwrap_or_default();
     Ok(JobShape {
         source: source.spec.id,
@@ -223,4 +236,30 @@ fn window_rules(op: &clink_engine::job::PlannedOperator, source: &kafka_source::
         watermark_lag_ms: source.watermark_lag_ms,
         allowed_lateness_ms: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str) -> String {
+        std::fs::read_to_string(format!("{}/../../fixtures/jobs/{name}/job.json", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    #[test]
+    fn the_supported_jobs_have_a_shape_and_the_rest_are_refused_by_name() {
+        let graph = clink_engine::job::parse_job(&job("kafka-clickhouse")).unwrap();
+        let s = shape(&graph).unwrap();
+        assert_eq!(
+            (s.source_uid.as_str(), s.sink_uid.as_str(), s.table.as_str()),
+            ("events", "credits-out", "credits")
+        );
+        assert!(shape(&clink_engine::job::parse_job(&job("kafka-windows")).unwrap()).unwrap().windowed().is_some());
+        match shape(&clink_engine::job::parse_job(&job("example")).unwrap()) {
+            Err(e @ ShapeError::SourceNotKafka { .. }) => {
+                assert!(e.to_string().contains("the audit supports one kafka_source (a Kafka topic)"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

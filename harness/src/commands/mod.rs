@@ -105,7 +105,7 @@ pub struct FormalArgs {
 }
 
 impl FormalArgs {
-    pub fn locate(&self) -> Result<clink_formal::FormalTools, String> {
+    pub fn locate(&self) -> Result<clink_formal::FormalTools, clink_formal::tools::ToolsError> {
         clink_formal::locate(self.formal_dir.as_deref(), self.formal_tools_dir.as_deref())
     }
 }

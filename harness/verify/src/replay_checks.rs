@@ -459,25 +459,42 @@ fn conclude<'a>(
     result
 }
 
+/// Why an expectation (`--expected`) does not read; `line` counts from 1.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpectedError {
+    #[error("line {line}: not JSON: {error}")]
+    NotJson { line: usize, error: serde_json::Error },
+    #[error("line {line}: expected a JSON array of cells")]
+    NotAnArray { line: usize },
+    #[error("line {line}: {cells} cells, the operator emits {columns} columns")]
+    Width { line: usize, cells: usize, columns: usize },
+    #[error("line {line}: column {column}: {cell} is not a {ty:?}")]
+    WrongType { line: usize, column: String, cell: Json, ty: clink_engine::value::ColumnType },
+}
+
 /// Parses an expectation: one JSON array per line, the operator's output
 /// columns in order (decimals as strings, timestamps as epoch milliseconds).
-pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, String> {
+pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, ExpectedError> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = i + 1;
-        let v: Json = serde_json::from_str(line).map_err(|e| format!("line {at}: not JSON: {e}"))?;
-        let cells = v.as_array().ok_or_else(|| format!("line {at}: expected a JSON array of cells"))?;
+        let v: Json = serde_json::from_str(line).map_err(|error| ExpectedError::NotJson { line: at, error })?;
+        let cells = v.as_array().ok_or(ExpectedError::NotAnArray { line: at })?;
         if cells.len() != schema.0.len() {
-            return Err(format!("line {at}: {} cells, the operator emits {} columns", cells.len(), schema.0.len()));
+            return Err(ExpectedError::Width { line: at, cells: cells.len(), columns: schema.0.len() });
         }
         let row = cells
             .iter()
             .zip(&schema.0)
             .map(|(cell, col)| {
-                value_from_json(cell, col.ty)
-                    .ok_or_else(|| format!("line {at}: column {}: {cell} is not a {:?}", col.name, col.ty))
+                value_from_json(cell, col.ty).ok_or_else(|| ExpectedError::WrongType {
+                    line: at,
+                    column: col.name.clone(),
+                    cell: cell.clone(),
+                    ty: col.ty,
+                })
             })
-            .collect::<Result<Row, String>>()?;
+            .collect::<Result<Row, ExpectedError>>()?;
         rows.push(row);
     }
     Ok(rows)
@@ -574,4 +591,26 @@ fn expected_output(
         .details(details);
     result.counts = Some(counts);
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clink_engine::value::{ColumnType, Schema, Value};
+
+    #[test]
+    fn an_expectation_is_refused_by_line_with_what_was_expected() {
+        let schema = Schema::of(&[("key", ColumnType::String), ("count", ColumnType::Int)]);
+        assert_eq!(
+            parse_expected("[\"a\", 1]\n\n[\"b\", 2]\n", &schema).unwrap()[1],
+            vec![Value::Str("b".into()), Value::Int(2)]
+        );
+        assert!(matches!(parse_expected("[\"a\", 1]\n{", &schema), Err(ExpectedError::NotJson { line: 2, .. })));
+        assert!(matches!(parse_expected("{}", &schema), Err(ExpectedError::NotAnArray { line: 1 })));
+        let width = parse_expected("[\"a\"]", &schema).unwrap_err();
+        assert_eq!(width.to_string(), "line 1: 1 cells, the operator emits 2 columns");
+        let typed = parse_expected("[\"a\", \"one\"]", &schema).unwrap_err();
+        assert!(matches!(&typed, ExpectedError::WrongType { line: 1, column, .. } if column == "count"), "{typed}");
+        assert_eq!(typed.to_string(), "line 1: column count: \"one\" is not a Int");
+    }
 }

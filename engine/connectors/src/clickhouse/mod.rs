@@ -31,16 +31,23 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// A `host:port` or an `http://` URL; anything else is refused.
-    pub fn parse(address: &str) -> Result<Endpoint, String> {
+    pub fn parse(address: &str) -> Result<Endpoint, EndpointError> {
         let url = if address.starts_with("http://") || address.starts_with("https://") {
             address.trim_end_matches('/').to_string()
         } else if !address.is_empty() && !address.contains('/') && address.contains(':') {
             format!("http://{address}")
         } else {
-            return Err(format!("{address:?} is neither host:port nor an http:// URL"));
+            return Err(EndpointError::NotAnAddress { address: address.to_string() });
         };
         Ok(Endpoint { url, user: None, password: None })
     }
+}
+
+/// Why a server address was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EndpointError {
+    #[error("{address:?} is neither host:port nor an http:// URL")]
+    NotAnAddress { address: String },
 }
 
 #[derive(Debug, Error)]
@@ -141,10 +148,10 @@ impl Connection {
             cursor.collect().await
         });
         let body = body.map_err(|e| self.classify(what, e, false))?;
-        tsv::parse_rows(&body).map_err(|message| ClickHouseError::Malformed {
+        tsv::parse_rows(&body).map_err(|e| ClickHouseError::Malformed {
             url: self.url.clone(),
             what: what.to_string(),
-            message,
+            message: e.to_string(),
         })
     }
 
@@ -178,10 +185,10 @@ impl Connection {
                 })
             }
         };
-        tsv::parse_rows(&body).map_err(|message| ClickHouseError::Malformed {
+        tsv::parse_rows(&body).map_err(|e| ClickHouseError::Malformed {
             url: self.url.clone(),
             what: what.to_string(),
-            message,
+            message: e.to_string(),
         })
     }
 
