@@ -29,8 +29,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The checks sit on top of the libraries.
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
     // Reconciliation reads bundles and a destination (through the connectors'
-    // client) and reuses the bundle.* checks; it never replays and knows no TLC.
-    ("clink-reconcile", &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify"]),
+    // client) and reuses the bundle.* checks and the report frame; it never
+    // replays and knows no TLC.
+    (
+        "clink-reconcile",
+        &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify", "clink-html"],
+    ),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // Nor does the audit's reference implementation: it reads Kafka with

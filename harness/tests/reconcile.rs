@@ -686,7 +686,14 @@ fn restore_duplicates(env: &BTreeMap<String, String>) -> Result<(), Failed> {
         return Err(format!("the reference exited {code}").into());
     }
     let reference = reference.to_string_lossy().into_owned();
-    let r = s.reconcile(&bundle, audited, &["--from-run-start", "--reference", &reference])?;
+    let html = s.dir.path().join("report.html");
+    let html_arg = html.to_string_lossy().into_owned();
+    let r = s.reconcile(&bundle, audited, &["--from-run-start", "--reference", &reference, "--html", &html_arg])?;
+    // The HTML report: the same checks, and the duplicates key by key.
+    let page = std::fs::read_to_string(&html).map_err(|e| format!("--html {}: {e}", html.display()))?;
+    if !page.contains("reconcile.rows") || !page.contains("Discrepancies: ") || !page.contains("duplicated key") {
+        return Err("the HTML report lacks the checks or the discrepancies".into());
+    }
     r.expect(
         1,
         &with_bundle(&[

@@ -29,6 +29,7 @@
 pub mod artifact;
 pub mod cells;
 pub mod compare;
+pub mod html;
 pub mod read;
 pub mod report;
 pub mod scope;

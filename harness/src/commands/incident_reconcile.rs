@@ -105,6 +105,10 @@ pub struct IncidentReconcileArgs {
     /// Print the versioned JSON report (clink-reconcile-report) instead of text.
     #[arg(long)]
     json: bool,
+    /// Also write the report as one self-contained HTML file (the verdict,
+    /// every check, each relationship's discrepancies).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Also write the JSON report to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
@@ -182,6 +186,12 @@ pub fn main(args: IncidentReconcileArgs) -> Exit {
                 path.display(),
                 report.exit_code
             ));
+        }
+    }
+    if let Some(path) = &args.html {
+        let page = clink_reconcile::html::page(&report);
+        if let Err(e) = super::write_html(path, &clink_html::render(&page)) {
+            return out.refuse(format!("{e} (the reconciliation concluded exit {})", report.exit_code));
         }
     }
     if args.json {
