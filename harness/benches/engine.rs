@@ -387,6 +387,7 @@ fn tlc(scratch: &Path, figures: &mut Vec<Figure>) {
             return;
         }
     };
+    tlc_start(scratch, &tools, figures);
     let mut full = Vec::new();
     for _ in 0..runs() {
         full.push(
@@ -436,6 +437,51 @@ fn tlc(scratch: &Path, figures: &mut Vec<Figure>) {
     figures.push(
         Figure::new("tlc", format!("trace validation, {events} events, wall with the JVM"), median(times), "s")
             .goal(Goal::AtMost(10.0)),
+    );
+}
+
+/// TLC's start on a trivial model (four states), with the verified CDS
+/// archive `gates/fetch-tools` made and without it, through the same runner.
+fn tlc_start(scratch: &Path, tools: &clink_formal::FormalTools, figures: &mut Vec<Figure>) {
+    let Some(archive) = &tools.archive else {
+        let why = tools.no_archive.as_ref().map_or("?".into(), |e| e.to_string());
+        eprintln!("  tlc: start with / without the CDS archive: skipped: {why}");
+        return;
+    };
+    let dir = scratch.join("tlc-start");
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    std::fs::write(
+        dir.join("Trivial.tla"),
+        "---- MODULE Trivial ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x < 3 /\\ x' = x + 1\n====\n",
+    )
+    .expect("the model");
+    std::fs::write(dir.join("Trivial.cfg"), "INIT Init\nNEXT Next\n").expect("its configuration");
+    let job = clink_formal::tlc::TlcJob {
+        dir: &dir,
+        module: "Trivial.tla",
+        config: "Trivial.cfg",
+        library: Vec::new(),
+        workers: 1,
+        check_deadlock: false,
+        timeout: clink_formal::tlc::timeout(),
+    };
+    let without = clink_formal::FormalTools { archive: None, ..tools.clone() };
+    let (mut with_times, mut without_times) = (Vec::new(), Vec::new());
+    for _ in 0..runs().max(5) {
+        for (t, times) in [(tools, &mut with_times), (&without, &mut without_times)] {
+            let run = clink_formal::tlc::run(t, &job).expect("TLC runs");
+            assert!(
+                matches!(clink_formal::tlc::judge(&run), clink_formal::tlc::Outcome::NoError { .. }),
+                "{}",
+                run.output
+            );
+            times.push(run.elapsed.as_secs_f64());
+        }
+    }
+    let (with, without) = (median(with_times), median(without_times));
+    figures.push(
+        Figure::new("tlc", "TLC start, trivial model, with / without the CDS archive", with / without, "x")
+            .against(format!("without {}: {without:.2}s (with: {with:.2}s)", archive.display()), without),
     );
 }
 

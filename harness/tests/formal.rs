@@ -162,8 +162,14 @@ fn check_restarts(tools: &FormalTools, dir: &Path, want: usize) -> Result<(), St
 fn main() {
     let args = Arguments::from_args();
     let tools = locate(None, None);
-    if let Err(why) = &tools {
-        eprintln!("every TLC trial is ignored as `tlc`: {why}");
+    match &tools {
+        Err(why) => eprintln!("every TLC trial is ignored as `tlc`: {why}"),
+        Ok(FormalTools { archive: Some(archive), .. }) => {
+            eprintln!("TLC starts with the CDS archive {}", archive.display())
+        }
+        Ok(FormalTools { no_archive, .. }) => {
+            eprintln!("TLC starts without a CDS archive: {}", no_archive.as_ref().map_or("?".into(), |e| e.to_string()))
+        }
     }
     let formal = repo().join("formal");
     let mut trials = vec![Trial::test("vocabulary::agreement", vocabulary_agreement)];

@@ -103,20 +103,28 @@ pub fn wait_within(handle: duct::Handle, limit: Duration) -> std::io::Result<Wai
     }
 }
 
-pub fn run(tools: &FormalTools, job: &TlcJob<'_>) -> Result<TlcRun, TlcError> {
-    let metadir = tempfile::Builder::new().prefix("clink-tlc-").tempdir().map_err(TlcError::WorkDir)?;
-    // TLC unpacks its standard modules (TLC.tla, Naturals.tla, ...) into
-    // java.io.tmpdir; two runs sharing one race on those files, and one parses
-    // a module the other is still writing. Each run gets its own.
-    let tmpdir = tempfile::Builder::new().prefix("clink-tlc-tmp-").tempdir().map_err(TlcError::TempDir)?;
+/// The JVM flags of every TLC run. The client compiler and the serial
+/// collector: these runs are short (a trace, or a model of at most a few
+/// hundred thousand states), and the server compiler's warm-up costs more
+/// than it wins there. `gates/fetch-tools` makes the CDS archive under
+/// exactly these (a sidecar naming others is refused).
+pub const JVM_FLAGS: [&str; 2] = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
+
+/// The java command line of one run: [`JVM_FLAGS`]; the verified CDS
+/// archive, when the tools have one (`-Xshare:auto`, so a JVM that refuses
+/// it still runs, and its CDS log off, so that a refusal's warning never
+/// lands in TLC's output); the temporary and library directories; the jar
+/// as the classpath; TLC's options.
+pub fn java_args(tools: &FormalTools, job: &TlcJob<'_>, metadir: &Path, tmpdir: &Path) -> Vec<std::ffi::OsString> {
     let library: Vec<String> = job.library.iter().map(|p| p.display().to_string()).collect();
-    // The client compiler and the serial collector: these runs are short (a
-    // trace, or a model of at most a few hundred thousand states), and the
-    // server compiler's warm-up costs more than it wins there.
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "-XX:+UseSerialGC".into(),
-        "-XX:TieredStopAtLevel=1".into(),
-        format!("-Djava.io.tmpdir={}", tmpdir.path().display()).into(),
+    let mut args: Vec<std::ffi::OsString> = JVM_FLAGS.iter().map(|f| f.into()).collect();
+    if let Some(archive) = &tools.archive {
+        let mut flag = std::ffi::OsString::from("-XX:SharedArchiveFile=");
+        flag.push(archive);
+        args.extend([flag, "-Xshare:auto".into(), "-Xlog:cds=off,cds+dynamic=off".into()]);
+    }
+    args.extend([
+        format!("-Djava.io.tmpdir={}", tmpdir.display()).into(),
         format!("-DTLA-Library={}", library.join(":")).into(),
         "-cp".into(),
         tools.jar.clone().into(),
@@ -125,13 +133,23 @@ pub fn run(tools: &FormalTools, job: &TlcJob<'_>) -> Result<TlcRun, TlcError> {
         job.workers.max(1).to_string().into(),
         "-cleanup".into(),
         "-metadir".into(),
-        metadir.path().into(),
-    ];
+        metadir.into(),
+    ]);
     if !job.check_deadlock {
         // TLC 2.15's -deadlock means: do not check for deadlock.
         args.push("-deadlock".into());
     }
     args.extend(["-config".into(), job.config.into(), job.module.into()]);
+    args
+}
+
+pub fn run(tools: &FormalTools, job: &TlcJob<'_>) -> Result<TlcRun, TlcError> {
+    let metadir = tempfile::Builder::new().prefix("clink-tlc-").tempdir().map_err(TlcError::WorkDir)?;
+    // TLC unpacks its standard modules (TLC.tla, Naturals.tla, ...) into
+    // java.io.tmpdir; two runs sharing one race on those files, and one parses
+    // a module the other is still writing. Each run gets its own.
+    let tmpdir = tempfile::Builder::new().prefix("clink-tlc-tmp-").tempdir().map_err(TlcError::TempDir)?;
+    let args = java_args(tools, job, metadir.path(), tmpdir.path());
     let started = Instant::now();
     let handle = duct::cmd(&tools.java, args)
         .dir(job.dir)
@@ -359,6 +377,66 @@ mod tests {
     }
 
     #[test]
+    fn the_archive_flag_is_given_only_with_a_verified_archive() {
+        let dir = Path::new("/models");
+        let job = TlcJob {
+            dir,
+            module: "M.tla",
+            config: "M.cfg",
+            library: vec!["/lib".into()],
+            workers: 2,
+            check_deadlock: false,
+            timeout: DEFAULT_TIMEOUT,
+        };
+        let mut tools = FormalTools {
+            formal_dir: "/formal".into(),
+            java: "java".into(),
+            jar: "/deps/tla2tools.jar".into(),
+            archive: None,
+            no_archive: Some(crate::tools::ArchiveError::NoArchive { archive: "/deps/tla2tools.jsa".into() }),
+        };
+        let text =
+            |args: Vec<std::ffi::OsString>| args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        let without = text(java_args(&tools, &job, Path::new("/meta"), Path::new("/tmp/t")));
+        assert_eq!(
+            without,
+            [
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Djava.io.tmpdir=/tmp/t",
+                "-DTLA-Library=/lib",
+                "-cp",
+                "/deps/tla2tools.jar",
+                "tlc2.TLC",
+                "-workers",
+                "2",
+                "-cleanup",
+                "-metadir",
+                "/meta",
+                "-deadlock",
+                "-config",
+                "M.cfg",
+                "M.tla"
+            ]
+        );
+        assert!(!without.iter().any(|a| a.contains("Share")), "{without:?}");
+        tools.archive = Some("/deps/tla2tools.jsa".into());
+        tools.no_archive = None;
+        let with = text(java_args(&tools, &job, Path::new("/meta"), Path::new("/tmp/t")));
+        assert_eq!(
+            with[..5],
+            [
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:SharedArchiveFile=/deps/tla2tools.jsa",
+                "-Xshare:auto",
+                "-Xlog:cds=off,cds+dynamic=off"
+            ]
+        );
+        assert_eq!(with[5..], without[2..], "the rest of the command line is the same");
+    }
+
+    #[test]
     fn a_child_past_its_deadline_is_killed_and_reaped() {
         let handle = duct::cmd("sleep", ["5"]).stdout_capture().stderr_capture().unchecked().start().unwrap();
         let pid = handle.pids()[0];
@@ -383,7 +461,13 @@ mod tests {
         let java = scratch.path().join("java");
         std::fs::write(&java, "#!/bin/sh\necho $$ > java.pid\nexec sleep 5\n").unwrap();
         std::fs::set_permissions(&java, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let tools = FormalTools { formal_dir: scratch.path().into(), java, jar: scratch.path().join("tla2tools.jar") };
+        let tools = FormalTools {
+            formal_dir: scratch.path().into(),
+            java,
+            jar: scratch.path().join("tla2tools.jar"),
+            archive: None,
+            no_archive: None,
+        };
         let job = TlcJob {
             dir: scratch.path(),
             module: "Hangs.tla",

@@ -99,7 +99,9 @@ pub struct FormalArgs {
     #[arg(long, value_name = "DIR")]
     pub formal_dir: Option<std::path::PathBuf>,
     /// Where the pinned TLA+ jar is installed (default: CLINK_FORMAL_TOOLS_DIR,
-    /// else ${CLINK_DEPS_PREFIX:-~/.clink-deps}/formal-tools).
+    /// else ${CLINK_DEPS_PREFIX:-~/.clink-deps}/formal-tools). TLC starts with
+    /// the CDS archive beside it (tla2tools.jsa, made by gates/fetch-tools)
+    /// only when its sidecar verifies.
     #[arg(long, value_name = "DIR")]
     pub formal_tools_dir: Option<std::path::PathBuf>,
 }
