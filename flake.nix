@@ -42,6 +42,7 @@
         fetch-tools = { fetch = false; tools = [ python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
         services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
+        bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
       };
 
       app = pkgs: name: gate: {

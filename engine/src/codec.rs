@@ -30,6 +30,13 @@ impl Writer {
         Self::default()
     }
 
+    /// A writer into `buf`, cleared first (its capacity is kept: hot paths
+    /// reuse one buffer instead of allocating per record).
+    pub fn reusing(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Self { buf }
+    }
+
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
@@ -86,6 +93,36 @@ impl Writer {
 
     pub fn raw(&mut self, v: &[u8]) -> &mut Self {
         self.buf.extend_from_slice(v);
+        self
+    }
+
+    /// An unsigned LEB128 varint: 7 bits a byte, low first.
+    pub fn uvarint(&mut self, mut v: u128) -> &mut Self {
+        if v < 0x80 {
+            self.buf.push(v as u8);
+            return self;
+        }
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+        self
+    }
+
+    /// A signed varint, zigzag-mapped so small magnitudes take few bytes.
+    pub fn ivarint(&mut self, v: i128) -> &mut Self {
+        self.uvarint(((v << 1) ^ (v >> 127)) as u128)
+    }
+
+    /// A signed varint of a 64-bit value (the common case, in 64-bit arithmetic).
+    pub fn ivarint64(&mut self, v: i64) -> &mut Self {
+        let mut u = ((v << 1) ^ (v >> 63)) as u64;
+        while u >= 0x80 {
+            self.buf.push((u as u8) | 0x80);
+            u >>= 7;
+        }
+        self.buf.push(u as u8);
         self
     }
 }
@@ -167,6 +204,47 @@ impl<'a> Reader<'a> {
         self.take(len)
     }
 
+    /// An unsigned varint of at most `max_bits` significant bits (a longer or
+    /// wider one is invalid, never wrapped).
+    pub fn uvarint(&mut self, max_bits: u32) -> Result<u128, DecodeError> {
+        let at = self.pos;
+        let mut value: u128 = 0;
+        let mut shift = 0u32;
+        loop {
+            let byte = self.u8()?;
+            let bits = u128::from(byte & 0x7f);
+            if shift >= max_bits || (shift > 0 && bits >> (max_bits - shift).min(127) != 0) {
+                return Err(self.invalid_at("varint", at, format!("wider than {max_bits} bits")));
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+            shift += 7;
+        }
+    }
+
+    /// A zigzag varint of a value that fits `bits` signed bits.
+    pub fn ivarint(&mut self, bits: u32) -> Result<i128, DecodeError> {
+        let u = self.uvarint(bits)?;
+        Ok(((u >> 1) as i128) ^ -((u & 1) as i128))
+    }
+
+    /// A varint length of at most the bytes left (a hostile length cannot make
+    /// a reader allocate).
+    pub fn varint_len(&mut self) -> Result<usize, DecodeError> {
+        let at = self.pos;
+        let n = self.uvarint(64)?;
+        if n > self.remaining() as u128 {
+            return Err(self.invalid_at(
+                "length",
+                at,
+                format!("{n} bytes cannot fit in the {} left", self.remaining()),
+            ));
+        }
+        Ok(n as usize)
+    }
+
     pub fn str(&mut self) -> Result<&'a str, DecodeError> {
         let at = self.pos;
         let bytes = self.bytes()?;
@@ -201,6 +279,29 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varints_round_trip_at_their_extremes_and_refuse_overlong_ones() {
+        let mut w = Writer::new();
+        let values = [0i128, 1, -1, 63, -64, 64, i64::MAX as i128, i64::MIN as i128, i128::MAX, i128::MIN];
+        for v in values {
+            w.ivarint(v);
+        }
+        w.uvarint(u64::MAX as u128);
+        let bytes = w.into_bytes();
+        let mut r = Reader::new(&bytes);
+        for v in values {
+            assert_eq!(r.ivarint(128).unwrap(), v);
+        }
+        assert_eq!(r.uvarint(64).unwrap(), u64::MAX as u128);
+        assert!(r.finish().is_ok());
+        // One bit past 64 bits, and eleven continuation bytes, are refused.
+        let mut w = Writer::new();
+        w.uvarint(1u128 << 64);
+        assert!(Reader::new(&w.into_bytes()).uvarint(64).is_err());
+        assert!(Reader::new(&[0x80; 11]).uvarint(64).is_err());
+        assert!(Reader::new(&[0x80]).uvarint(64).is_err(), "a cut varint");
+    }
 
     #[test]
     fn round_trips_every_width() {

@@ -14,12 +14,31 @@ use crate::value::{decode_row, encode_row, Row, Value};
 /// The canonical encoding of a row's key columns: the same key always has the
 /// same bytes, so keys order and hash identically everywhere.
 pub fn key_bytes(row: &[Value], key_columns: &[usize]) -> Vec<u8> {
-    let mut w = Writer::new();
+    key_bytes_into(Vec::with_capacity(32), row, key_columns)
+}
+
+/// [`key_bytes`] written into `buf` (cleared first), for callers that reuse one buffer.
+pub fn key_bytes_into(buf: Vec<u8>, row: &[Value], key_columns: &[usize]) -> Vec<u8> {
+    let mut w = Writer::reusing(buf);
     w.u32(key_columns.len() as u32);
     for &i in key_columns {
         crate::value::encode_value(&mut w, row.get(i).unwrap_or(&Value::Null));
     }
     w.into_bytes()
+}
+
+/// The key group of a row's key columns, with no allocation on the way
+/// (the bytes are the same [`key_bytes`] makes, in a per-thread buffer).
+pub fn key_group_of(row: &[Value], key_columns: &[usize]) -> u32 {
+    thread_local! {
+        static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    }
+    SCRATCH.with(|scratch| {
+        let bytes = key_bytes_into(scratch.take(), row, key_columns);
+        let group = key_group(&bytes);
+        scratch.set(bytes);
+        group
+    })
 }
 
 /// The key's values back from its bytes.

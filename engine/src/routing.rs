@@ -7,7 +7,9 @@
 use std::ops::Range;
 
 use crate::job::Partition;
+#[cfg(test)]
 use crate::keys::{key_bytes, subtask_for_key};
+use crate::keys::{key_group_of, subtask_for_group};
 use crate::value::Value;
 
 /// An edge's routing, resolved from its partition.
@@ -31,7 +33,7 @@ impl Route {
     pub fn target(&self, producer_subtask: u32, row: &[Value], consumers: u32) -> u32 {
         match self {
             Route::Forward => producer_subtask,
-            Route::Hash(columns) => subtask_for_key(&key_bytes(row, columns), consumers),
+            Route::Hash(columns) => subtask_for_group(key_group_of(row, columns), consumers),
         }
     }
 

@@ -1,30 +1,31 @@
-//! `cargo bench -p clink-harness --bench engine [-- FILTER]`: the engine's hot
-//! paths, measured as whole `clink` processes.
+//! `cargo bench -p clink-harness --bench engine [-- FILTER] [--json]`: the hot
+//! paths, each measured as whole `clink` processes against a baseline run in
+//! the same process, and printed as one table of figures and ratios
+//! (`gates/bench` runs it). Each figure is the median of `CLINK_BENCH_RUNS`
+//! runs (default 3).
 //!
-//! - `throughput`: the example job over 1,000,000 events, a checkpoint every
-//!   10,000 records: events per second (wall), CPU seconds, peak RSS.
-//!
-//! - `recorder`: the flight recorder's cost: the example job over 200,000
-//!   events, unpaced, with capture off and on (runs interleaved).
-//!
-//! - `gate`: the incident gate's steps on the example job (24,000 events, a
-//!   checkpoint every 1,000 records, killed in checkpoint 2 and resumed):
-//!   collection time, bundle size and file count, verify time per profile.
-//!
-//! - `formal`: trace validation time for real traces of about 100, 1,000 and
-//!   5,000 events, and each model's TLC time (2 workers).
-//!
+//! - `throughput`: the example job over 1,000,000 events (capture off, a
+//!   checkpoint every 10,000 records) against a plain single-threaded program
+//!   that parses the same input and computes the same window counts.
+//! - `recorder`: the example job over 200,000 events, capture off and on,
+//!   interleaved: the CPU the flight recorder costs.
+//! - `capture`: the 1,000,000-event run with capture on: bytes captured
+//!   against the input's bytes.
+//! - `verify`: `incident-verify --profile replay` over that run's bundle:
+//!   peak memory, and its time against the run that produced the bundle.
+//! - `hashing`: `incident-verify --profile integrity` (bundle.artifacts
+//!   hashes every file) against `sha256sum` over the same files.
+//! - `tlc`: `incident-verify --profile full` on the example bundle (TLC's
+//!   start dominates), and trace validation of a 10,000-event trace.
 //! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
-//!   (3 partitions, a checkpoint every 10,000 records): events per second
-//!   from the topic into the table, against the services `gates/services
-//!   start` runs (skipped, and said so, without them).
-//!
-//! Each figure is the median of `CLINK_BENCH_RUNS` runs (default 3; the
-//! recorder uses at least 5).
+//!   against the services `gates/services start` runs (skipped without them).
+//! - `models` (only when named): each TLA+ model's TLC time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use serde_json::json;
 
 fn clink() -> &'static str {
     env!("CARGO_BIN_EXE_clink")
@@ -40,12 +41,14 @@ struct Cost {
     wall: Duration,
     cpu: Duration,
     peak_rss_kib: i64,
+    code: i32,
 }
 
 /// Runs a command to completion and measures it with wait4(2), which reaps
-/// the child (so `Child::wait` is not called).
+/// the child (so `Child::wait` is not called). Exit codes other than `ok`
+/// stop the benchmark.
 #[allow(clippy::zombie_processes)]
-fn measure(cmd: &mut Command) -> Cost {
+fn measure_with(cmd: &mut Command, ok: &[i32]) -> Cost {
     let start = Instant::now();
     let child = cmd.spawn().expect("the benchmark's command starts");
     let pid = child.id() as libc::pid_t;
@@ -56,9 +59,15 @@ fn measure(cmd: &mut Command) -> Cost {
     let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let wall = start.elapsed();
     assert_eq!(waited, pid, "wait4 failed");
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the benchmark's command failed: {status}");
+    assert!(libc::WIFEXITED(status), "the benchmark's command died: {status}");
+    let code = libc::WEXITSTATUS(status);
+    assert!(ok.contains(&code), "the benchmark's command exited {code}: {cmd:?}");
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    Cost { wall, cpu: tv(usage.ru_utime) + tv(usage.ru_stime), peak_rss_kib: usage.ru_maxrss }
+    Cost { wall, cpu: tv(usage.ru_utime) + tv(usage.ru_stime), peak_rss_kib: usage.ru_maxrss, code }
+}
+
+fn measure(cmd: &mut Command) -> Cost {
+    measure_with(cmd, &[0])
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -68,6 +77,48 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn runs() -> usize {
     std::env::var("CLINK_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1)
+}
+
+/// A goal a figure is held to.
+#[derive(Debug, Clone, Copy)]
+enum Goal {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+/// One line of the table.
+#[derive(Debug, Clone)]
+struct Figure {
+    bench: &'static str,
+    what: String,
+    value: f64,
+    unit: &'static str,
+    /// What the value is measured against, and that baseline's value.
+    baseline: Option<(String, f64)>,
+    goal: Option<Goal>,
+}
+
+impl Figure {
+    fn new(bench: &'static str, what: impl Into<String>, value: f64, unit: &'static str) -> Figure {
+        Figure { bench, what: what.into(), value, unit, baseline: None, goal: None }
+    }
+
+    fn against(mut self, baseline: impl Into<String>, value: f64) -> Figure {
+        self.baseline = Some((baseline.into(), value));
+        self
+    }
+
+    fn goal(mut self, goal: Goal) -> Figure {
+        self.goal = Some(goal);
+        self
+    }
+
+    fn met(&self) -> Option<bool> {
+        Some(match self.goal? {
+            Goal::AtMost(g) => self.value <= g,
+            Goal::AtLeast(g) => self.value >= g,
+        })
+    }
 }
 
 fn generate(dir: &Path, events: u64) -> PathBuf {
@@ -106,31 +157,89 @@ fn run_example(input: &Path, work: &Path, every: u64, extra: &[&str]) -> Cost {
     measure(&mut cmd)
 }
 
-fn throughput(scratch: &Path) {
+/// The plain program the engine is measured against: one thread, the same
+/// input parsed, the same 10 s window counts and sums fired by the same
+/// watermarks, no checkpoints, no threads, no evidence. Returns the rows.
+fn plain_windows(input: &Path) -> usize {
+    use std::collections::BTreeMap;
+    use std::io::BufRead;
+    let mut names: Vec<PathBuf> = std::fs::read_dir(input).expect("input").map(|e| e.expect("entry").path()).collect();
+    names.sort();
+    let mut windows: BTreeMap<(i64, String), (u64, i128)> = BTreeMap::new();
+    let mut rows = 0usize;
+    let fire = |windows: &mut BTreeMap<(i64, String), (u64, i128)>, w: i64, rows: &mut usize| {
+        while let Some(entry) = windows.first_entry() {
+            if entry.key().0 + 10_000 > w {
+                break;
+            }
+            let (count, cents) = entry.remove();
+            *rows += usize::from(count > 0 && cents != i128::MIN);
+        }
+    };
+    for path in names {
+        let file = std::io::BufReader::new(std::fs::File::open(&path).expect("segment"));
+        for line in file.lines() {
+            let line = line.expect("line");
+            let mut fields = line.split(',');
+            match fields.next() {
+                Some("E") => {
+                    let t: i64 = fields.next().and_then(|t| t.parse().ok()).expect("time");
+                    let account = fields.next().expect("account");
+                    let amount = fields.next().expect("amount");
+                    let (whole, frac) = amount.split_once('.').unwrap_or((amount, ""));
+                    let negative = whole.starts_with('-');
+                    let whole: i128 = whole.trim_start_matches('-').parse().expect("amount");
+                    let frac: i128 = format!("{frac:0<2}").parse().expect("amount");
+                    let cents = (whole * 100 + frac) * if negative { -1 } else { 1 };
+                    let start = t - t.rem_euclid(10_000);
+                    let w = windows.entry((start, account.to_string())).or_insert((0, 0));
+                    w.0 += 1;
+                    w.1 += cents;
+                }
+                Some("W") => {
+                    let w: i64 = fields.next().and_then(|t| t.parse().ok()).expect("watermark");
+                    fire(&mut windows, w, &mut rows);
+                }
+                _ => fire(&mut windows, i64::MAX, &mut rows),
+            }
+        }
+    }
+    rows
+}
+
+fn throughput(scratch: &Path, figures: &mut Vec<Figure>) {
     let events = 1_000_000u64;
     let input = generate(scratch, events);
-    let mut costs = Vec::new();
+    let (mut engine, mut plain) = (Vec::new(), Vec::new());
     for i in 0..runs() {
-        let cost = run_example(&input, &scratch.join(format!("throughput-{i}")), 10_000, &[]);
+        let cost = run_example(&input, &scratch.join("throughput"), 10_000, &[]);
+        let start = Instant::now();
+        let rows = plain_windows(&input);
+        plain.push(start.elapsed().as_secs_f64());
+        assert!(rows > 0);
         eprintln!(
-            "  run {i}: {:.2}s wall, {:.2}s cpu, {} KiB peak",
+            "  run {i}: engine {:.2}s wall {:.2}s cpu; plain program {:.2}s",
             cost.wall.as_secs_f64(),
             cost.cpu.as_secs_f64(),
-            cost.peak_rss_kib
+            plain[i]
         );
-        costs.push(cost);
+        engine.push(cost);
     }
-    let wall = median(costs.iter().map(|c| c.wall.as_secs_f64()).collect());
-    let cpu = median(costs.iter().map(|c| c.cpu.as_secs_f64()).collect());
-    let rss = median(costs.iter().map(|c| c.peak_rss_kib as f64).collect());
-    println!(
-        "throughput: {events} events, checkpoint every 10000 records: {:.0} events/s (median wall {wall:.2}s), cpu {cpu:.2}s, peak RSS {:.1} MiB",
-        events as f64 / wall,
-        rss / 1024.0
+    let wall = median(engine.iter().map(|c| c.wall.as_secs_f64()).collect());
+    let cpu = median(engine.iter().map(|c| c.cpu.as_secs_f64()).collect());
+    let plain = median(plain);
+    figures.push(
+        Figure::new("throughput", "example job, 1M events, events/s", events as f64 / wall, "ev/s")
+            .goal(Goal::AtLeast(1e6)),
+    );
+    figures.push(
+        Figure::new("throughput", "example job wall / plain program wall", wall / plain, "x")
+            .against(format!("plain single-threaded windows {plain:.2}s; engine {wall:.2}s, {cpu:.2}s cpu"), plain)
+            .goal(Goal::AtMost(3.0)),
     );
 }
 
-fn recorder(scratch: &Path) {
+fn recorder(scratch: &Path, figures: &mut Vec<Figure>) {
     let events = 200_000u64;
     let input = generate(scratch, events);
     let (mut off, mut on) = (Vec::new(), Vec::new());
@@ -140,51 +249,166 @@ fn recorder(scratch: &Path) {
         let _ = std::fs::remove_dir_all(&capture);
         let capture_arg = capture.to_string_lossy().into_owned();
         on.push(run_example(&input, &scratch.join("recorder-on"), 10_000, &["--capture-dir", &capture_arg]));
-        eprintln!(
-            "  pair {i}: off {:.3}s wall {:.3}s cpu, on {:.3}s wall {:.3}s cpu",
-            off[i].wall.as_secs_f64(),
-            off[i].cpu.as_secs_f64(),
-            on[i].wall.as_secs_f64(),
-            on[i].cpu.as_secs_f64()
-        );
+        eprintln!("  pair {i}: cpu off {:.3}s, on {:.3}s", off[i].cpu.as_secs_f64(), on[i].cpu.as_secs_f64());
     }
-    let med = |v: &[Cost], f: fn(&Cost) -> f64| median(v.iter().map(f).collect());
-    let (off_wall, on_wall) = (med(&off, |c| c.wall.as_secs_f64()), med(&on, |c| c.wall.as_secs_f64()));
-    let (off_cpu, on_cpu) = (med(&off, |c| c.cpu.as_secs_f64()), med(&on, |c| c.cpu.as_secs_f64()));
-    println!(
-        "recorder: {events} events: capture off {off_wall:.3}s wall {off_cpu:.3}s cpu; on {on_wall:.3}s wall {on_cpu:.3}s cpu; cost {:+.1}% cpu, {:+.1}% wall",
-        (on_cpu / off_cpu - 1.0) * 100.0,
-        (on_wall / off_wall - 1.0) * 100.0
+    let cpu = |costs: &[Cost]| median(costs.iter().map(|c| c.cpu.as_secs_f64()).collect());
+    let (off, on) = (cpu(&off), cpu(&on));
+    figures.push(
+        Figure::new("recorder", "200k events, cpu with capture / without", on / off, "x")
+            .against(format!("capture off {off:.3}s cpu"), off)
+            .goal(Goal::AtMost(1.05)),
     );
 }
 
-fn dir_size(dir: &Path) -> (u64, u64) {
-    let mut files = 0;
-    let mut bytes = 0;
+fn dir_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
         if path.is_dir() {
-            let (f, b) = dir_size(&path);
-            files += f;
-            bytes += b;
+            dir_files(&path, out);
         } else {
-            files += 1;
-            bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+            out.push(path);
         }
     }
-    (files, bytes)
 }
 
-fn gate(scratch: &Path) {
-    let input = generate(scratch, 24_000);
-    let work = scratch.join("gate");
-    let _ = std::fs::remove_dir_all(&work);
+fn bytes_of(dir: &Path) -> u64 {
+    let mut files = Vec::new();
+    dir_files(dir, &mut files);
+    files.iter().map(|f| f.metadata().map(|m| m.len()).unwrap_or(0)).sum()
+}
+
+/// The 1M-event run with capture on, its bundle, and what verifying it costs.
+fn capture_and_verify(scratch: &Path, figures: &mut Vec<Figure>) {
+    let events = 1_000_000u64;
+    let input = generate(scratch, events);
+    let work = scratch.join("capture");
+    let capture = work.join("capture");
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let (capture, traces, ha) = (work.join("capture"), work.join("traces"), work.join("ha"));
-    let extra = ["--capture-dir", &s(&capture), "--ha-dir", &s(&ha)];
-    let mut killed = Command::new(clink());
-    killed
-        .arg("run")
+    let run = run_example(
+        &input,
+        &work,
+        10_000,
+        &["--capture-dir", &s(&capture), "--capture-retain-epochs", "1000", "--retain-checkpoints", "1000"],
+    );
+    let (captured, input_bytes) = (bytes_of(&capture), bytes_of(&input));
+    figures.push(
+        Figure::new("capture", "1M events, bytes captured / input bytes", captured as f64 / input_bytes as f64, "x")
+            .against(
+                format!("input {:.1} MB, captures {:.1} MB", input_bytes as f64 / 1e6, captured as f64 / 1e6),
+                input_bytes as f64,
+            )
+            .goal(Goal::AtMost(2.0)),
+    );
+    let bundle = work.join("bundle");
+    let _ = std::fs::remove_dir_all(&bundle);
+    measure(
+        Command::new(clink())
+            .arg("incident-collect")
+            .arg("--checkpoint-dir")
+            .arg(work.join("ck"))
+            .arg("--capture-dir")
+            .arg(&capture)
+            .args(["--include-state", "--include-captures", "--commit-confirmation", "no", "--max-bytes", "4294967296"])
+            .args([
+                "--max-files",
+                "100000",
+                "--epochs",
+                &(1..=101).map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+                "--out",
+            ])
+            .arg(&bundle)
+            .stdout(std::process::Stdio::null()),
+    );
+    let mut verify = Vec::new();
+    for _ in 0..runs() {
+        verify.push(measure_with(
+            Command::new(clink())
+                .args(["incident-verify", "--profile", "replay"])
+                .arg(&bundle)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+            &[0, 3],
+        ));
+    }
+    let wall = median(verify.iter().map(|c| c.wall.as_secs_f64()).collect());
+    let rss = median(verify.iter().map(|c| c.peak_rss_kib as f64 / 1024.0).collect());
+    figures.push(
+        Figure::new("verify", "--profile replay over the 1M bundle, peak memory", rss, "MiB").goal(Goal::AtMost(128.0)),
+    );
+    figures.push(
+        Figure::new("verify", "--profile replay wall / the run's wall", wall / run.wall.as_secs_f64(), "x")
+            .against(
+                format!("the run {:.2}s; verify {wall:.2}s (exit {})", run.wall.as_secs_f64(), verify[0].code),
+                run.wall.as_secs_f64(),
+            )
+            .goal(Goal::AtMost(1.0)),
+    );
+    // bundle.artifacts at the disk's speed: the integrity profile hashes
+    // every file the manifest lists; sha256sum hashes the same files.
+    let mut files = Vec::new();
+    for dir in ["checkpoint", "capture", "traces", "job"] {
+        dir_files(&bundle.join(dir), &mut files);
+    }
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..runs() {
+        ours.push(
+            measure_with(
+                Command::new(clink())
+                    .args(["incident-verify", "--profile", "integrity"])
+                    .arg(&bundle)
+                    .stdout(std::process::Stdio::null()),
+                &[0, 3],
+            )
+            .wall
+            .as_secs_f64(),
+        );
+        theirs.push(
+            measure(Command::new("sha256sum").args(&files).stdout(std::process::Stdio::null())).wall.as_secs_f64(),
+        );
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    figures.push(
+        Figure::new("hashing", "--profile integrity wall / sha256sum wall", ours / theirs, "x")
+            .against(
+                format!("sha256sum over {} files, {:.1} MB: {theirs:.2}s", files.len(), bytes_of(&bundle) as f64 / 1e6),
+                theirs,
+            )
+            .goal(Goal::AtMost(1.5)),
+    );
+}
+
+fn tlc(scratch: &Path, figures: &mut Vec<Figure>) {
+    let tools = match clink_formal::locate(None, None) {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("  tlc: unavailable: {why}");
+            return;
+        }
+    };
+    let mut full = Vec::new();
+    for _ in 0..runs() {
+        full.push(
+            measure_with(
+                Command::new(clink())
+                    .args(["incident-verify", "--profile", "full"])
+                    .arg(workspace().join("fixtures/bundles/good"))
+                    .stdout(std::process::Stdio::null()),
+                &[0],
+            )
+            .wall
+            .as_secs_f64(),
+        );
+    }
+    figures.push(
+        Figure::new("tlc", "incident-verify --profile full, example bundle", median(full), "s").goal(Goal::AtMost(0.6)),
+    );
+    // A trace of about 10,000 events: a checkpoint every 60 records over 40,000.
+    let input = generate(scratch, 40_000);
+    let work = scratch.join("trace-10k");
+    let traces = work.join("traces");
+    let _ = std::fs::remove_dir_all(&work);
+    let mut cmd = Command::new(clink());
+    cmd.arg("run")
         .arg("--quiet")
         .arg("--job")
         .arg(workspace().join("fixtures/jobs/example/job.json"))
@@ -194,119 +418,35 @@ fn gate(scratch: &Path) {
         .arg(work.join("out"))
         .arg("--checkpoint-dir")
         .arg(work.join("ck"))
-        .args(["--checkpoint-every-records", "1000", "--retain-checkpoints", "100"])
-        .args(extra)
+        .args(["--checkpoint-every-records", "60"])
         .env("CLINK_PROTOCOL_TRACE_DIR", &traces)
-        .env("CLINK_FAULT", "sink.before_commit@2")
-        .stderr(std::process::Stdio::null());
-    assert!(!killed.status().expect("clink run").success());
-    killed.env_remove("CLINK_FAULT");
-    assert!(killed.status().expect("clink run").success());
-    let mut collect_times = Vec::new();
-    let mut bundle = PathBuf::new();
-    for i in 0..runs().max(5) {
-        bundle = work.join(format!("bundle-{i}"));
-        let cost = measure(
-            Command::new(clink())
-                .arg("incident-collect")
-                .arg("--checkpoint-dir")
-                .arg(work.join("ck"))
-                .arg("--capture-dir")
-                .arg(&capture)
-                .arg("--trace-dir")
-                .arg(&traces)
-                // A checkpoint mid-run, as the gate collects: its epochs are full.
-                .args([
-                    "--include-state",
-                    "--include-captures",
-                    "--commit-confirmation",
-                    "no",
-                    "--checkpoint",
-                    "12",
-                    "--out",
-                ])
-                .arg(&bundle)
-                .stdout(std::process::Stdio::null()),
-        );
-        collect_times.push(cost.wall.as_secs_f64());
-    }
-    let (files, bytes) = dir_size(&bundle);
-    println!(
-        "gate: collection {:.3}s (median of {}), bundle {:.2} MiB in {files} files",
-        median(collect_times.clone()),
-        collect_times.len(),
-        bytes as f64 / (1024.0 * 1024.0)
-    );
-    for profile in ["integrity", "consistency", "replay", "full"] {
-        let mut times = Vec::new();
-        for _ in 0..runs().max(5) {
-            let start = Instant::now();
-            let status = Command::new(clink())
-                .args(["incident-verify", "--profile", profile])
-                .arg(&bundle)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .expect("incident-verify");
-            assert!(matches!(status.code(), Some(0) | Some(3)), "verify {profile}: {status}");
-            times.push(start.elapsed().as_secs_f64());
-        }
-        println!("gate: verify --profile {profile}: {:.3}s (median of {})", median(times), runs().max(5));
-    }
-}
-
-fn formal(scratch: &Path) {
-    let tools = match clink_formal::locate(None, None) {
-        Ok(t) => t,
-        Err(why) => {
-            println!("formal: unavailable: {why}");
-            return;
-        }
-    };
-    let input = generate(scratch, 36_000);
-    for checkpoints in [3u64, 35, 180] {
-        let work = scratch.join(format!("formal-{checkpoints}"));
-        let _ = std::fs::remove_dir_all(&work);
-        let traces = work.join("traces");
-        let status = Command::new(clink())
-            .arg("run")
-            .arg("--quiet")
-            .arg("--job")
-            .arg(workspace().join("fixtures/jobs/example/job.json"))
-            .arg("--input-dir")
-            .arg(&input)
-            .arg("--output-dir")
-            .arg(work.join("out"))
-            .arg("--checkpoint-dir")
-            .arg(work.join("ck"))
-            .arg("--checkpoint-every-records")
-            .arg((36_000 / checkpoints).to_string())
-            .env("CLINK_PROTOCOL_TRACE_DIR", &traces)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("clink run");
-        assert!(status.success());
-        let mut times = Vec::new();
-        let mut events = 0;
-        for _ in 0..runs() {
-            let v = clink_formal::trace::validate_run(&tools, &traces, None).expect("validation runs");
-            assert!(matches!(v.verdict, clink_formal::trace::Verdict::Accepted { .. }), "{}", v.verdict);
-            events = v.events;
-            times.push(v.seconds);
-        }
-        println!("formal: trace of {events} events validated in {:.2}s (median of {})", median(times), runs());
-    }
-    for name in clink_formal::suite::configs(&tools.formal_dir.join("models")) {
-        std::env::set_var("CLINK_TLC_WORKERS", "2");
+        .stdout(std::process::Stdio::null());
+    measure(&mut cmd);
+    let mut times = Vec::new();
+    let mut events = 0;
+    for _ in 0..runs() {
         let start = Instant::now();
-        match clink_formal::suite::check_model(&tools, &name) {
-            Ok(outcome) => println!("formal: model {name}: {outcome} in {:.1}s", start.elapsed().as_secs_f64()),
-            Err(e) => println!("formal: model {name}: FAILED: {e}"),
-        }
+        let v = clink_formal::trace::validate_run(&tools, &traces, None).expect("validation runs");
+        assert!(matches!(v.verdict, clink_formal::trace::Verdict::Accepted { .. }), "{}", v.verdict);
+        events = v.events;
+        times.push(start.elapsed().as_secs_f64());
     }
+    figures.push(
+        Figure::new("tlc", format!("trace validation, {events} events, wall with the JVM"), median(times), "s")
+            .goal(Goal::AtMost(10.0)),
+    );
 }
 
-type Bench = fn(&Path);
+fn models(_scratch: &Path, figures: &mut Vec<Figure>) {
+    let Ok(tools) = clink_formal::locate(None, None) else {
+        return;
+    };
+    for name in clink_formal::suite::configs(&tools.formal_dir.join("models")) {
+        let start = Instant::now();
+        let outcome = clink_formal::suite::check_model(&tools, &name).map(|o| o.to_string()).unwrap_or_else(|e| e);
+        figures.push(Figure::new("models", format!("{name}: {outcome}"), start.elapsed().as_secs_f64(), "s"));
+    }
+}
 
 /// The services' env file, as `gates/services start` wrote it.
 fn services() -> Option<std::collections::BTreeMap<String, String>> {
@@ -317,24 +457,23 @@ fn services() -> Option<std::collections::BTreeMap<String, String>> {
     Some(text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
 }
 
-fn connectors(scratch: &Path) {
+fn connectors(scratch: &Path, figures: &mut Vec<Figure>) {
     use clink_connectors::clickhouse::{sql, Connection, Endpoint};
     let Some(env) = services() else {
-        println!("connectors: skipped: the services are not running (gates/services start)");
+        eprintln!("  connectors: skipped: the services are not running (gates/services start)");
         return;
     };
     let (bootstrap, clickhouse) = (&env["CLINK_KAFKA_BOOTSTRAP"], &env["CLINK_CLICKHOUSE_HTTP"]);
     let events = 200_000u64;
     let stamp = std::process::id();
     let topic = format!("bench-{stamp}");
-    let produced = Command::new(clink())
-        .args(["produce", "--seed", "1", "--accounts", "200", "--partitions", "3", "--topic", &topic])
-        .args(["--bootstrap", bootstrap, "--events"])
-        .arg(events.to_string())
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("clink produce runs");
-    assert!(produced.success());
+    let produced = measure(
+        Command::new(clink())
+            .args(["produce", "--seed", "1", "--accounts", "200", "--partitions", "3", "--topic", &topic])
+            .args(["--bootstrap", bootstrap, "--events"])
+            .arg(events.to_string())
+            .stdout(std::process::Stdio::null()),
+    );
     let ch = Connection::open(&Endpoint::parse(clickhouse).expect("address")).expect("client");
     for (name, fixture) in [("records", "fixtures/jobs/kafka-clickhouse"), ("windows", "fixtures/jobs/kafka-windows")] {
         let mut walls = Vec::new();
@@ -368,33 +507,87 @@ fn connectors(scratch: &Path) {
                     .args(["--kafka-bootstrap", bootstrap, "--clickhouse", clickhouse])
                     .stdout(std::process::Stdio::null()),
             );
-            eprintln!("  {name} run {i}: {:.2}s wall, {:.2}s cpu", cost.wall.as_secs_f64(), cost.cpu.as_secs_f64());
             walls.push(cost.wall.as_secs_f64());
             let _ = ch.execute("drop", &format!("DROP TABLE {}", sql::qualified("default", &table)));
         }
         let wall = median(walls);
-        println!(
-            "connectors: {name} job, {events} events from Kafka into ClickHouse: {:.0} events/s (median wall {wall:.2}s)",
-            events as f64 / wall
+        figures.push(
+            Figure::new(
+                "connectors",
+                format!("{name} job, Kafka into ClickHouse, 200k events, events/s"),
+                events as f64 / wall,
+                "ev/s",
+            )
+            .against(
+                format!("clink produce of the same events: {:.1}s", produced.wall.as_secs_f64()),
+                produced.wall.as_secs_f64(),
+            ),
         );
     }
 }
 
+type Bench = fn(&Path, &mut Vec<Figure>);
+
+fn print_table(figures: &[Figure]) {
+    println!("{:<11} {:<62} {:>14} {:>10}  against", "bench", "figure", "value", "goal");
+    for f in figures {
+        let value =
+            if f.unit == "ev/s" { format!("{:.0} {}", f.value, f.unit) } else { format!("{:.3} {}", f.value, f.unit) };
+        let goal = match (f.goal, f.met()) {
+            (Some(Goal::AtMost(g)), Some(met)) => format!("<= {g} {}", if met { "met" } else { "NOT" }),
+            (Some(Goal::AtLeast(g)), Some(met)) => format!(">= {g:.0} {}", if met { "met" } else { "NOT" }),
+            _ => String::new(),
+        };
+        let against = f.baseline.as_ref().map(|(b, _)| b.as_str()).unwrap_or("");
+        println!("{:<11} {:<62} {:>14} {:>10}  {}", f.bench, f.what, value, goal, against);
+    }
+}
+
 fn main() {
-    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let filter: Option<&String> = args.iter().find(|a| !a.starts_with('-'));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let benches: &[(&str, Bench)] = &[
-        ("throughput", throughput),
-        ("recorder", recorder),
-        ("gate", gate),
-        ("formal", formal),
-        ("connectors", connectors),
+    let benches: &[(&str, Bench, bool)] = &[
+        ("throughput", throughput, true),
+        ("recorder", recorder, true),
+        ("capture", capture_and_verify, true),
+        ("tlc", tlc, true),
+        ("connectors", connectors, true),
+        ("models", models, false),
     ];
-    for &(name, bench) in benches {
-        if filter.as_deref().is_none_or(|f| name.contains(f)) {
+    let mut figures = Vec::new();
+    let started = Instant::now();
+    for &(name, bench, by_default) in benches {
+        let chosen = match filter {
+            Some(f) => name.contains(f.as_str()),
+            None => by_default,
+        };
+        if chosen {
             eprintln!("bench {name}");
-            bench(&scratch);
+            bench(&scratch, &mut figures);
         }
+    }
+    if json {
+        let doc = json!({
+            "format": "clink-bench",
+            "version": 1,
+            "seconds": started.elapsed().as_secs_f64(),
+            "runs": runs(),
+            "figures": figures.iter().map(|f| json!({
+                "bench": f.bench,
+                "figure": f.what,
+                "value": f.value,
+                "unit": f.unit,
+                "baseline": f.baseline.as_ref().map(|(what, value)| json!({"what": what, "value": value})),
+                "goal": f.goal.map(|g| match g { Goal::AtMost(v) => json!({"at_most": v}), Goal::AtLeast(v) => json!({"at_least": v}) }),
+                "met": f.met(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{doc}");
+    } else {
+        print_table(&figures);
+        println!("({} runs per figure, {:.0} s in all)", runs(), started.elapsed().as_secs_f64());
     }
 }

@@ -1,5 +1,5 @@
-//! The capture format (`.cap`), version 2, and the records-only version 1 it
-//! still reads.
+//! The capture format (`.cap`), version 3, and versions 2 and 1 (records
+//! only) it still reads.
 //!
 //! A header (job, operator, subtask, epoch, the capture bound, whether the
 //! epoch was truncated, and the true counts) is followed by the stored events.
@@ -7,21 +7,47 @@
 //! clock ticks have their own budget of four times the bound. The reader
 //! tolerates a file cut short: it returns the events that decode whole and
 //! says the file was cut.
+//!
+//! Version 3 is compact: integers are zigzag varints, a timestamp, a
+//! watermark or a clock position is the difference from the previous one of
+//! its kind in the file, and a string seen before in the file is the index of
+//! its first appearance (up to [`DICTIONARY_LIMIT`] strings). Every event
+//! depends only on the events before it, so a cut file still reads up to the
+//! cut. Version 2 wrote each value in the canonical row encoding, whose fixed
+//! widths made captures six times the input they recorded.
 
 use thiserror::Error;
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::event::Event;
-use crate::value::{decode_row, encode_row};
+use crate::value::{decode_row, Decimal, Value, MAX_DECIMAL_SCALE, MAX_ROW_COLUMNS};
 
 pub const CAPTURE_MAGIC: &[u8; 8] = b"CLNKCAP\0";
-pub const CAPTURE_VERSION: u32 = 2;
+pub const CAPTURE_VERSION: u32 = 3;
+/// Every value in the canonical row encoding; still read.
+pub const CAPTURE_VERSION_CANONICAL: u32 = 2;
 /// The records-only format of older builds, still read.
 pub const CAPTURE_VERSION_RECORDS_ONLY: u32 = 1;
 
 const TAG_RECORD: u8 = 1;
 const TAG_WATERMARK: u8 = 2;
 const TAG_PROCESSING_TIME: u8 = 3;
+/// Version 3: a watermark from an idle input.
+const TAG_IDLE_WATERMARK: u8 = 4;
+
+/// Version 3 value tags.
+const V_NULL: u8 = 0;
+const V_FALSE: u8 = 1;
+const V_TRUE: u8 = 2;
+const V_INT: u8 = 3;
+const V_FLOAT: u8 = 4;
+const V_DECIMAL: u8 = 5;
+const V_STR_NEW: u8 = 6;
+const V_STR_SEEN: u8 = 7;
+const V_TIMESTAMP: u8 = 8;
+
+/// Strings a version 3 file numbers; past it, strings are written whole.
+pub const DICTIONARY_LIMIT: usize = 1 << 16;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureHeader {
@@ -60,6 +86,14 @@ impl Capture {
     }
 }
 
+impl CaptureHeader {
+    /// Whether the file holds watermarks and clock ticks as well as records
+    /// (every version but the first).
+    pub fn holds_control_events(&self) -> bool {
+        self.version != CAPTURE_VERSION_RECORDS_ONLY
+    }
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CaptureError {
     #[error("not a capture file (bad magic)")]
@@ -88,23 +122,194 @@ pub fn encode_header(h: &CaptureHeader) -> Vec<u8> {
     w.into_bytes()
 }
 
-/// Appends one event in the version 2 encoding.
-pub fn encode_event(w: &mut Writer, event: &Event) {
-    match event {
-        Event::Record(row) => {
-            w.u8(TAG_RECORD);
-            encode_row(w, row);
+/// What a version 3 writer remembers of the events before: the previous
+/// timestamp, watermark and clock position, and the strings it numbered.
+/// One per file: [`EventEncoder::reset`] starts the next.
+#[derive(Debug, Default)]
+pub struct EventEncoder {
+    /// FxHash: the dictionary is probed for every string of every record.
+    strings: rustc_hash::FxHashMap<String, u32>,
+    last: Deltas,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Deltas {
+    timestamp: i64,
+    watermark: i64,
+    clock: i64,
+}
+
+/// The difference a delta encodes, wrapping so any pair of i64 has one.
+fn delta(now: i64, before: &mut i64) -> i64 {
+    let d = now.wrapping_sub(*before);
+    *before = now;
+    d
+}
+
+impl EventEncoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets everything: the next event starts a new file.
+    pub fn reset(&mut self) {
+        self.strings.clear();
+        self.last = Deltas::default();
+    }
+
+    /// Appends one event in the version 3 encoding.
+    pub fn encode(&mut self, w: &mut Writer, event: &Event) {
+        match event {
+            Event::Record(row) => {
+                w.u8(TAG_RECORD).uvarint(row.len() as u128);
+                for value in row {
+                    self.value(w, value);
+                }
+            }
+            Event::Watermark { time, idle } => {
+                w.u8(if *idle { TAG_IDLE_WATERMARK } else { TAG_WATERMARK });
+                w.ivarint64(delta(*time, &mut self.last.watermark));
+            }
+            Event::ProcessingTime(now) => {
+                w.u8(TAG_PROCESSING_TIME).ivarint64(delta(*now, &mut self.last.clock));
+            }
         }
-        Event::Watermark { time, idle } => {
-            w.u8(TAG_WATERMARK).i64(*time).u8(u8::from(*idle));
-        }
-        Event::ProcessingTime(now) => {
-            w.u8(TAG_PROCESSING_TIME).i64(*now);
+    }
+
+    fn value(&mut self, w: &mut Writer, value: &Value) {
+        match value {
+            Value::Null => {
+                w.u8(V_NULL);
+            }
+            Value::Bool(false) => {
+                w.u8(V_FALSE);
+            }
+            Value::Bool(true) => {
+                w.u8(V_TRUE);
+            }
+            Value::Int(v) => {
+                w.u8(V_INT).ivarint64(*v);
+            }
+            Value::Float(f) => {
+                w.u8(V_FLOAT).f64(*f);
+            }
+            Value::Decimal(d) => {
+                w.u8(V_DECIMAL).u8(d.scale).ivarint(d.unscaled);
+            }
+            Value::Timestamp(t) => {
+                w.u8(V_TIMESTAMP).ivarint64(delta(*t, &mut self.last.timestamp));
+            }
+            Value::Str(s) => match self.strings.get(s.as_str()) {
+                Some(&index) => {
+                    w.u8(V_STR_SEEN).uvarint(u128::from(index));
+                }
+                None => {
+                    w.u8(V_STR_NEW).uvarint(s.len() as u128).raw(s.as_bytes());
+                    if self.strings.len() < DICTIONARY_LIMIT {
+                        self.strings.insert(s.clone(), self.strings.len() as u32);
+                    }
+                }
+            },
         }
     }
 }
 
-fn decode_event(r: &mut Reader<'_>, version: u32) -> Result<Event, DecodeError> {
+/// A version 3 reader's memory, the mirror of [`EventEncoder`].
+#[derive(Debug, Default)]
+struct EventDecoder {
+    strings: Vec<String>,
+    last: Deltas,
+}
+
+impl EventDecoder {
+    fn event(&mut self, r: &mut Reader<'_>) -> Result<Event, DecodeError> {
+        match r.u8()? {
+            TAG_RECORD => {
+                let n = r.uvarint(32)? as usize;
+                if n > MAX_ROW_COLUMNS {
+                    return Err(r.invalid("row", format!("{n} columns, more than {MAX_ROW_COLUMNS}")));
+                }
+                let mut row = Vec::with_capacity(n.min(r.remaining()));
+                for _ in 0..n {
+                    row.push(self.value(r)?);
+                }
+                Ok(Event::Record(row))
+            }
+            tag @ (TAG_WATERMARK | TAG_IDLE_WATERMARK) => {
+                let time = undelta(r, &mut self.last.watermark)?;
+                Ok(Event::Watermark { time, idle: tag == TAG_IDLE_WATERMARK })
+            }
+            TAG_PROCESSING_TIME => Ok(Event::ProcessingTime(undelta(r, &mut self.last.clock)?)),
+            tag => Err(r.invalid("event tag", format!("unknown tag {tag}"))),
+        }
+    }
+
+    fn value(&mut self, r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+        Ok(match r.u8()? {
+            V_NULL => Value::Null,
+            V_FALSE => Value::Bool(false),
+            V_TRUE => Value::Bool(true),
+            V_INT => {
+                let v = r.ivarint(64)?;
+                Value::Int(i64::try_from(v).map_err(|_| r.invalid("int", format!("{v} is out of range")))?)
+            }
+            V_FLOAT => Value::Float(r.f64()?),
+            V_DECIMAL => {
+                let scale = r.u8()?;
+                if scale > MAX_DECIMAL_SCALE {
+                    return Err(r.invalid("decimal scale", format!("{scale}")));
+                }
+                Value::Decimal(Decimal::new(r.ivarint(128)?, scale))
+            }
+            V_TIMESTAMP => Value::Timestamp(undelta(r, &mut self.last.timestamp)?),
+            V_STR_NEW => {
+                let len = r.varint_len()?;
+                let at = r.offset();
+                let text = std::str::from_utf8(r.take(len)?)
+                    .map_err(|e| r.invalid("UTF-8 string", format!("at {at}: {e}")))?
+                    .to_string();
+                if self.strings.len() < DICTIONARY_LIMIT {
+                    self.strings.push(text.clone());
+                }
+                Value::Str(text)
+            }
+            V_STR_SEEN => {
+                let index = r.uvarint(32)? as usize;
+                let text = self.strings.get(index).ok_or_else(|| {
+                    r.invalid("string index", format!("{index}: only {} strings seen", self.strings.len()))
+                })?;
+                Value::Str(text.clone())
+            }
+            tag => return Err(r.invalid("value tag", format!("unknown tag {tag}"))),
+        })
+    }
+}
+
+fn undelta(r: &mut Reader<'_>, before: &mut i64) -> Result<i64, DecodeError> {
+    let d = r.ivarint(64)?;
+    let d = i64::try_from(d).map_err(|_| r.invalid("delta", format!("{d} is out of range")))?;
+    *before = before.wrapping_add(d);
+    Ok(*before)
+}
+
+/// A whole capture file: the header (its version set to this build's) and
+/// the events in the version 3 encoding.
+pub fn encode_capture(header: &CaptureHeader, events: &[Event]) -> Vec<u8> {
+    let mut header = header.clone();
+    header.version = CAPTURE_VERSION;
+    header.stored_events = events.len() as u64;
+    let mut bytes = encode_header(&header);
+    let mut w = Writer::new();
+    let mut encoder = EventEncoder::new();
+    for e in events {
+        encoder.encode(&mut w, e);
+    }
+    bytes.extend(w.into_bytes());
+    bytes
+}
+
+/// Decodes one event of a version 1 or 2 file.
+fn decode_event_v2(r: &mut Reader<'_>, version: u32) -> Result<Event, DecodeError> {
     if version == CAPTURE_VERSION_RECORDS_ONLY {
         return decode_row(r).map(Event::Record);
     }
@@ -133,7 +338,7 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
     }
     let version = r.u32().map_err(CaptureError::Header)?;
     match version {
-        CAPTURE_VERSION | CAPTURE_VERSION_RECORDS_ONLY => {}
+        CAPTURE_VERSION | CAPTURE_VERSION_CANONICAL | CAPTURE_VERSION_RECORDS_ONLY => {}
         v if v > CAPTURE_VERSION => return Err(CaptureError::NewerVersion(v)),
         v => return Err(CaptureError::UnknownVersion(v)),
     }
@@ -154,8 +359,10 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
     .map_err(CaptureError::Header)?;
     let mut events = Vec::new();
     let mut cut_short = false;
+    let mut decoder = EventDecoder::default();
     while (events.len() as u64) < header.stored_events {
-        match decode_event(&mut r, version) {
+        let event = if version == CAPTURE_VERSION { decoder.event(&mut r) } else { decode_event_v2(&mut r, version) };
+        match event {
             Ok(event) => events.push(event),
             Err(_) => {
                 cut_short = true;
@@ -173,21 +380,35 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::value::Value;
+    use crate::value::encode_row;
     use proptest::prelude::*;
 
-    fn sample(version: u32) -> (CaptureHeader, Vec<Event>) {
-        let events = if version == CAPTURE_VERSION {
-            vec![
-                Event::Record(vec![Value::Int(1)]),
-                Event::Watermark { time: 5, idle: false },
-                Event::ProcessingTime(99),
-                Event::Record(vec![Value::Str("x".into())]),
-            ]
-        } else {
-            vec![Event::Record(vec![Value::Int(1)]), Event::Record(vec![Value::Int(2)])]
-        };
-        let header = CaptureHeader {
+    fn events(version: u32) -> Vec<Event> {
+        let rich = vec![
+            Event::Record(vec![Value::Int(1), Value::Timestamp(1_700_000_000_000), Value::Str("acct-001".into())]),
+            Event::Watermark { time: 5, idle: false },
+            Event::ProcessingTime(99),
+            Event::Record(vec![
+                Value::Str("acct-001".into()),
+                Value::Timestamp(1_699_999_999_000),
+                Value::Decimal(Decimal::new(-1234, 2)),
+                Value::Null,
+                Value::Bool(true),
+                Value::Float(-0.0),
+            ]),
+            Event::Watermark { time: crate::timers::NO_WATERMARK, idle: true },
+            Event::Record(vec![Value::Int(i64::MIN), Value::Timestamp(i64::MAX), Value::Str(String::new())]),
+        ];
+        match version {
+            CAPTURE_VERSION_RECORDS_ONLY => {
+                vec![Event::Record(vec![Value::Int(1)]), Event::Record(vec![Value::Int(2)])]
+            }
+            _ => rich,
+        }
+    }
+
+    fn header(version: u32, events: &[Event]) -> CaptureHeader {
+        CaptureHeader {
             version,
             job: 1,
             operator: 3,
@@ -196,21 +417,41 @@ mod tests {
             bound: 100,
             truncated: false,
             true_events: events.len() as u64,
-            true_records: 2,
+            true_records: events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64,
             stored_events: events.len() as u64,
-        };
-        (header, events)
+        }
+    }
+
+    /// The version 2 writer older builds had, kept to prove their files still read.
+    fn encode_v2(w: &mut Writer, event: &Event) {
+        match event {
+            Event::Record(row) => {
+                w.u8(TAG_RECORD);
+                encode_row(w, row);
+            }
+            Event::Watermark { time, idle } => {
+                w.u8(TAG_WATERMARK).i64(*time).u8(u8::from(*idle));
+            }
+            Event::ProcessingTime(now) => {
+                w.u8(TAG_PROCESSING_TIME).i64(*now);
+            }
+        }
     }
 
     fn encode(version: u32) -> Vec<u8> {
-        let (header, events) = sample(version);
-        let mut bytes = encode_header(&header);
+        let events = events(version);
+        if version == CAPTURE_VERSION {
+            return encode_capture(&header(version, &events), &events);
+        }
+        let mut bytes = encode_header(&header(version, &events));
         let mut w = Writer::new();
         for e in &events {
-            if version == CAPTURE_VERSION {
-                encode_event(&mut w, e);
-            } else if let Event::Record(row) = e {
-                encode_row(&mut w, row);
+            match (version, e) {
+                (CAPTURE_VERSION_CANONICAL, e) => encode_v2(&mut w, e),
+                (_, Event::Record(row)) => {
+                    encode_row(&mut w, row);
+                }
+                _ => {}
             }
         }
         bytes.extend(w.into_bytes());
@@ -218,40 +459,100 @@ mod tests {
     }
 
     #[test]
-    fn both_versions_read_back() {
-        for version in [CAPTURE_VERSION, CAPTURE_VERSION_RECORDS_ONLY] {
+    fn every_version_reads_back() {
+        for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY] {
             let capture = read_capture(&encode(version)).unwrap();
-            let (header, events) = sample(version);
-            assert_eq!(capture.header, header);
-            assert_eq!(capture.events, events);
+            let events = events(version);
+            assert_eq!(capture.header, header(version, &events), "version {version}");
+            assert_eq!(capture.events, events, "version {version}");
             assert!(capture.is_whole());
         }
     }
 
     #[test]
+    fn version_three_is_a_fraction_of_version_two() {
+        let row = |i: i64| {
+            Event::Record(vec![
+                Value::Timestamp(1_700_000_000_000 + i * 200),
+                Value::Str(format!("acct-{:03}", i % 12)),
+                Value::Decimal(Decimal::new(i128::from(i * 37 % 100_000), 2)),
+            ])
+        };
+        let events: Vec<Event> = (0..1000).map(row).collect();
+        let v3 = encode_capture(&header(CAPTURE_VERSION, &events), &events).len();
+        let mut w = Writer::new();
+        events.iter().for_each(|e| encode_v2(&mut w, e));
+        let v2 = w.len();
+        assert!(v3 * 3 < v2, "version 3 took {v3} bytes, version 2 {v2}");
+        assert!(v3 < 1000 * 12, "{v3} bytes for 1000 (time, account, amount) rows");
+    }
+
+    #[test]
     fn a_cut_file_keeps_its_whole_prefix_and_says_so() {
-        let bytes = encode(CAPTURE_VERSION);
-        let header_len = encode_header(&sample(CAPTURE_VERSION).0).len();
-        let capture = read_capture(&bytes[..bytes.len() - 3]).unwrap();
-        assert!(capture.cut_short);
-        assert_eq!(capture.events.len(), 3);
-        assert!(read_capture(&bytes[..header_len - 1]).is_err(), "a cut header is an error");
+        for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL] {
+            let bytes = encode(version);
+            let header_len = encode_header(&header(version, &events(version))).len();
+            let capture = read_capture(&bytes[..bytes.len() - 3]).unwrap();
+            assert!(capture.cut_short);
+            assert_eq!(capture.events.len(), events(version).len() - 1, "version {version}");
+            assert_eq!(capture.events[..], events(version)[..events(version).len() - 1]);
+            assert!(read_capture(&bytes[..header_len - 1]).is_err(), "a cut header is an error");
+        }
+    }
+
+    #[test]
+    fn hostile_version_three_values_are_refused() {
+        let (h, mut body) = (header(CAPTURE_VERSION, &[Event::ProcessingTime(0)]), Writer::new());
+        // A reference to a string never seen, then a row claiming 2^31 columns.
+        body.u8(TAG_RECORD).uvarint(1).u8(V_STR_SEEN).uvarint(0);
+        let mut bytes = encode_header(&h);
+        bytes.extend(body.into_bytes());
+        assert!(read_capture(&bytes).unwrap().cut_short);
+        let mut body = Writer::new();
+        body.u8(TAG_RECORD).uvarint(1 << 31);
+        let mut bytes = encode_header(&h);
+        bytes.extend(body.into_bytes());
+        assert!(read_capture(&bytes).unwrap().cut_short);
     }
 
     #[test]
     fn newer_versions_are_refused() {
         let mut bytes = encode(CAPTURE_VERSION);
-        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
-        assert_eq!(read_capture(&bytes), Err(CaptureError::NewerVersion(3)));
+        bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(read_capture(&bytes), Err(CaptureError::NewerVersion(4)));
     }
 
     proptest! {
         #[test]
-        fn any_truncation_or_corruption_never_panics(cut in 0usize..200, flip in 0usize..200, bit in 0u8..8) {
-            let mut bytes = encode(CAPTURE_VERSION);
-            if flip < bytes.len() { bytes[flip] ^= 1 << bit; }
-            let cut = cut.min(bytes.len());
-            let _ = read_capture(&bytes[..cut]);
+        fn any_truncation_or_corruption_never_panics(cut in 0usize..400, flip in 0usize..400, bit in 0u8..8) {
+            for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL] {
+                let mut bytes = encode(version);
+                if flip < bytes.len() { bytes[flip] ^= 1 << bit; }
+                let cut = cut.min(bytes.len());
+                let _ = read_capture(&bytes[..cut]);
+            }
+        }
+
+        #[test]
+        fn any_events_round_trip_through_version_three(
+            items in proptest::collection::vec((any::<i64>(), any::<i64>(), "[a-c]{0,3}", any::<i64>(), 0u8..4, any::<bool>()), 0..40)
+        ) {
+            let events: Vec<Event> = items
+                .iter()
+                .map(|(a, t, s, d, kind, idle)| match kind {
+                    0 => Event::Watermark { time: *t, idle: *idle },
+                    1 => Event::ProcessingTime(*t),
+                    _ => Event::Record(vec![
+                        Value::Int(*a),
+                        Value::Timestamp(*t),
+                        Value::Str(s.clone()),
+                        Value::Decimal(Decimal::new(i128::from(*d) * 1_000_000_007, 4)),
+                    ]),
+                })
+                .collect();
+            let capture = read_capture(&encode_capture(&header(CAPTURE_VERSION, &events), &events)).unwrap();
+            prop_assert!(capture.is_whole());
+            prop_assert_eq!(capture.events, events);
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::checkpoint::durable::temp_name;
 use crate::codec::Writer;
 use crate::event::Event;
 
-use super::format::{encode_event, encode_header, CaptureHeader, CAPTURE_VERSION};
+use super::format::{encode_header, CaptureHeader, EventEncoder, CAPTURE_VERSION};
 use super::{epoch_file_name, sink_evidence_name, OpSpecFile, SinkEvidence, OP_SPEC_NAME};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,7 @@ pub struct EpochRecorder {
     bound: u64,
     retain_epochs: u64,
     buf: Writer,
+    encoder: EventEncoder,
     stored_events: u64,
     stored_records: u64,
     stored_control: u64,
@@ -70,6 +71,7 @@ impl EpochRecorder {
             bound,
             retain_epochs: retain_epochs.max(1),
             buf: Writer::new(),
+            encoder: EventEncoder::new(),
             stored_events: 0,
             stored_records: 0,
             stored_control: 0,
@@ -101,7 +103,7 @@ impl EpochRecorder {
             }
         };
         if keep {
-            encode_event(&mut self.buf, event);
+            self.encoder.encode(&mut self.buf, event);
             self.stored_events += 1;
         } else {
             self.truncated = true;
@@ -123,6 +125,7 @@ impl EpochRecorder {
             stored_events: self.stored_events,
         };
         let body = std::mem::take(&mut self.buf).into_bytes();
+        self.encoder.reset();
         let mut bytes = encode_header(&header);
         bytes.extend_from_slice(&body);
         let file = epoch_file_name(epoch);

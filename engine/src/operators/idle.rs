@@ -23,7 +23,7 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{ColumnType, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed};
 use super::window::{column, key_columns, typed_column};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
@@ -87,11 +87,19 @@ pub struct IdleDetector {
     /// With text timer keys: each key's text to its canonical bytes (derived
     /// from `last_seen`, never snapshotted).
     text_keys: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// A record's key bytes, reused from record to record.
+    scratch: Vec<u8>,
 }
 
 impl IdleDetector {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, last_seen: BTreeMap::new(), idle_count: BTreeMap::new(), text_keys: BTreeMap::new() }
+        Self {
+            plan,
+            last_seen: BTreeMap::new(),
+            idle_count: BTreeMap::new(),
+            text_keys: BTreeMap::new(),
+            scratch: Vec::new(),
+        }
     }
 
     /// The key a timer of this operator carries for a key's canonical bytes.
@@ -125,14 +133,24 @@ impl Transform for IdleDetector {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
-        let key = key_bytes(&row, &self.plan.key);
+        let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
         let time = *time;
-        let seen = self.last_seen.entry(key.clone()).or_insert(i64::MIN);
+        let seen = match self.last_seen.get_mut(key.as_slice()) {
+            Some(seen) => seen,
+            None => self.last_seen.entry(key.clone()).or_insert(i64::MIN),
+        };
         if time > *seen {
             *seen = time;
-            let key = self.timer_key(&key)?;
-            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key, namespace: 0 });
+            let timer_key = match self.timer_key(&key) {
+                Ok(timer_key) => timer_key,
+                Err(e) => {
+                    self.scratch = key;
+                    return Err(e);
+                }
+            };
+            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key: timer_key, namespace: 0 });
         }
+        self.scratch = key;
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{DecodeError, Reader, Writer};
-pub use crate::keys::{key_bytes, key_of_values, key_values};
+pub use crate::keys::{key_bytes, key_bytes_into, key_of_values, key_values};
 
 use super::OperatorError;
 

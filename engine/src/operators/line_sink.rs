@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use crate::checkpoint::durable::create_dir_durably;
 use crate::checkpoint::StateSlots;
-use crate::value::{render_line, Row};
+use crate::value::{render_line_into, Row};
 
 use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
 
@@ -47,7 +47,7 @@ impl Sink for LineFileSink {
     }
 
     fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
-        self.pending.extend_from_slice(render_line(row).as_bytes());
+        render_line_into(&mut self.pending, row);
         self.pending.push(b'\n');
         if self.pending.len() >= 64 * 1024 {
             self.flush()?;

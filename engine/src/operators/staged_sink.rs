@@ -22,7 +22,7 @@ use crate::codec::{Reader, Writer};
 #[cfg(any(test, feature = "defects"))]
 use crate::defects::Defect;
 use crate::defects::Defects;
-use crate::value::{render_line, Row};
+use crate::value::{render_line_into, Row};
 
 use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
 
@@ -207,7 +207,7 @@ impl Sink for StagedFileSink {
     }
 
     fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
-        self.interval.extend_from_slice(render_line(row).as_bytes());
+        render_line_into(&mut self.interval, row);
         self.interval.push(b'\n');
         self.interval_rows += 1;
         Ok(())

@@ -16,7 +16,7 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{decode_value, encode_value, Column, ColumnType, Decimal, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes, key_values, put_keyed};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "tumbling_window";
@@ -105,11 +105,13 @@ struct Accumulator {
 pub struct TumblingWindow {
     plan: Plan,
     windows: BTreeMap<Vec<u8>, BTreeMap<i64, Accumulator>>,
+    /// A record's key bytes, reused from record to record.
+    scratch: Vec<u8>,
 }
 
 impl TumblingWindow {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, windows: BTreeMap::new() }
+        Self { plan, windows: BTreeMap::new(), scratch: Vec::new() }
     }
 
     fn zero(&self) -> Value {
@@ -154,14 +156,21 @@ impl Transform for TumblingWindow {
             // Late: the window has fired already.
             return Ok(());
         }
-        let key = key_bytes(&row, &self.plan.key);
-        let value = row.get(self.plan.value).cloned().unwrap_or(Value::Null);
-        let zero = self.zero();
-        let acc =
-            self.windows.entry(key.clone()).or_default().entry(start).or_insert(Accumulator { count: 0, sum: zero });
-        acc.count += 1;
-        acc.sum = add(&acc.sum, &value)?;
-        cx.timers.register_event_time(Timer { time: end, key, namespace: start });
+        let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
+        let value = row.get(self.plan.value).unwrap_or(&Value::Null);
+        // The timer of a window is registered when its accumulator is made;
+        // it stays registered until it fires (the timer set is snapshotted).
+        let existing = self.windows.get_mut(key.as_slice()).and_then(|per_key| per_key.get_mut(&start));
+        if let Some(acc) = existing {
+            acc.count += 1;
+            acc.sum = add(&acc.sum, value)?;
+            self.scratch = key;
+            return Ok(());
+        }
+        let acc = Accumulator { count: 1, sum: add(&self.zero(), value)? };
+        self.windows.entry(key.clone()).or_default().insert(start, acc);
+        cx.timers.register_event_time(Timer { time: end, key: key.clone(), namespace: start });
+        self.scratch = key;
         Ok(())
     }
 

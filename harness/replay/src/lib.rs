@@ -31,7 +31,7 @@ pub mod regression;
 use std::path::{Path, PathBuf};
 
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
-use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile, CAPTURE_VERSION};
+use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile};
 use clink_engine::checkpoint::backend::verify_snapshot;
 use clink_engine::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, StateSlots, GENERATION};
 use clink_engine::job::PlannedOperator;
@@ -226,7 +226,7 @@ pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
             header.stored_events
         ));
     }
-    if header.version < CAPTURE_VERSION {
+    if !header.holds_control_events() {
         notes.push(format!(
             "capture version {} holds records only: watermarks and timer fires are not replayed",
             header.version

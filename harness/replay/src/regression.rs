@@ -138,17 +138,7 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
 /// The capture as the bundle holds it: re-encoded from the events that were
 /// read, so the bundle holds exactly what its replay used.
 fn capture_bytes(evidence: &EpochEvidence) -> Result<Vec<u8>, ReplayError> {
-    use clink_engine::capture::format::{encode_event, encode_header};
-    let mut header = evidence.capture.header.clone();
-    header.version = clink_engine::capture::CAPTURE_VERSION;
-    header.stored_events = evidence.capture.events.len() as u64;
-    let mut bytes = encode_header(&header);
-    let mut w = clink_engine::codec::Writer::new();
-    for e in &evidence.capture.events {
-        encode_event(&mut w, e);
-    }
-    bytes.extend(w.into_bytes());
-    Ok(bytes)
+    Ok(clink_engine::capture::format::encode_capture(&evidence.capture.header, &evidence.capture.events))
 }
 
 /// Why a bundle did not pass.

@@ -19,7 +19,6 @@ use clink_bundle::graph::{GraphProblem, KnownGraph};
 use clink_bundle::manifest::capture_path;
 use clink_bundle::paths::resolve;
 use clink_bundle::{Bundle, EpochEntry};
-use clink_engine::capture::CAPTURE_VERSION;
 use clink_engine::event::Event;
 use clink_engine::routing::Route;
 use clink_engine::value::{row_bytes, value_from_json, Row};
@@ -205,7 +204,7 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Ep
             return EpochResult { at, determinism: status.clone(), recorded: status, rows: None, output_schema: None }
         }
     };
-    let whole = evidence.capture.is_whole() && evidence.capture.header.version == CAPTURE_VERSION;
+    let whole = evidence.capture.is_whole() && evidence.capture.header.holds_control_events();
     let partial_why = if evidence.capture.header.truncated {
         Some(format!(
             "the capture is truncated at its bound ({} records of {})",
@@ -213,7 +212,7 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Ep
         ))
     } else if evidence.capture.cut_short {
         Some("the capture file holds fewer events than its header counts (cut short)".to_string())
-    } else if evidence.capture.header.version != CAPTURE_VERSION {
+    } else if !evidence.capture.header.holds_control_events() {
         Some("a version 1 capture holds records only".to_string())
     } else {
         None
