@@ -38,6 +38,13 @@ enum Command {
     IncidentVerify(commands::incident_verify::IncidentVerifyArgs),
     IncidentRegress(commands::incident_regress::IncidentRegressArgs),
     TraceValidate(commands::trace_validate::TraceValidateArgs),
+    Savepoint(commands::job_requests::SavepointArgs),
+    Stop(commands::job_requests::StopArgs),
+    Checkpoint(commands::checkpoint::CheckpointArgs),
+    StateCat(commands::state::StateCatArgs),
+    StateDiff(commands::state::StateDiffArgs),
+    CheckSavepoint(commands::state::CheckSavepointArgs),
+    Capabilities(commands::capabilities::CapabilitiesArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +70,13 @@ fn main() -> ExitCode {
         Command::IncidentVerify(args) => commands::incident_verify::main(args),
         Command::IncidentRegress(args) => commands::incident_regress::main(args),
         Command::TraceValidate(args) => commands::trace_validate::main(args),
+        Command::Savepoint(args) => commands::job_requests::savepoint(args),
+        Command::Stop(args) => commands::job_requests::stop(args),
+        Command::Checkpoint(args) => commands::checkpoint::main(args),
+        Command::StateCat(args) => commands::state::cat(args),
+        Command::StateDiff(args) => commands::state::diff(args),
+        Command::CheckSavepoint(args) => commands::state::check_savepoint(args),
+        Command::Capabilities(args) => commands::capabilities::main(args),
     };
     exit.into()
 }

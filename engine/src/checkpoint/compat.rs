@@ -154,10 +154,12 @@ pub fn checkpoint_operators(
         let bytes = read_graph(layout, graph)?;
         let invalid = |reason: String| CompatError::GraphInvalid { checkpoint, reason };
         let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
-        let operators = doc.get("operators").and_then(|o| o.as_array()).ok_or_else(|| invalid("no operators".into()))?;
+        let operators =
+            doc.get("operators").and_then(|o| o.as_array()).ok_or_else(|| invalid("no operators".into()))?;
         for op in operators {
             let field = |name: &str| op.get(name).and_then(|v| v.as_str());
-            let id = field("id").and_then(parse_decimal_u64).ok_or_else(|| invalid("an operator without an id".into()))?;
+            let id =
+                field("id").and_then(parse_decimal_u64).ok_or_else(|| invalid("an operator without an id".into()))?;
             named.insert(OperatorId(id), (field("uid").map(str::to_string), field("type").map(str::to_string)));
         }
     }
@@ -172,13 +174,8 @@ pub fn checkpoint_operators(
         };
         let snapshot = backend.read(marker.generation, participant, checkpoint)?;
         let (uid, type_name) = named.get(&id).cloned().unwrap_or((None, None));
-        let entry = operators.entry(id).or_insert(CheckpointOperator {
-            id,
-            uid,
-            type_name,
-            subtasks: 0,
-            holds_state: false,
-        });
+        let entry =
+            operators.entry(id).or_insert(CheckpointOperator { id, uid, type_name, subtasks: 0, holds_state: false });
         entry.subtasks += 1;
         entry.holds_state |= slots_hold_state(&snapshot.slots);
     }
@@ -204,7 +201,9 @@ pub fn map_state(
             Some(c) if op.uid.as_ref().is_some_and(|uid| *uid != c.spec.uid) => {
                 Some(Unmapped::UidChanged { now: c.spec.uid.clone() })
             }
-            Some(c) if c.spec.parallelism != op.subtasks => Some(Unmapped::ParallelismChanged { now: c.spec.parallelism }),
+            Some(c) if c.spec.parallelism != op.subtasks => {
+                Some(Unmapped::ParallelismChanged { now: c.spec.parallelism })
+            }
             Some(_) => None,
         };
         match why {
@@ -277,7 +276,10 @@ mod tests {
         let (_dir, layout) = checkpoint_of(EXAMPLE);
         let changed = parse_job(&EXAMPLE.replace("\"uid\": \"windows\"", "\"uid\": \"windows-v2\"")).unwrap();
         let err = map_state(&layout, 1, &changed, false).unwrap_err().to_string();
-        assert!(err.contains("operator 3 (uid \"windows\", tumbling_window)") && err.contains("\"windows-v2\""), "{err}");
+        assert!(
+            err.contains("operator 3 (uid \"windows\", tumbling_window)") && err.contains("\"windows-v2\""),
+            "{err}"
+        );
         let map = map_state(&layout, 1, &changed, true).unwrap();
         assert_eq!(map.dropped.len(), 1);
         assert!(map.starts_empty("op-3-0") && map.starts_empty("op-3-1") && !map.starts_empty("op-4-0"));
@@ -305,7 +307,10 @@ mod tests {
         let (_dir, layout) = checkpoint_of(EXAMPLE);
         let text = EXAMPLE
             .replace("\"size_ms\": 10000}, \"parallelism\": 2", "\"size_ms\": 10000}, \"parallelism\": 3")
-            .replace("\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 2", "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 3");
+            .replace(
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 2",
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 3",
+            );
         let rescaled = parse_job(&text).unwrap();
         assert_eq!(rescaled.operator(OperatorId(3)).unwrap().spec.parallelism, 3);
         let err = map_state(&layout, 1, &rescaled, true).unwrap_err().to_string();

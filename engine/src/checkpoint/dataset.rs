@@ -143,9 +143,10 @@ pub fn resolve(layout: &CheckpointLayout, which: Which) -> Result<u64, DatasetEr
     let completed = list_completed(layout)?;
     let missing = |what: String| DatasetError::Invalid { path: layout.jobs_dir(), reason: what };
     match which {
-        Which::Latest => {
-            completed.last().copied().ok_or_else(|| missing(format!("job {} has no completed checkpoint", layout.job())))
-        }
+        Which::Latest => completed
+            .last()
+            .copied()
+            .ok_or_else(|| missing(format!("job {} has no completed checkpoint", layout.job()))),
         Which::Id(id) if completed.contains(&id) => Ok(id),
         Which::Id(id) => Err(missing(format!(
             "checkpoint {id} of job {} has no COMPLETED marker (completed: {completed:?})",
@@ -216,10 +217,7 @@ pub fn export(
             let snap_path = layout.snapshot(marker.generation, participant, checkpoint);
             let snap = clink_basics::files::read_bounded(&snap_path, MAX_FILE_BYTES).map_err(io_error(&snap_path))?;
             if sha256_hex(&snap) != verified.meta.sha256 {
-                return Err(DatasetError::Invalid {
-                    path: snap_path,
-                    reason: "changed while it was exported".into(),
-                });
+                return Err(DatasetError::Invalid { path: snap_path, reason: "changed while it was exported".into() });
             }
             let meta_path = layout.snapshot_meta(marker.generation, participant, checkpoint);
             let meta = clink_basics::files::read_bounded(&meta_path, MAX_FILE_BYTES).map_err(io_error(&meta_path))?;
@@ -341,10 +339,7 @@ pub fn verify(dir: &Path, expected_digest: Option<&str>) -> Result<Dataset, Data
     let invalid = |path: &Path, reason: String| DatasetError::Invalid { path: path.to_path_buf(), reason };
     if let Some(expected) = expected_digest {
         if dataset.digest != expected {
-            return Err(invalid(
-                &index_path,
-                format!("SHA-256 {}, the digest given is {expected}", dataset.digest),
-            ));
+            return Err(invalid(&index_path, format!("SHA-256 {}, the digest given is {expected}", dataset.digest)));
         }
     }
     let index = &dataset.index;

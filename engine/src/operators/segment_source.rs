@@ -325,7 +325,7 @@ impl Source for SegmentSource {
             return Ok(());
         };
         self.position = decode_position(slots)?;
-        if !self.position.segment.is_empty() {
+        if !self.position.segment.is_empty() && self.segment_path().exists() {
             self.reopen_at_position()?;
         }
         self.restored_watermark = (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);
@@ -442,6 +442,24 @@ mod tests {
             let line = format!("E,{time},{account},{amount}");
             prop_assert_eq!(parse_line(&line).unwrap(), Line::Event { time, account, amount });
         }
+    }
+
+    #[test]
+    fn a_restored_position_in_an_absent_segment_goes_on_with_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("segment-0000.txt"), "E,1000,a,1\nW,1000\n").unwrap();
+        let mut first = SegmentSource::new(dir.path().to_path_buf());
+        assert!(matches!(first.next_item().unwrap(), SourceItem::Record(_)));
+        assert_eq!(first.next_item().unwrap(), SourceItem::Watermark(1000));
+        let slots = first.snapshot().unwrap();
+        std::fs::remove_file(dir.path().join("segment-0000.txt")).unwrap();
+        std::fs::write(dir.path().join("segment-0001.txt"), "E,2000,b,2\nEND\n").unwrap();
+        let mut restored = SegmentSource::new(dir.path().to_path_buf());
+        restored.restore(Some(&slots)).unwrap();
+        assert_eq!(restored.restored_watermark(), Some(1000));
+        let SourceItem::Record(row) = restored.next_item().unwrap() else { panic!("expected a record") };
+        assert_eq!(row[1], Value::Str("b".into()));
+        assert_eq!(restored.next_item().unwrap(), SourceItem::End);
     }
 
     #[test]

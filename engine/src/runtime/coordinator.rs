@@ -433,7 +433,12 @@ impl Coordinator {
                     if outcome != Outcome::Completed {
                         if let Some(request) = self.requests.savepoints.remove(&checkpoint) {
                             let reason = format!("checkpoint {checkpoint} was {}", outcome.as_str());
-                            self.answer(RequestResult::new(&request, requests::Outcome::Failed, Some(checkpoint), reason));
+                            self.answer(RequestResult::new(
+                                &request,
+                                requests::Outcome::Failed,
+                                Some(checkpoint),
+                                reason,
+                            ));
                         }
                     }
                 }
@@ -444,7 +449,12 @@ impl Coordinator {
                     if let Some(request) = requested {
                         self.requests.kept.insert(checkpoint);
                         let reason = format!("savepoint {checkpoint} completed: its marker is durable");
-                        self.answer(RequestResult::new(&request, requests::Outcome::Completed, Some(checkpoint), reason));
+                        self.answer(RequestResult::new(
+                            &request,
+                            requests::Outcome::Completed,
+                            Some(checkpoint),
+                            reason,
+                        ));
                     }
                 }
                 Step::BroadcastCommit { checkpoint } => {

@@ -158,7 +158,8 @@ pub fn submit(layout: &CheckpointLayout, kind: RequestKind) -> Result<Request, R
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RequestError> {
     let bytes = clink_basics::files::read_bounded(path, MAX_REQUEST_BYTES)
         .map_err(|source| RequestError::Io { path: path.to_path_buf(), source })?;
-    serde_json::from_slice(&bytes).map_err(|e| RequestError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
+    serde_json::from_slice(&bytes)
+        .map_err(|e| RequestError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
 }
 
 /// Takes the requests waiting for the run (oldest name first), each renamed
@@ -275,10 +276,16 @@ mod tests {
         let layout = CheckpointLayout::new(dir.path(), 1);
         let requests = requests_dir(&layout);
         std::fs::create_dir_all(&requests).unwrap();
-        std::fs::write(requests.join("x.request"), br#"{"format":"clink-job-request","version":9,"id":"x","kind":"stop"}"#)
-            .unwrap();
-        std::fs::write(requests.join("y.request"), br#"{"format":"clink-job-request","version":1,"id":"z","kind":"stop"}"#)
-            .unwrap();
+        std::fs::write(
+            requests.join("x.request"),
+            br#"{"format":"clink-job-request","version":9,"id":"x","kind":"stop"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            requests.join("y.request"),
+            br#"{"format":"clink-job-request","version":1,"id":"z","kind":"stop"}"#,
+        )
+        .unwrap();
         std::fs::write(requests.join("w.request"), b"not json").unwrap();
         let taken = take_waiting(&layout).unwrap();
         assert_eq!(taken.len(), 3);

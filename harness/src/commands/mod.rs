@@ -5,15 +5,19 @@
 //! takes `--json`, and prints its refusals as JSON too, so nothing parses
 //! prose.
 
+pub mod capabilities;
+pub mod checkpoint;
 pub mod compare;
 pub mod gen_input;
 pub mod incident_collect;
 pub mod incident_regress;
 pub mod incident_verify;
+pub mod job_requests;
 pub mod produce;
 pub mod reference;
 pub mod replay;
 pub mod run;
+pub mod state;
 pub mod trace_validate;
 
 use clink_basics::exit::Exit;
