@@ -612,7 +612,8 @@ fn preflight_restore(options: &RunOptions, layout: &CheckpointLayout) -> Result<
     let map = |layout: &CheckpointLayout, checkpoint: u64| -> Result<StateMap, RunError> {
         map_state(layout, checkpoint, job, options.allow_non_restored_state).map_err(|e| match e {
             CompatError::Refused { .. } | CompatError::Rescaled { .. } => refused(format!("restore refused: {e}")),
-            other => refused(format!("restore refused: checkpoint {checkpoint} cannot be read: {other}")),
+            // Damaged state is a failed restore, not bad usage.
+            other => RunError::Failed(format!("restoring checkpoint {checkpoint}: {other}")),
         })
     };
     let history = layout.jobs_dir().exists() || layout.state_root().exists();

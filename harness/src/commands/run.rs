@@ -203,6 +203,7 @@ pub fn main(args: RunArgs) -> Exit {
     // Every check (the whole input included) before the first write.
     let coordinator = match Coordinator::start(options) {
         Ok(c) => c,
+        Err(RunError::Failed(e)) => return out.stop(Exit::Failed, e),
         Err(e) => return out.refuse(e),
     };
     if let Err(e) = trace::init_from_env() {
