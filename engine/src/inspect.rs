@@ -457,8 +457,8 @@ pub fn raw_diff(a: &Dataset, b: &Dataset, only_uids: &[String]) -> Result<RawDif
     let left = participants_by_identity(a)?;
     let right = participants_by_identity(b)?;
     let wanted = |name: &str| {
-        only_uids.is_empty()
-            || only_uids.iter().any(|u| name.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('-')))
+        // `<uid>-<subtask>`: the uid is everything before the last dash.
+        only_uids.is_empty() || name.rsplit_once('-').is_some_and(|(uid, _)| only_uids.iter().any(|u| u == uid))
     };
     let mut names: Vec<&String> = left.keys().chain(right.keys()).filter(|n| wanted(n)).collect();
     names.sort();

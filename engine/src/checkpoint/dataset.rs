@@ -454,7 +454,18 @@ pub fn import(dataset: &Dataset, into: &CheckpointLayout) -> Result<(), DatasetE
     if let Some(graph) = &index.graph {
         copy(&graph_path(dataset.job, graph))?;
     }
-    copy(&marker_path(dataset.job, index.checkpoint))
+    copy(&marker_path(dataset.job, index.checkpoint))?;
+    let record = into.imported_record();
+    let dir = into.jobs_dir();
+    write_durably(&dir, "IMPORTED", index.checkpoint.to_string().as_bytes()).map_err(io_error(&record))
+}
+
+/// The checkpoint a directory imported from a dataset, if it did: its
+/// sinks' handles were committed by the run that took it, into that run's
+/// output, so a restore from it re-commits none of them here.
+pub fn imported_checkpoint(layout: &CheckpointLayout) -> Option<u64> {
+    let text = clink_basics::files::read_bounded(&layout.imported_record(), 64).ok()?;
+    std::str::from_utf8(&text).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]

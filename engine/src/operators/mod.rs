@@ -252,6 +252,10 @@ pub struct Environment {
     /// it ends its input at its next read, and the job stops with a
     /// savepoint, its state kept.
     pub stop: StopSignal,
+    /// The checkpoint this run imported from a dataset (`--restore-from-dir`):
+    /// a sink's restored handles up to it were committed by the run that
+    /// took it, into that run's output, and are not re-committed here.
+    pub imported_checkpoint: Option<u64>,
 }
 
 /// A stop requested from outside the job, shared by every subtask of a run.

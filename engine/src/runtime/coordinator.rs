@@ -148,6 +148,7 @@ impl Coordinator {
                 history = true;
             }
         }
+        self.options.env.imported_checkpoint = dataset::imported_checkpoint(&self.layout);
         // DEFECT ignore_restore (feature defect-ignore-restore): a restore is
         // accepted and ignored; the job starts from nothing.
         if history && !ignores_restores() {
@@ -288,7 +289,7 @@ impl Coordinator {
             0 => None,
             checkpoint => Some(
                 map_state(&self.layout, checkpoint, &self.options.job, self.options.allow_non_restored_state)
-                    .map_err(|e| RunError::Failed(format!("restoring: {e}")))?,
+                    .map_err(|e| RunError::Failed(format!("restoring checkpoint {checkpoint}: {e}")))?,
             ),
         };
         if let Some(state) = &state {

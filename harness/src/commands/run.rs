@@ -181,6 +181,7 @@ pub fn main(args: RunArgs) -> Exit {
             defects,
             follow_input: args.follow_input,
             stop: Default::default(),
+            imported_checkpoint: None,
         },
         checkpoint_dir: args.checkpoint_dir,
         trigger,
