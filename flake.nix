@@ -33,8 +33,7 @@
       # gates/<name> from the repository root with `common` and `tools` on
       # PATH; `fetch = true` runs gates/fetch-tools first. The shape test
       # reads this table, so keep it a plain attribute set of literals.
-      # Still to come, one line each as their gates land: upgrade-gate
-      # (like formal-check) and reconcile-gate (like services).
+      # Still to come, one line as its gate lands: reconcile-gate (like services).
       gates = pkgs: with pkgs; {
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
@@ -43,6 +42,7 @@
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
         services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
+        upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
       };
 
       app = pkgs: name: gate: {

@@ -45,6 +45,7 @@ enum Command {
     StateDiff(commands::state::StateDiffArgs),
     CheckSavepoint(commands::state::CheckSavepointArgs),
     Capabilities(commands::capabilities::CapabilitiesArgs),
+    Upgrade(commands::upgrade::UpgradeArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
         Command::StateDiff(args) => commands::state::diff(args),
         Command::CheckSavepoint(args) => commands::state::check_savepoint(args),
         Command::Capabilities(args) => commands::capabilities::main(args),
+        Command::Upgrade(args) => commands::upgrade::main(args),
     };
     exit.into()
 }

@@ -1760,8 +1760,8 @@ fn table_with(ctx: &Ctx, line: &str) -> Result<Table, String> {
     read_table(&ctx.edited(GATES_OPEN, &format!("{GATES_OPEN}\n        {line}"))??)
 }
 fn st_apps_missing_gate(ctx: &Ctx) -> Result<(), String> {
-    let table = table_with(ctx, "upgrade-gate = { fetch = true; tools = [ jdk17_headless ]; };")?;
-    expect_failure(check_apps_name_gates(&table, &ctx.gates()?), &["gates/upgrade-gate, which does not exist"])
+    let table = table_with(ctx, "reconcile-gate = { fetch = true; tools = [ jdk17_headless ]; };")?;
+    expect_failure(check_apps_name_gates(&table, &ctx.gates()?), &["gates/reconcile-gate, which does not exist"])
 }
 fn st_apps_not_executable(ctx: &Ctx) -> Result<(), String> {
     let mut gates = ctx.gates()?;

@@ -28,6 +28,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-html", &["clink-basics", "clink-formal"]),
     // The checks sit on top of the libraries.
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
+    // Upgrade validation runs builds as processes: it links no engine code,
+    // only the leaf helpers and the independent reference.
+    ("clink-upgrade", &["clink-basics", "clink-reference"]),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // The command line and the generated suites may use everything.
@@ -43,6 +46,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-verify",
             "clink-html",
             "clink-reference",
+            "clink-upgrade",
         ],
     ),
 ];

@@ -19,6 +19,7 @@ pub mod replay;
 pub mod run;
 pub mod state;
 pub mod trace_validate;
+pub mod upgrade;
 
 use clink_basics::exit::Exit;
 use clink_basics::ids::{parse_decimal_u32, parse_decimal_u64, OperatorId};
