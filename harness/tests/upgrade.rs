@@ -57,10 +57,12 @@ fn record(out: &Path, baseline: &Path, job: &str) -> Result<(Option<i32>, Json),
     Ok((done.status.code(), report))
 }
 
-fn recorded_by(dir: tempfile::TempDir, baseline: &Path, job: &str) -> Result<Recorded, String> {
+/// Records evidence; `record_exit` is the exit the recording must have (it
+/// publishes the set either way: a baseline already wrong at the cut exits 1).
+fn recorded_by(dir: tempfile::TempDir, baseline: &Path, job: &str, record_exit: i32) -> Result<Recorded, String> {
     let out = dir.path().join("record");
     let (code, report) = record(&out, baseline, job)?;
-    if code != Some(0) {
+    if code != Some(record_exit) {
         return Err(format!("record exited {code:?}: {report:#}"));
     }
     let digest = report["facts"]["evidence_digest"].as_str().ok_or("no digest in the record report")?.to_string();
@@ -69,7 +71,7 @@ fn recorded_by(dir: tempfile::TempDir, baseline: &Path, job: &str) -> Result<Rec
 
 fn recorded() -> Result<&'static Recorded, String> {
     static ONCE: OnceLock<Result<Recorded, String>> = OnceLock::new();
-    ONCE.get_or_init(|| recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &clink(), "example.json"))
+    ONCE.get_or_init(|| recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &clink(), "example.json", 0))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -95,6 +97,8 @@ fn wrapper(dir: &Path, kind: &str) -> Result<PathBuf, String> {
         "forgets-restore" => format!(
             "#!/usr/bin/env python3\nimport os, sys\nreal = {real:?}\nargs = sys.argv[1:]\nif args[:1] == ['run']:\n    kept, i = [], 0\n    while i < len(args):\n        if args[i] in ('--restore-from-dir', '--restore-from-checkpoint-id'):\n            i += 2\n            continue\n        kept.append(args[i])\n        i += 1\n    args = kept\nos.execv(real, [real] + args)\n"
         ),
+        // A build whose job takes its time to start: the interrupt lands while it runs.
+        "slow-start" => format!("#!/bin/sh\nif [ \"$1\" = run ]; then sleep 120; fi\nexec \"{real}\" \"$@\"\n"),
         // A build that predates the capabilities report and has no savepoint request.
         "no-capabilities" => format!(
             "#!/bin/sh\nif [ \"$1\" = capabilities ]; then echo \"error: unrecognized subcommand 'capabilities'\" >&2; exit 2; fi\nif [ \"$1\" = --help ]; then \"{real}\" --help | grep -v '^  savepoint'; exit 0; fi\nexec \"{real}\" \"$@\"\n"
@@ -220,11 +224,9 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
                 let (code, report) = record(&dir.join("record"), &baseline, &get("baseline_job", "example.json"))?;
                 return compare(&s.name, code, &report, d, "expected_record_exit", "expected_record");
             }
-            own = recorded_by(
-                tempfile::tempdir().map_err(|e| e.to_string())?,
-                &baseline,
-                &get("baseline_job", "example.json"),
-            )?;
+            let record_exit = d.get("record_exit").and_then(Json::as_i64).unwrap_or(0) as i32;
+            let job = get("baseline_job", "example.json");
+            own = recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &baseline, &job, record_exit)?;
             &own
         }
         None => recorded()?,
