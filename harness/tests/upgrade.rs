@@ -281,8 +281,37 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
     compare(&s.name, done.status.code(), &report, d, "expected_exit", "expected")
 }
 
+/// Whether this machine can isolate a build (the command's own test: `lo`
+/// the only interface, or `unshare -rn` allowed).
+fn isolation_possible() -> bool {
+    let only_lo = std::fs::read_to_string("/proc/net/dev")
+        .map(|t| t.lines().skip(2).filter_map(|l| l.split(':').next()).all(|n| n.trim() == "lo"))
+        .unwrap_or(false);
+    only_lo || Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success())
+}
+
+/// Where isolation is impossible, recording is not established and runs nothing.
+fn without_isolation() -> Result<(), Failed> {
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (code, report) = record(&tmp.path().join("record"), &clink(), "example.json")?;
+    let d = serde_json::json!({
+        "expected_exit": 3,
+        "expected": {"isolation": "unavailable", "builds.capabilities": "unavailable", "record.savepoint": "unavailable"}
+    });
+    compare("without-isolation", code, &report, &d, "expected_exit", "expected")?;
+    if report["commands"].as_array().is_some_and(|c| !c.is_empty()) {
+        return Err(format!("a build ran without isolation: {:#}", report["commands"]).into());
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
+    if !isolation_possible() {
+        eprintln!("upgrade suite: this machine cannot isolate a build (no unshare -rn, interfaces besides lo): the scenarios cannot run here; only the refusal to run without isolation is checked");
+        let trials = vec![Trial::test("upgrade::without-isolation", without_isolation)];
+        libtest_mimic::run(&args, trials).exit();
+    }
     let dir = root().join("scenarios");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
