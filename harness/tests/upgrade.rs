@@ -175,6 +175,30 @@ fn statuses(report: &Json) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// The report's exit code and every check's status, as an insta snapshot
+/// (reasons hold ports, digests and paths, so only statuses are kept).
+/// Scenarios whose statuses depend on timing (bounds, the interrupt) say
+/// `"snapshot": false` and are judged by their declared statuses alone.
+fn snapshot(name: &str, report: &Json, d: &Json) {
+    if d.get("snapshot").and_then(Json::as_bool) == Some(false) {
+        return;
+    }
+    let mut text = format!(
+        "{} {}: exit {}\n",
+        report["command"].as_str().unwrap_or("?"),
+        report["result"].as_str().unwrap_or("?"),
+        report["exit_code"]
+    );
+    for c in report["checks"].as_array().into_iter().flatten() {
+        let (status, check) = (c["status"].as_str().unwrap_or("?"), c["name"].as_str().unwrap_or("?"));
+        text.push_str(&format!("{status:<12} {check}\n"));
+    }
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/upgrade"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(name.to_string(), text));
+}
+
 fn compare(
     name: &str,
     code: Option<i32>,
@@ -203,11 +227,11 @@ fn compare(
             problems.push(format!("{check}: the reason does not mention {needle:?}: {:?}", statuses.get(check)));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{name}:\n  {}", problems.join("\n  ")).into())
+    if !problems.is_empty() {
+        return Err(format!("{name}:\n  {}", problems.join("\n  ")).into());
     }
+    snapshot(name, report, d);
+    Ok(())
 }
 
 fn run_scenario(s: &Scenario) -> Result<(), Failed> {
