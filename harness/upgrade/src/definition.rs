@@ -61,7 +61,7 @@ impl Definition {
     }
 
     pub fn parse(bytes: Vec<u8>) -> Result<Definition, UsageError> {
-        let semantics = upgrade::semantics(&bytes).map_err(|e| UsageError::Bad(format!("test definition: {e}")))?;
+        let semantics = upgrade::semantics(&bytes).map_err(|e| UsageError::Bad(e.to_string()))?;
         let doc: Json = serde_json::from_slice(&bytes).map_err(|e| UsageError::Bad(e.to_string()))?;
         let uids = strings(&doc, "uids", &ROLES)?;
         let sinks = strings(&doc, "sinks", &["windows", "idle"])?;
