@@ -121,6 +121,12 @@ fn run(
     facts: &mut Json,
     verified: &mut Option<Index>,
 ) -> Result<(), StepError> {
+    // Proven (or not) before this command started anything.
+    match &isolation {
+        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
+        Proof::NotIsolated(why) => checks.set("isolation", Status::Failed, why),
+        Proof::Unavailable(why) => checks.set("isolation", Status::Unavailable, why),
+    }
     // Before anything runs: the evidence against its digest.
     let index = match evidence::verify(&a.evidence, &a.digest, &def.sha256, &def.bytes) {
         Verdict::Verified(index) => *index,
@@ -142,16 +148,8 @@ fn run(
         ),
     );
     *verified = Some(index.clone());
-    match &isolation {
-        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
-        Proof::NotIsolated(why) => {
-            checks.set("isolation", Status::Failed, why);
-            return Err(StepError::Failed("isolation failed; no build was run".into()));
-        }
-        Proof::Unavailable(why) => {
-            checks.set("isolation", Status::Unavailable, why);
-            return Err(StepError::Failed("isolation was not proven; no build was run".into()));
-        }
+    if !matches!(isolation, Proof::Proven(_)) {
+        return Err(StepError::Failed("isolation was not proven; no build was run".into()));
     }
 
     // The builds: identity and capabilities.
