@@ -97,25 +97,38 @@ pub struct ArmedFault {
 static ARMED: AtomicBool = AtomicBool::new(false);
 static FAULTS: OnceLock<Mutex<Vec<ArmedFault>>> = OnceLock::new();
 
+/// Why a `CLINK_FAULT` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultSpecError {
+    /// An item without `@`.
+    #[error("{}: {item:?} is not <point>@<checkpoint id>", ENV_VAR)]
+    NotPointAtCheckpoint { item: String },
+    /// A point no fault point is named; `known` lists those that are.
+    #[error("{}: unknown fault point {name:?}; known: {}", ENV_VAR, .known.join(", "))]
+    UnknownPoint { name: String, known: Vec<&'static str> },
+    #[error("{}: {id:?} is not a checkpoint id", ENV_VAR)]
+    NotACheckpointId { id: String },
+}
+
 /// Parses a `CLINK_FAULT` value.
-pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, String> {
+pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
     let mut armed = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, id) =
-            item.split_once('@').ok_or_else(|| format!("{ENV_VAR}: {item:?} is not <point>@<checkpoint id>"))?;
-        let point = FaultPoint::parse(name).ok_or_else(|| {
-            let known: Vec<_> = FaultPoint::ALL.iter().chain(&FaultPoint::CONNECTORS).map(|p| p.name()).collect();
-            format!("{ENV_VAR}: unknown fault point {name:?}; known: {}", known.join(", "))
+            item.split_once('@').ok_or_else(|| FaultSpecError::NotPointAtCheckpoint { item: item.to_string() })?;
+        let point = FaultPoint::parse(name).ok_or_else(|| FaultSpecError::UnknownPoint {
+            name: name.to_string(),
+            known: FaultPoint::ALL.iter().chain(&FaultPoint::CONNECTORS).map(|p| p.name()).collect(),
         })?;
         let checkpoint = clink_basics::ids::parse_decimal_u64(id)
-            .ok_or_else(|| format!("{ENV_VAR}: {id:?} is not a checkpoint id"))?;
+            .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?;
         armed.push(ArmedFault { point, checkpoint, fired: false });
     }
     Ok(armed)
 }
 
 /// Arms the points `CLINK_FAULT` names (none when it is unset).
-pub fn arm_from_env() -> Result<Vec<ArmedFault>, String> {
+pub fn arm_from_env() -> Result<Vec<ArmedFault>, FaultSpecError> {
     let armed = match std::env::var(ENV_VAR) {
         Ok(spec) => parse_spec(&spec)?,
         Err(_) => Vec::new(),
@@ -186,9 +199,14 @@ mod tests {
         assert_eq!(armed.len(), 2);
         assert_eq!(armed[0].point, FaultPoint::SinkBeforeCommit);
         assert_eq!(armed[1].checkpoint, 3);
-        assert!(parse_spec("sink.before_commit").is_err());
-        assert!(parse_spec("nowhere@1").unwrap_err().contains("unknown fault point"));
-        assert!(parse_spec("sink.before_commit@x").is_err());
+        assert_eq!(
+            parse_spec("sink.before_commit"),
+            Err(FaultSpecError::NotPointAtCheckpoint { item: "sink.before_commit".into() })
+        );
+        let unknown = parse_spec("nowhere@1").unwrap_err();
+        assert!(matches!(&unknown, FaultSpecError::UnknownPoint { name, .. } if name == "nowhere"));
+        assert!(unknown.to_string().contains("unknown fault point \"nowhere\"; known: "), "{unknown}");
+        assert_eq!(parse_spec("sink.before_commit@x"), Err(FaultSpecError::NotACheckpointId { id: "x".into() }));
         for p in FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS) {
             assert_eq!(FaultPoint::parse(p.name()), Some(p));
         }

@@ -31,6 +31,9 @@ fn save_manifest(dir: &Path, m: &Json) {
 /// largest instead when the action says so.
 fn pick_for(m: &Json, action: &Json) -> String {
     let role = action["role"].as_str().unwrap_or_else(|| panic!("{action}: no role"));
+    if role == "selected_marker" {
+        return selected_marker(m);
+    }
     let capture_role = action["capture_role"].as_str();
     if action["largest"] != true {
         return pick(m, role, capture_role);
@@ -357,13 +360,38 @@ fn run_case(case: &Case) -> Result<(), Failed> {
     Ok(())
 }
 
+/// A malformed recipe is a failing trial, never a skipped one: each of these
+/// is refused by the recipe check, and a case holding the refusal fails.
+fn a_malformed_recipe_fails_its_trial() -> Result<(), Failed> {
+    let malformed = [
+        serde_json::json!({}),
+        serde_json::json!({"base": "good", "profile": "replay", "expected_exit": 1, "actions": []}),
+        serde_json::json!({"base": "good", "profile": "replay", "expected_exit": 7, "actions": [{"op": "remove"}]}),
+        serde_json::json!({"base": "good", "profile": "replay", "expected_exit": 1, "actions": [{"role": "snapshot"}]}),
+        serde_json::json!({"profile": "replay", "expected_exit": 1, "actions": [{"op": "remove"}]}),
+    ];
+    for recipe in malformed {
+        let why = match check_recipe(recipe.clone()) {
+            Ok(_) => return Err(format!("the recipe check accepted {recipe}").into()),
+            Err(why) => why,
+        };
+        let case = Case { name: "malformed".into(), dir: fixtures().join("good"), recipe: Some(Err(why)) };
+        if run_case(&case).is_ok() {
+            return Err(format!("a case holding a malformed recipe passed: {recipe}").into());
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials: Vec<Trial> = cases()
         .into_iter()
         .map(|case| Trial::test(format!("bundle::{}", case.name), move || run_case(&case)))
         .collect();
-    if trials.is_empty() {
+    let found = trials.len();
+    trials.push(Trial::test("suite::a-malformed-recipe-fails-its-trial", a_malformed_recipe_fails_its_trial));
+    if found == 0 {
         trials.push(Trial::test("bundle::none_found", || {
             Err("no bundle under fixtures/bundles: an empty suite proves nothing".into())
         }));

@@ -751,6 +751,9 @@ fn main() {
     checks.push(("bad-input::broker-goes-away".into(), Box::new(broker_goes_away)));
     checks.push(("evidence::conformance-unsupported".into(), Box::new(conformance_unsupported)));
     let env = services();
+    if let Err(why) = &env {
+        eprintln!("every trial is ignored as `service`: {why}");
+    }
     let trials = checks
         .into_iter()
         .map(|(name, check)| match &env {
@@ -758,7 +761,8 @@ fn main() {
                 let env = env.clone();
                 Trial::test(name, move || check(&env))
             }
-            Err(why) => Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("service: {why}")),
+            // A constant kind keeps trial names stable across machines.
+            Err(_) => Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind("service"),
         })
         .collect();
     libtest_mimic::run(&args, trials).exit();

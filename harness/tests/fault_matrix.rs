@@ -11,6 +11,7 @@
 //! Every run leaves its protocol trace under the test's target directory
 //! (`fault-matrix-traces/<trial>/`), for the trace validation suite.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -538,17 +539,50 @@ fn main() {
     libtest_mimic::run(&args, trials).exit();
 }
 
-/// Fails when a fault point of the engine has no trial at checkpoint 2: a
-/// point added to the engine is never left untested.
+/// The engine's list of fault points against an independent one, the
+/// points `engine/PROTOCOL.md` documents (each quoted as `name@c`): a point
+/// added to the engine without its protocol step, or documented and gone,
+/// fails; and every point of the engine's list must have its trial at
+/// checkpoint 2 here.
 fn coverage_trial(trials: &[Trial]) -> Trial {
     let names: Vec<String> = trials.iter().map(|t| t.name().to_string()).collect();
     Trial::test("fault::every_point_has_a_trial", move || {
-        let missing: Vec<&str> =
-            FaultPoint::ALL.iter().map(|p| p.name()).filter(|p| !names.contains(&format!("fault::{p}@2"))).collect();
-        if missing.is_empty() {
+        let engine: BTreeSet<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+        let documented = documented_fault_points()?;
+        let mut problems: Vec<String> = Vec::new();
+        problems
+            .extend(engine.iter().filter(|p| !documented.contains(**p)).map(|p| format!("{p}: not in PROTOCOL.md")));
+        problems.extend(
+            documented
+                .iter()
+                .filter(|p| !engine.contains(p.as_str()))
+                .map(|p| format!("{p}: documented, not in the engine")),
+        );
+        problems.extend(
+            engine.iter().filter(|p| !names.contains(&format!("fault::{p}@2"))).map(|p| format!("{p}: no trial at 2")),
+        );
+        if problems.is_empty() {
             Ok(())
         } else {
-            Err(format!("fault points with no trial: {}", missing.join(", ")).into())
+            Err(format!("fault points: {}", problems.join("; ")).into())
         }
     })
+}
+
+/// The fault points PROTOCOL.md documents: every `name@c` it quotes.
+fn documented_fault_points() -> Result<BTreeSet<String>, Failed> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/PROTOCOL.md");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let points: BTreeSet<String> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|quoted| quoted.split_once('@').map(|(name, _)| name))
+        .filter(|name| name.contains('.') && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.'))
+        .map(str::to_string)
+        .collect();
+    if points.is_empty() {
+        return Err(format!("{} documents no fault point", path.display()).into());
+    }
+    Ok(points)
 }

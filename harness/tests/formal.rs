@@ -3,13 +3,13 @@
 //! guard taken out TLC must refute it), per trace example and recorded trace
 //! (`trace::`), per recorded trace's restart count (`trace::restarts::`), per
 //! run of the built `clink` this suite makes and validates itself
-//! (`trace::run::`), per trace the fault matrix of this build left, when it
-//! has run (`trace::testrun::`), the agreement of the trace vocabulary
+//! (`trace::run::`), per trace a fault matrix left when its directory is
+//! named in CLINK_FAULT_MATRIX_TRACES (`trace::testrun::`), the agreement of the trace vocabulary
 //! (`vocabulary::agreement`), its pending engine changes
 //! (`vocabulary::pending`, ignored while any is pending), and the engine's
 //! switches against the mutants and recorded traces (`switches::`). Without
-//! Java or the pinned TLA+ jar every TLC trial is ignored, with the reason as
-//! its kind; never passed. A selection that matches no trial exits 2.
+//! Java or the pinned TLA+ jar every TLC trial is ignored as `tlc` (the reason
+//! printed once); never passed. A selection that matches no trial exits 2.
 
 mod common;
 
@@ -24,6 +24,7 @@ use clink_formal::suite::{
     read_trace_expectation, subdirs, TraceExpectation,
 };
 use clink_formal::tlc::{parse_expected, Expectation};
+use clink_formal::tools::ToolsError;
 use clink_formal::trace::{read_and_merge, read_vocabulary, Vocabulary};
 use clink_formal::{locate, FormalTools};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -32,22 +33,24 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn tlc_trial(
+fn tlc_trial<E: std::fmt::Display>(
     name: String,
-    tools: &Result<FormalTools, String>,
-    f: impl FnOnce(&FormalTools) -> Result<(), String> + Send + 'static,
+    tools: &Result<FormalTools, ToolsError>,
+    f: impl FnOnce(&FormalTools) -> Result<(), E> + Send + 'static,
 ) -> Trial {
     match tools {
         Ok(tools) => {
             let tools = tools.clone();
-            Trial::test(name, move || f(&tools).map_err(Failed::from))
+            Trial::test(name, move || f(&tools).map_err(|e| Failed::from(e.to_string())))
         }
-        Err(why) => Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("needs TLC: {why}")),
+        // The kind is a constant word so trial names are stable across
+        // machines; main prints the reason once.
+        Err(_) => Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind("tlc"),
     }
 }
 
 fn vocabulary() -> Result<Vocabulary, String> {
-    read_vocabulary(&repo().join("formal"))
+    read_vocabulary(&repo().join("formal")).map_err(|e| e.to_string())
 }
 
 /// The emitter, events.txt and the trace module agree: the engine emits
@@ -159,14 +162,18 @@ fn check_restarts(tools: &FormalTools, dir: &Path, want: usize) -> Result<(), St
 fn main() {
     let args = Arguments::from_args();
     let tools = locate(None, None);
+    if let Err(why) = &tools {
+        eprintln!("every TLC trial is ignored as `tlc`: {why}");
+    }
     let formal = repo().join("formal");
     let mut trials = vec![Trial::test("vocabulary::agreement", vocabulary_agreement)];
     match vocabulary() {
-        Ok(v) if !v.pending.is_empty() => trials.push(
-            Trial::test("vocabulary::pending", || Ok(()))
-                .with_ignored_flag(true)
-                .with_kind(format!("engine changes pending: {}", v.pending.join("; "))),
-        ),
+        Ok(v) if !v.pending.is_empty() => {
+            trials.push(Trial::test("vocabulary::pending", || Ok(())).with_ignored_flag(true).with_kind({
+                eprintln!("vocabulary::pending: ignored as `pending`: {}", v.pending.join("; "));
+                "pending"
+            }))
+        }
         Ok(_) => trials.push(Trial::test("vocabulary::pending", || Ok(()))),
         Err(e) => trials.push(Trial::test("vocabulary::pending", move || Err(e.into()))),
     }
@@ -178,7 +185,7 @@ fn main() {
     let mutants = repo().join("mutants");
     let expected = std::fs::read_to_string(mutants.join("expected.txt"))
         .map_err(|e| e.to_string())
-        .and_then(|t| parse_expected(&t));
+        .and_then(|t| parse_expected(&t).map_err(|e| e.to_string()));
     match expected {
         Err(e) => trials.push(Trial::test("mutant::expected.txt", move || Err(e.into()))),
         Ok(expected) => {
@@ -230,12 +237,21 @@ fn main() {
     for run in SelfRun::ALL {
         trials.push(tlc_trial(format!("trace::run::{}", run.name()), &tools, move |t| self_run(t, run)));
     }
-    // The traces the fault matrix of this build left, when it has run:
-    // defects as their recorded traces say, the rest accepted.
-    let testrun = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-matrix-traces");
-    for dir in subdirs(&testrun) {
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        trials.push(tlc_trial(format!("trace::testrun::{name}"), &tools, move |t| check_testrun(t, &dir, &name)));
+    // The traces a fault matrix left, only when asked for by naming their
+    // directory (CLINK_FAULT_MATRIX_TRACES, e.g. the fault matrix's
+    // <target>/tmp/fault-matrix-traces): the suite's own trials never depend
+    // on another suite having run, so its trial list is the same everywhere.
+    // Asked for and none there fails.
+    if let Some(testrun) = std::env::var_os("CLINK_FAULT_MATRIX_TRACES").map(PathBuf::from) {
+        let dirs = subdirs(&testrun);
+        if dirs.is_empty() {
+            let why = format!("CLINK_FAULT_MATRIX_TRACES={}: no trace directory there", testrun.display());
+            trials.push(Trial::test("trace::testrun::none-found", move || Err(why.into())));
+        }
+        for dir in dirs {
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            trials.push(tlc_trial(format!("trace::testrun::{name}"), &tools, move |t| check_testrun(t, &dir, &name)));
+        }
     }
     trials.push(Trial::test("switches::each-has-a-mutant-and-a-recorded-trace", switches_have_mutants_and_traces));
     trials.push(Trial::test("selection::empty-filter-refused", empty_selection_refused));
@@ -334,7 +350,7 @@ fn check_testrun(tools: &FormalTools, dir: &Path, name: &str) -> Result<(), Stri
         None => false,
         Some(defect) => {
             let recorded = repo().join("traces").join(format!("defect-{defect}")).join("expected.txt");
-            !matches!(read_trace_expectation(&recorded)?, TraceExpectation::Accepted)
+            !matches!(read_trace_expectation(&recorded).map_err(|e| e.to_string())?, TraceExpectation::Accepted)
         }
     };
     match (&validation.verdict, rejection_expected) {

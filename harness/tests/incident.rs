@@ -219,7 +219,13 @@ fn a_divergence_in_one_epoch_fails_determinism_while_another_is_unavailable() {
         (result.status.code(), json(&result))
     };
     let check = |report: &Json, name: &str| {
-        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
+        report["checks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no checks: {report}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{report}"))
+            .clone()
     };
 
     // The correct build: the one replayable epoch passes, the other is unavailable.
@@ -565,4 +571,96 @@ fn a_checkpoint_named_without_a_known_rule_records_no_engine_choice() {
     let rule = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "checkpoint.restore_rule").unwrap();
     assert_eq!(rule["status"], "unsupported", "{rule}");
     assert_eq!(verified.status.code(), Some(3));
+}
+
+#[test]
+fn options_the_command_cannot_honour_are_refused_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let expectation = dir.path().join("expected.ndjson");
+    std::fs::write(&expectation, b"").unwrap();
+    for profile in ["integrity", "consistency"] {
+        let out = clink()
+            .arg("incident-verify")
+            .arg(fixture_bundle())
+            .args(["--json", "--profile", profile, "--expected"])
+            .arg(&expectation)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--expected under {profile}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("--expected"), "the refusal names the option");
+    }
+    for bad in [["--max-replays", "0"], ["--max-replays", "-1"], ["--profile", "everything"]] {
+        let out = clink().arg("incident-verify").arg(fixture_bundle()).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?} must be refused: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty(), "{bad:?}: the refusal gives a reason");
+    }
+}
+
+#[test]
+fn a_build_with_the_defect_switches_says_so_in_its_version_and_reports() {
+    // The suites run a build with the `defects` feature (the fault matrix
+    // needs its switches); the default build's gate refuses such a binary.
+    let out = clink().arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(version.contains("test build"), "a build with the defect switches must say so: {version}");
+    let (_, report) = verify_report(&["--op", "999"]);
+    assert!(report.to_string().contains("test build"), "the report names the test build: {report}");
+}
+
+#[test]
+fn incident_regress_refuses_an_epoch_whose_op_spec_contradicts_the_job_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    common::copy_dir(&fixture_bundle(), &bundle);
+    // The window subtask's op.json names another uid than the graph does,
+    // re-vouched for in the manifest: every hash holds, the names do not.
+    let rel = "capture/op-3/subtask-0/op.json";
+    let mut spec: Json = serde_json::from_slice(&std::fs::read(bundle.join(rel)).unwrap()).unwrap();
+    spec["uid"] = "windows-v2".into();
+    let bytes = serde_json::to_vec_pretty(&spec).unwrap();
+    std::fs::write(bundle.join(rel), &bytes).unwrap();
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(bundle.join("manifest.json")).unwrap()).unwrap();
+    for a in manifest["artifacts"].as_array_mut().unwrap() {
+        if a["path"] == rel {
+            a["size"] = bytes.len().into();
+            a["sha256"] = clink_basics::digest::sha256_hex(&bytes).into();
+        }
+    }
+    std::fs::write(bundle.join("manifest.json"), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    let epoch = manifest["epochs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["operator"] == "3" && e["subtask"] == 0 && e["role"] != "sink")
+        .unwrap()
+        .clone();
+    let regress = |out: &Path| {
+        clink()
+            .arg("incident-regress")
+            .arg(&bundle)
+            .args(["--op", "3", "--subtask", "0", "--epoch"])
+            .arg(epoch["epoch"].to_string())
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let refused = regress(&dir.path().join("frozen"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "a contradicted op.json must not be frozen: {stderr}");
+    assert!(stderr.contains("uid") || stderr.contains("windows-v2"), "the refusal names what differs: {stderr}");
+    assert!(!dir.path().join("frozen").exists(), "nothing is left behind");
+    // The same epoch of the untouched bundle freezes: the refusal came from the edit.
+    common::copy_dir(&fixture_bundle(), &dir.path().join("clean"));
+    let clean = clink()
+        .arg("incident-regress")
+        .arg(dir.path().join("clean"))
+        .args(["--op", "3", "--subtask", "0", "--epoch"])
+        .arg(epoch["epoch"].to_string())
+        .arg("--out")
+        .arg(dir.path().join("frozen-clean"))
+        .output()
+        .unwrap();
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
 }

@@ -31,8 +31,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // Upgrade validation runs builds as processes: it links no engine code,
     // only the leaf helpers and the independent reference.
     ("clink-upgrade", &["clink-basics", "clink-reference"]),
+    // Reconciliation reads bundles and a destination (through the connectors'
+    // client) and reuses the bundle.* checks and the report frame; it never
+    // replays and knows no TLC.
+    (
+        "clink-reconcile",
+        &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify", "clink-html"],
+    ),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
+    // Nor does the audit's reference implementation: it reads Kafka with
+    // rdkafka itself, never through clink-connectors.
+    ("clink-reference-audit", &[]),
     // The command line and the generated suites may use everything.
     (
         "clink-harness",
@@ -45,8 +55,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-formal",
             "clink-verify",
             "clink-html",
+            "clink-reconcile",
             "clink-reference",
             "clink-upgrade",
+            "clink-reference-audit",
         ],
     ),
 ];
@@ -113,7 +125,9 @@ fn a_forbidden_edge_is_caught() {
     let mut edges = workspace_edges();
     edges.entry("clink-engine".into()).or_default().insert("clink-verify".into());
     edges.entry("clink-reference".into()).or_default().insert("clink-basics".into());
+    edges.entry("clink-reference-audit".into()).or_default().insert("clink-connectors".into());
     let problems = violations(&edges, ALLOWED);
+    assert!(problems.iter().any(|p| p.contains("clink-reference-audit depends on clink-connectors")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-engine depends on clink-verify")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-reference depends on clink-basics")), "{problems:?}");
     edges.insert("clink-new".into(), BTreeSet::new());

@@ -178,6 +178,18 @@ pub struct SinkEvidence {
     pub capture: CaptureAccount,
     /// The sink's own account (its family, what it sealed).
     pub sink: Json,
+    /// The last watermark the sink had received when the barrier reached
+    /// it. Absent from evidence written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<BarrierWatermark>,
+}
+
+/// The watermark a sink held at a barrier: `last` is `None` when no
+/// watermark had reached it yet in this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BarrierWatermark {
+    pub last: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -82,29 +82,51 @@ pub enum Cell {
     DateTime64Millis,
 }
 
+/// Why a table cannot take the job's rows exactly; `table` is
+/// `database.table`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CellPlanError {
+    #[error("{table} is a {engine} table: replicated tables are not supported")]
+    Replicated { table: String, engine: String },
+    #[error("{table} is a Distributed table: write to its local tables")]
+    Distributed { table: String },
+    #[error(
+        "{table} is a {engine} table: only a plain MergeTree keeps every row written (other engines merge, replace or lose rows)"
+    )]
+    NotMergeTree { table: String, engine: String },
+    #[error("{table} has a TTL: rows may disappear by themselves")]
+    Ttl { table: String },
+    #[error("{table} has no column {column:?}, which the job writes")]
+    NoColumn { table: String, column: String },
+    /// The table column's type does not hold the job column's values exactly.
+    #[error("{table}.{column}: column type {type_name} does not hold the job's {ty:?} values exactly")]
+    Inexact { table: String, column: String, type_name: String, ty: ColumnType },
+    /// A table column the job does not write and the server cannot fill.
+    #[error("{table}.{column} has no default, and the job does not write it")]
+    NoDefault { table: String, column: String },
+}
+
 /// Why a table cannot take the job's rows exactly.
-pub fn cell_plan(input: &Schema, destination: &Destination) -> Result<Vec<Cell>, String> {
+pub fn cell_plan(input: &Schema, destination: &Destination) -> Result<Vec<Cell>, CellPlanError> {
     let engine = destination.engine.as_str();
     let table = format!("{}.{}", destination.database, destination.table);
     if engine.starts_with("Replicated") {
-        return Err(format!("{table} is a {engine} table: replicated tables are not supported"));
+        return Err(CellPlanError::Replicated { table, engine: engine.to_string() });
     }
     if engine == "Distributed" {
-        return Err(format!("{table} is a Distributed table: write to its local tables"));
+        return Err(CellPlanError::Distributed { table });
     }
     if engine != "MergeTree" {
-        return Err(format!(
-            "{table} is a {engine} table: only a plain MergeTree keeps every row written (other engines merge, replace or lose rows)"
-        ));
+        return Err(CellPlanError::NotMergeTree { table, engine: engine.to_string() });
     }
     if destination.has_ttl() {
-        return Err(format!("{table} has a TTL: rows may disappear by themselves"));
+        return Err(CellPlanError::Ttl { table });
     }
     let server_utc = destination.server.timezone.value() == Some("UTC");
     let mut cells = Vec::new();
     for column in &input.0 {
         let Some(target) = destination.column(&column.name) else {
-            return Err(format!("{table} has no column {:?}, which the job writes", column.name));
+            return Err(CellPlanError::NoColumn { table, column: column.name.clone() });
         };
         let ty = ChType::parse(&target.type_name);
         let cell = match (column.ty, &ty) {
@@ -122,10 +144,12 @@ pub fn cell_plan(input: &Schema, destination: &Destination) -> Result<Vec<Cell>,
                 Cell::DateTime64Millis
             }
             _ => {
-                return Err(format!(
-                    "{table}.{}: column type {} does not hold the job's {:?} values exactly",
-                    column.name, target.type_name, column.ty
-                ))
+                return Err(CellPlanError::Inexact {
+                    table,
+                    column: column.name.clone(),
+                    type_name: target.type_name.clone(),
+                    ty: column.ty,
+                })
             }
         };
         cells.push(cell);
@@ -133,13 +157,26 @@ pub fn cell_plan(input: &Schema, destination: &Destination) -> Result<Vec<Cell>,
     if let Some(extra) =
         destination.columns.iter().find(|c| input.index_of(&c.name).is_none() && c.default_kind.is_empty())
     {
-        return Err(format!("{table}.{} has no default, and the job does not write it", extra.name));
+        return Err(CellPlanError::NoDefault { table, column: extra.name.clone() });
     }
     Ok(cells)
 }
 
+/// Why a row cannot be rendered with a cell plan; `column` counts from 0.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("column {column} is NULL; the table's columns are not Nullable")]
+    Null { column: usize },
+    #[error("column {column}: {value:?} cannot be written as {cell:?}")]
+    Mismatch { column: usize, value: Value, cell: Cell },
+    #[error("a row of {values} values, the plan has {columns} columns")]
+    Width { values: usize, columns: usize },
+    #[error("{0}")]
+    Write(std::io::Error),
+}
+
 /// Appends one row as a TabSeparated line.
-pub fn render_row(out: &mut Vec<u8>, row: &Row, cells: &[Cell]) -> Result<(), String> {
+pub fn render_row(out: &mut Vec<u8>, row: &Row, cells: &[Cell]) -> Result<(), RenderError> {
     use std::io::Write;
     for (i, (value, cell)) in row.iter().zip(cells).enumerate() {
         if i > 0 {
@@ -156,13 +193,13 @@ pub fn render_row(out: &mut Vec<u8>, row: &Row, cells: &[Cell]) -> Result<(), St
             (Cell::BoolAsInt, Value::Bool(b)) => write!(out, "{}", u8::from(*b)),
             (Cell::Bool, Value::Bool(b)) => write!(out, "{b}"),
             (Cell::DateTime64Millis, Value::Timestamp(ms)) => write!(out, "{}", datetime64_millis(*ms)),
-            (_, Value::Null) => return Err(format!("column {i} is NULL; the table's columns are not Nullable")),
-            (cell, value) => return Err(format!("column {i}: {value:?} cannot be written as {cell:?}")),
+            (_, Value::Null) => return Err(RenderError::Null { column: i }),
+            (cell, value) => return Err(RenderError::Mismatch { column: i, value: value.clone(), cell: cell.clone() }),
         };
-        written.map_err(|e| e.to_string())?;
+        written.map_err(RenderError::Write)?;
     }
     if row.len() != cells.len() {
-        return Err(format!("a row of {} values, the plan has {} columns", row.len(), cells.len()));
+        return Err(RenderError::Width { values: row.len(), columns: cells.len() });
     }
     out.push(b'\n');
     Ok(())
@@ -440,7 +477,7 @@ fn preflight(setup: &Setup<'_>) -> Result<(), OperatorError> {
         DescribeError::NoSuchTable { .. } => refuse(e.to_string()),
         other => refuse(other.to_string()),
     })?;
-    cell_plan(setup.input()?, &destination).map(|_| ()).map_err(refuse)
+    cell_plan(setup.input()?, &destination).map(|_| ()).map_err(|e| refuse(e.to_string()))
 }
 
 #[cfg(test)]
@@ -451,13 +488,15 @@ mod tests {
 
     fn destination(engine: &str, columns: &[(&str, &str, &str)]) -> Destination {
         Destination {
-            server: Server { version: "18.16.1".into(), uuid: Known::Unavailable("old".into()), timezone: Known::Value("UTC".into()) },
+            server: Server { version: "18.16.1".into(), uuid: Known::Unavailable("old".into()), timezone: Known::Value("UTC".into()), host_name: Known::Value("h".into()) },
             database: "default".into(),
             table: "t".into(),
             table_uuid: Known::Unavailable("old".into()),
             engine: engine.into(),
             engine_full: Known::Value(format!("{engine} ORDER BY id")),
             create_table_query: Known::Unavailable("old".into()),
+            data_path: Known::Value("/data/default/t/".into()),
+            metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: columns
                 .iter()
                 .map(|(n, t, d)| TableColumn { name: n.to_string(), type_name: t.to_string(), default_kind: d.to_string() })
@@ -481,7 +520,7 @@ mod tests {
     fn what_cannot_be_written_exactly_is_refused_by_name() {
         let good = [("id", "Int64", ""), ("account", "String", ""), ("amount", "Decimal(18, 2)", ""), ("time", "Int64", "")];
         for (engine, why) in [("ReplicatedMergeTree", "replicated"), ("Distributed", "Distributed"), ("ReplacingMergeTree", "plain MergeTree")] {
-            let e = cell_plan(&input(), &destination(engine, &good)).unwrap_err();
+            let e = cell_plan(&input(), &destination(engine, &good)).unwrap_err().to_string();
             assert!(e.contains(why), "{engine}: {e}");
         }
         type Columns<'a> = &'a [(&'a str, &'a str, &'a str)];
@@ -492,12 +531,12 @@ mod tests {
             (&[("id", "Int64", ""), ("account", "String", ""), ("amount", "Decimal(18, 2)", ""), ("time", "Int64", ""), ("x", "String", "")], "t.x has no default"),
         ];
         for (columns, why) in cases {
-            let e = cell_plan(&input(), &destination("MergeTree", columns)).unwrap_err();
+            let e = cell_plan(&input(), &destination("MergeTree", columns)).unwrap_err().to_string();
             assert!(e.contains(why), "{e} should say {why}");
         }
         let mut ttl = destination("MergeTree", &good);
         ttl.engine_full = Known::Value("MergeTree ORDER BY id TTL time + INTERVAL 1 DAY".into());
-        assert!(cell_plan(&input(), &ttl).unwrap_err().contains("TTL"));
+        assert_eq!(cell_plan(&input(), &ttl), Err(CellPlanError::Ttl { table: "default.t".into() }));
     }
 
     #[test]
@@ -512,7 +551,10 @@ mod tests {
         ];
         render_row(&mut out, &row, &cells).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "-7\ta\\tb\\\\c\\'\t-0.05\t2023-11-14 22:13:20.123\n");
-        assert!(render_row(&mut Vec::new(), &vec![Value::Null, Value::Null, Value::Null, Value::Null], &cells).is_err());
+        let null = render_row(&mut Vec::new(), &vec![Value::Null, Value::Null, Value::Null, Value::Null], &cells);
+        assert!(matches!(null, Err(RenderError::Null { column: 0 })));
+        let short = render_row(&mut Vec::new(), &vec![Value::Int(1)], &cells);
+        assert!(matches!(short, Err(RenderError::Width { values: 1, columns: 4 })));
     }
 
     #[test]

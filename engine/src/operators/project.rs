@@ -48,9 +48,22 @@ impl Project {
 
 impl Transform for Project {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
-        let projected = self.indices.iter().map(|&i| row.get(i).cloned().unwrap_or(Value::Null)).collect();
+        let projected = self.indices.iter().map(|&i| wrong_value(row.get(i).cloned().unwrap_or(Value::Null))).collect();
         cx.emit(projected);
         Ok(())
+    }
+}
+
+/// The value passed on. A build with the `defect-project-wrong-value`
+/// feature changes some decimals by one unit in the last place: a
+/// transformation that computes a wrong value, which its sink then writes
+/// faithfully (what only an independent reference can tell).
+fn wrong_value(value: Value) -> Value {
+    match value {
+        Value::Decimal(d) if cfg!(feature = "defect-project-wrong-value") && d.unscaled.rem_euclid(10) == 7 => {
+            Value::Decimal(crate::value::Decimal::new(d.unscaled.saturating_add(1), d.scale))
+        }
+        other => other,
     }
 }
 

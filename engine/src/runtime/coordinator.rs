@@ -39,7 +39,7 @@ use crate::trace_event;
 
 use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
-use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step};
+use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
 use super::requests::{self, Request, RequestKind, RequestResult};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 
@@ -108,6 +108,7 @@ impl Coordinator {
             job: options.job.job_id,
             participants: participants.len(),
             restart_budget: options.restart_budget,
+            max_in_flight: MAX_IN_FLIGHT,
             defects: ProtocolDefects::of(&options.env.defects),
         });
         Ok(Coordinator {

@@ -143,9 +143,16 @@ pub struct ProtocolConfig {
     pub participants: usize,
     /// In-process restarts a failure may take before the job fails.
     pub restart_budget: u32,
+    /// Checkpoints triggered and not yet decided, at most (the
+    /// specification's MaxInFlight); at least 1.
+    pub max_in_flight: usize,
     /// Test-only defects (none but in test builds).
     pub defects: ProtocolDefects,
 }
+
+/// The engine's bound on checkpoints in flight. A sink that stalls cannot
+/// make the coordinator hold an ever-growing set of undecided checkpoints.
+pub const MAX_IN_FLIGHT: usize = 16;
 
 #[derive(Debug)]
 struct Pending {
@@ -193,6 +200,10 @@ pub struct Protocol {
     finished: BTreeSet<usize>,
     /// The source asked for its last checkpoint: no more interval triggers.
     source_closing: bool,
+    /// A final or savepoint request that came while MaxInFlight were in
+    /// flight: triggered as soon as one is decided (a restart drops it; the
+    /// redeployed source asks again).
+    deferred: Option<CheckpointKind>,
     progress: Progress,
     defect: DefectState,
 }
@@ -206,6 +217,7 @@ impl Protocol {
             pending: BTreeMap::new(),
             finished: BTreeSet::new(),
             source_closing: false,
+            deferred: None,
             defect: DefectState::default(),
         }
     }
@@ -251,7 +263,19 @@ impl Protocol {
         if kind != CheckpointKind::Periodic {
             self.source_closing = true;
         }
+        if self.at_bound() {
+            // A periodic request past the bound is skipped (the next one
+            // comes); the last checkpoint waits for a decision.
+            if kind != CheckpointKind::Periodic {
+                self.deferred = Some(kind);
+            }
+            return Vec::new();
+        }
         vec![self.trigger(kind)]
+    }
+
+    fn at_bound(&self) -> bool {
+        self.pending.len() >= self.config.max_in_flight.max(1)
     }
 
     /// The checkpoint interval elapsed: a periodic trigger, unless the source
@@ -262,7 +286,7 @@ impl Protocol {
         if self.defect.draining {
             return Vec::new();
         }
-        if self.source_closing {
+        if self.source_closing || self.at_bound() {
             return Vec::new();
         }
         vec![self.trigger(CheckpointKind::Periodic)]
@@ -348,6 +372,11 @@ impl Protocol {
             self.progress.stopped_with_savepoint = true;
         }
         steps.push(Step::Prune { checkpoint });
+        if !self.at_bound() {
+            if let Some(kind) = self.deferred.take() {
+                steps.push(self.trigger(kind));
+            }
+        }
         steps
     }
 
@@ -416,6 +445,7 @@ impl Protocol {
 
     /// Every checkpoint in flight, discarded (a restart's).
     fn discard_all(&mut self) -> Vec<Step> {
+        self.deferred = None;
         std::mem::take(&mut self.pending)
             .into_keys()
             .map(|c| Step::Decided { checkpoint: c, outcome: Outcome::Discarded })
@@ -594,7 +624,13 @@ mod tests {
     use CheckpointKind::{Final, Periodic, Savepoint};
 
     fn protocol(participants: usize) -> Protocol {
-        Protocol::new(ProtocolConfig { job: 1, participants, restart_budget: 3, defects: ProtocolDefects::default() })
+        Protocol::new(ProtocolConfig {
+            job: 1,
+            participants,
+            restart_budget: 3,
+            max_in_flight: MAX_IN_FLIGHT,
+            defects: ProtocolDefects::default(),
+        })
     }
 
     fn ack_all(p: &mut Protocol, checkpoint: u64, tasks: std::ops::Range<usize>) -> Vec<Step> {
@@ -603,6 +639,52 @@ mod tests {
             steps.extend(p.ack(t, checkpoint, Ok(())).unwrap());
         }
         steps
+    }
+
+    #[test]
+    fn no_more_than_max_in_flight_are_triggered_and_the_last_checkpoint_waits_for_a_decision() {
+        let mut p = protocol(1);
+        p.config.max_in_flight = 2;
+        assert_eq!(p.request(Periodic).len(), 1);
+        assert_eq!(p.interval_elapsed().len(), 1);
+        // At the bound: a periodic request and an interval are skipped.
+        assert!(p.request(Periodic).is_empty());
+        assert!(p.interval_elapsed().is_empty());
+        assert_eq!(p.in_flight(), [1, 2]);
+        // The final request is not lost: it is triggered once 1 is decided.
+        assert!(p.request(Final).is_empty());
+        let steps = p.ack(0, 1, Ok(())).unwrap();
+        assert_eq!(steps.last(), Some(&Step::Trigger { checkpoint: 3, kind: Final }));
+        assert_eq!(p.in_flight(), [2, 3]);
+        // A restart drops a deferred request: the redeployed source asks again.
+        let mut p = protocol(1);
+        p.config.max_in_flight = 1;
+        p.request(Periodic);
+        assert!(p.request(Savepoint).is_empty());
+        let steps = p.ack(0, 1, Err("disk full".into())).unwrap();
+        assert!(steps.contains(&Step::Redeploy), "{steps:?}");
+        assert!(!steps.iter().any(|s| matches!(s, Step::Trigger { .. })), "{steps:?}");
+        assert!(p.deferred.is_none());
+    }
+
+    #[test]
+    fn checkpoints_complete_in_id_order() {
+        // Each subtask acks in id order (its barriers are FIFO): whatever the
+        // interleaving across subtasks, decisions come out in id order.
+        let mut p = protocol(3);
+        for _ in 0..3 {
+            p.request(Periodic);
+        }
+        let acks = [(2, 1), (2, 2), (0, 1), (2, 3), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)];
+        let mut decided = Vec::new();
+        for (task, checkpoint) in acks {
+            for step in p.ack(task, checkpoint, Ok(())).unwrap() {
+                if let Step::Decided { checkpoint, .. } = step {
+                    decided.push(checkpoint);
+                }
+            }
+        }
+        assert_eq!(decided, [1, 2, 3]);
     }
 
     #[test]

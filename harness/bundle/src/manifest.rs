@@ -30,12 +30,15 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_ARTIFACTS: usize = 100_000;
 
 /// The artifact roles a bundle holds.
-pub const ROLES: [&str; 11] = [
+pub const ROLES: [&str; 12] = [
     "completed_marker",
     "confirmed_marker",
     "restored_record",
     "snapshot_meta",
     "snapshot",
+    // The snapshots (and sidecars) of the completed checkpoints that bound a
+    // collected sink interval: where the sources stood at each end.
+    "interval_state",
     "op_spec",
     "capture",
     "sink_evidence",

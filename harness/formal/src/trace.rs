@@ -21,8 +21,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json};
+use thiserror::Error;
 
-use super::tlc::{self, TlcJob, TlcRun};
+use super::tlc::{self, TlcError, TlcJob, TlcRun};
 use super::FormalTools;
 
 /// Traces of at most this many events are also checked against the
@@ -31,14 +32,9 @@ pub const CHECKED_MAX_EVENTS: usize = 400;
 
 /// A trace that cannot be read as the engine writes it: refused (exit 2), never
 /// validated in part.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("malformed trace: {0}")]
 pub struct Malformed(pub String);
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "malformed trace: {}", self.0)
-    }
-}
 
 impl From<Malformed> for String {
     fn from(m: Malformed) -> String {
@@ -101,14 +97,44 @@ fn field_names(spec: &str) -> Vec<String> {
     spec.split_whitespace().map(|f| f.split('(').next().unwrap_or(f).to_string()).collect()
 }
 
+/// Why `formal/trace/events.txt` does not read.
+#[derive(Debug, Error)]
+pub enum VocabularyError {
+    #[error("{}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    /// Line `line` (from 1), whose text is `text`, is wrong as `problem` says.
+    #[error("events.txt:{line}: {problem}: {text:?}")]
+    Line { line: usize, text: String, problem: VocabularyProblem },
+}
+
+/// What is wrong with a line of the vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum VocabularyProblem {
+    #[error("not an event name")]
+    NotAnEventName,
+    #[error("field {0} has no known type")]
+    UnknownFieldType(String),
+    #[error("the first field must be job")]
+    JobNotFirst,
+    #[error("listed twice")]
+    ListedTwice,
+    #[error("expected NAME | emitter | fields | step")]
+    NotAnEntry,
+    /// A pending field change names an event the vocabulary does not list.
+    #[error("no such event")]
+    NoSuchEvent,
+    #[error("{event} has no field {field} to drop")]
+    NoFieldToDrop { event: String, field: String },
+}
+
 /// Parses the vocabulary: entries `NAME | emitter | fields | step`, and the
 /// pending changes `#+ NAME | emitter | fields | step` (a new event),
 /// `#+ NAME | field(values)` (a new field), `#- NAME | field` (a field to drop).
-pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, String> {
+pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, VocabularyError> {
     let mut v = Vocabulary::default();
     let mut later = Vec::new();
     for (i, raw) in text.lines().enumerate() {
-        let at = |why: &str| format!("events.txt:{}: {why}: {raw:?}", i + 1);
+        let at = |problem: VocabularyProblem| VocabularyError::Line { line: i + 1, text: raw.to_string(), problem };
         let (mark, line) = if let Some(rest) = raw.strip_prefix("#+") {
             ('+', rest)
         } else if let Some(rest) = raw.strip_prefix("#-") {
@@ -121,41 +147,42 @@ pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, String> {
         let parts: Vec<&str> = line.split('|').map(str::trim).collect();
         let name = parts[0].to_string();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(at("not an event name"));
+            return Err(at(VocabularyProblem::NotAnEventName));
         }
         match (mark, parts.len()) {
             (' ' | '+', 4) => {
                 let fields = field_names(parts[2]);
                 if let Some(bad) = fields.iter().find(|f| field_type(f).is_none()) {
-                    return Err(at(&format!("field {bad} has no known type")));
+                    return Err(at(VocabularyProblem::UnknownFieldType(bad.clone())));
                 }
                 if fields.first().map(String::as_str) != Some("job") {
-                    return Err(at("the first field must be job"));
+                    return Err(at(VocabularyProblem::JobNotFirst));
                 }
                 let spec = EventSpec { fields, pending: mark == '+', ..EventSpec::default() };
                 if v.events.insert(name.clone(), spec).is_some() {
-                    return Err(at("listed twice"));
+                    return Err(at(VocabularyProblem::ListedTwice));
                 }
                 if mark == '+' {
                     v.pending.push(format!("add event {name}"));
                 }
             }
-            ('+' | '-', 2) => later.push((mark, name, field_names(parts[1]), at(""))),
-            _ => return Err(at("expected NAME | emitter | fields | step")),
+            ('+' | '-', 2) => later.push((mark, name, field_names(parts[1]), i + 1, raw)),
+            _ => return Err(at(VocabularyProblem::NotAnEntry)),
         }
     }
-    for (mark, name, fields, at) in later {
-        let spec = v.events.get_mut(&name).ok_or_else(|| format!("{at}no such event"))?;
+    for (mark, name, fields, line, raw) in later {
+        let at = |problem: VocabularyProblem| VocabularyError::Line { line, text: raw.to_string(), problem };
+        let spec = v.events.get_mut(&name).ok_or_else(|| at(VocabularyProblem::NoSuchEvent))?;
         for f in fields {
             if field_type(&f).is_none() {
-                return Err(format!("{at}field {f} has no known type"));
+                return Err(at(VocabularyProblem::UnknownFieldType(f)));
             }
             if mark == '+' {
                 spec.added.push(f.clone());
                 v.pending.push(format!("{name}: add {f}"));
             } else {
                 if !spec.fields.contains(&f) {
-                    return Err(format!("{at}{name} has no field {f} to drop"));
+                    return Err(at(VocabularyProblem::NoFieldToDrop { event: name.clone(), field: f }));
                 }
                 spec.dropped.push(f.clone());
                 v.pending.push(format!("{name}: drop {f}"));
@@ -166,9 +193,9 @@ pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, String> {
 }
 
 /// Reads `<formal>/trace/events.txt`.
-pub fn read_vocabulary(formal_dir: &Path) -> Result<Vocabulary, String> {
+pub fn read_vocabulary(formal_dir: &Path) -> Result<Vocabulary, VocabularyError> {
     let path = formal_dir.join("trace/events.txt");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(|error| VocabularyError::Read { path: path.clone(), error })?;
     parse_vocabulary(&text)
 }
 
@@ -210,7 +237,25 @@ fn parse_file_name(name: &str) -> Option<(&str, &str, &str)> {
         .then_some((role, pid, start))
 }
 
-fn check_value(field: &str, v: &Json) -> Result<(), String> {
+/// Why a line does not fit the vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LineError {
+    #[error("no event")]
+    NoEvent,
+    #[error("unknown event {0:?}")]
+    UnknownEvent(String),
+    #[error("{event} without job")]
+    NoJob { event: String },
+    #[error("{event} without {field}")]
+    Missing { event: String, field: String },
+    #[error("{event} has a field {field} the vocabulary does not list")]
+    Unlisted { event: String, field: String },
+    /// `expected` is the field's type, `None` for a field of no known type.
+    #[error("field {field} is {value}, not a {expected:?}")]
+    WrongType { field: String, value: Json, expected: Option<FieldType> },
+}
+
+fn check_value(field: &str, v: &Json) -> Result<(), LineError> {
     let ok = match field_type(field) {
         Some(FieldType::Number) => v.as_u64().is_some(),
         Some(FieldType::Text) => v.is_string(),
@@ -220,21 +265,21 @@ fn check_value(field: &str, v: &Json) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("field {field} is {v}, not a {:?}", field_type(field)))
+        Err(LineError::WrongType { field: field.to_string(), value: v.clone(), expected: field_type(field) })
     }
 }
 
 /// Checks one line against the vocabulary: a known event with every field it
 /// must carry, no field it may not, each of its type.
-pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result<(), String> {
-    let event = fields.get("event").and_then(Json::as_str).ok_or("no event")?;
-    let spec = vocabulary.events.get(event).ok_or_else(|| format!("unknown event {event:?}"))?;
+pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result<(), LineError> {
+    let event = fields.get("event").and_then(Json::as_str).ok_or(LineError::NoEvent)?;
+    let spec = vocabulary.events.get(event).ok_or_else(|| LineError::UnknownEvent(event.to_string()))?;
     if !fields.contains_key("job") {
-        return Err(format!("{event} without job"));
+        return Err(LineError::NoJob { event: event.to_string() });
     }
     for f in &spec.fields {
         if !spec.dropped.contains(f) && !fields.contains_key(f) {
-            return Err(format!("{event} without {f}"));
+            return Err(LineError::Missing { event: event.to_string(), field: f.clone() });
         }
     }
     for (k, v) in fields {
@@ -242,7 +287,7 @@ pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result
             continue;
         }
         if !spec.fields.contains(k) && !spec.added.contains(k) {
-            return Err(format!("{event} has a field {k} the vocabulary does not list"));
+            return Err(LineError::Unlisted { event: event.to_string(), field: k.clone() });
         }
         check_value(k, v)?;
     }
@@ -278,7 +323,7 @@ pub fn read_file(vocabulary: &Vocabulary, name: &str, text: &str) -> Result<Vec<
         if fields.get("proc").and_then(Json::as_str) != Some(proc.as_str()) {
             return Err(bad(n, format!("proc is {:?}, the file is {proc:?}'s", fields.get("proc"))));
         }
-        check_line(vocabulary, &fields).map_err(|e| bad(n, e))?;
+        check_line(vocabulary, &fields).map_err(|e| bad(n, e.to_string()))?;
         let event = fields.get("event").and_then(Json::as_str).unwrap_or("");
         if coordinator_event(event) != (role == "coordinator") {
             return Err(bad(n, format!("a {} event in a {role} file", fields["event"])));
@@ -395,15 +440,31 @@ pub struct TraceConstants {
     pub first_epoch: u64,
 }
 
+/// Why a merged trace gives the trace module no constants.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConstantsError {
+    #[error("the trace has no Placement event: which subtasks exist is unknown")]
+    NoPlacement,
+    #[error("no Placement names a source subtask")]
+    NoSource,
+    /// The model has one source; `sources` lists the subtasks placed as one.
+    #[error("the model has one source; this trace places {sources:?}")]
+    Sources { sources: Vec<String> },
+    #[error("{file}:{seq}: a Placement without a role")]
+    NoRole { file: String, seq: u64 },
+    #[error("the trace places no sink subtask: there is nothing to validate")]
+    NoSink,
+}
+
 /// Reads the constants off a merged trace. The subtasks, the source and the
 /// sinks come from the Placement events (their `role`), never from which
 /// subtasks happened to act: a sink that never acted is a sink all the same,
 /// and its missing acks are found.
-pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
+pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, ConstantsError> {
     let placements: Vec<&TraceLine> = trace.events.iter().filter(|e| e.event() == "Placement").collect();
     let subtasks: BTreeSet<String> = placements.iter().filter_map(|e| e.str("sub").map(str::to_string)).collect();
     if subtasks.is_empty() {
-        return Err("the trace has no Placement event: which subtasks exist is unknown".into());
+        return Err(ConstantsError::NoPlacement);
     }
     let sources: BTreeSet<&str> = placements
         .iter()
@@ -412,11 +473,11 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
         .collect();
     let source = match sources.iter().collect::<Vec<_>>().as_slice() {
         [only] => only.to_string(),
-        [] => return Err("no Placement names a source subtask".into()),
-        many => return Err(format!("the model has one source; this trace places {many:?}")),
+        [] => return Err(ConstantsError::NoSource),
+        many => return Err(ConstantsError::Sources { sources: many.iter().map(|s| s.to_string()).collect() }),
     };
     if let Some(bare) = placements.iter().find(|e| e.str("role").is_none()) {
-        return Err(format!("{}:{}: a Placement without a role", bare.file, bare.seq));
+        return Err(ConstantsError::NoRole { file: bare.file.clone(), seq: bare.seq });
     }
     let sinks: BTreeSet<String> = placements
         .iter()
@@ -424,7 +485,7 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, String> {
         .filter_map(|e| e.str("sub").map(str::to_string))
         .collect();
     if sinks.is_empty() {
-        return Err("the trace places no sink subtask: there is nothing to validate".into());
+        return Err(ConstantsError::NoSink);
     }
     let mut max_ckpt = 1;
     for e in &trace.events {
@@ -463,15 +524,26 @@ fn tla_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn tla_value(field: &str, v: &Json) -> Result<String, String> {
+/// Why a value cannot be written as a TLA+ literal.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LiteralError {
+    #[error("field {field}: {value} is not an integer TLC can hold (0 to 2^31)")]
+    NotAnInteger { field: String, value: serde_json::Number },
+    #[error("field {field}: {value} is not a literal")]
+    NotALiteral { field: String, value: Json },
+    #[error("unknown event {0:?}")]
+    UnknownEvent(String),
+}
+
+fn tla_value(field: &str, v: &Json) -> Result<String, LiteralError> {
     Ok(match v {
         Json::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
         Json::String(s) => tla_string(s),
         Json::Number(n) => match n.as_u64() {
             Some(n) if n < (1 << 31) => n.to_string(),
-            _ => return Err(format!("field {field}: {n} is not an integer TLC can hold (0 to 2^31)")),
+            _ => return Err(LiteralError::NotAnInteger { field: field.to_string(), value: n.clone() }),
         },
-        other => return Err(format!("field {field}: {other} is not a literal")),
+        other => return Err(LiteralError::NotALiteral { field: field.to_string(), value: other.clone() }),
     })
 }
 
@@ -481,8 +553,8 @@ fn tla_set(items: &BTreeSet<String>) -> String {
 
 /// The fields of a line the module reads, as a TLA+ record (the vocabulary's
 /// fields and pending additions; never `seq`, `ts`, `proc` or a dropped one).
-fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, String> {
-    let spec = vocabulary.events.get(e.event()).ok_or_else(|| format!("unknown event {:?}", e.event()))?;
+fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, LiteralError> {
+    let spec = vocabulary.events.get(e.event()).ok_or_else(|| LiteralError::UnknownEvent(e.event().to_string()))?;
     let mut record = vec![format!("event |-> {}", tla_string(e.event()))];
     for (k, v) in &e.fields {
         let read = spec.read().any(|f| f == k) || spec.added.contains(k);
@@ -493,8 +565,23 @@ fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, String> 
     Ok(format!("[{}]", record.join(", ")))
 }
 
+/// Why the trace modules were not written.
+#[derive(Debug, Error)]
+pub enum ModulesError {
+    #[error(transparent)]
+    Constants(#[from] ConstantsError),
+    /// A constant that is no TLA+ literal.
+    #[error(transparent)]
+    Constant(#[from] LiteralError),
+    /// Event `index` (from 1 in the merged trace) has a field that is no literal.
+    #[error("event {index}: {error}")]
+    Event { index: usize, error: LiteralError },
+    #[error("{}: {error}", path.display())]
+    Write { path: PathBuf, error: std::io::Error },
+}
+
 /// Writes `TraceConstants.tla` and `TraceEvents.tla` into `dir`.
-pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -> Result<TraceConstants, String> {
+pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -> Result<TraceConstants, ModulesError> {
     let c = constants(trace)?;
     let constants_module = format!(
         "---- MODULE TraceConstants ----\n\
@@ -523,13 +610,15 @@ pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -
     );
     let mut events = String::from("---- MODULE TraceEvents ----\nTrace == <<\n");
     for (i, e) in trace.events.iter().enumerate() {
-        let record = tla_record(vocabulary, e).map_err(|err| format!("event {}: {err}", i + 1))?;
+        let record = tla_record(vocabulary, e).map_err(|error| ModulesError::Event { index: i + 1, error })?;
         let sep = if i + 1 == trace.events.len() { "" } else { "," };
         let _ = writeln!(events, "    {record}{sep}");
     }
     events.push_str("  >>\n====\n");
-    std::fs::write(dir.join("TraceConstants.tla"), constants_module).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("TraceEvents.tla"), events).map_err(|e| e.to_string())?;
+    for (name, text) in [("TraceConstants.tla", constants_module), ("TraceEvents.tla", events)] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|error| ModulesError::Write { path, error })?;
+    }
     Ok(c)
 }
 
@@ -611,7 +700,7 @@ pub fn validate_modules(
     modules_dir: &Path,
     events: &[Json],
     checked: bool,
-) -> Result<(Verdict, TlcRun), String> {
+) -> Result<(Verdict, TlcRun), TlcError> {
     let trace_dir = tools.formal_dir.join("trace");
     let job = TlcJob {
         dir: &trace_dir,
@@ -620,6 +709,7 @@ pub fn validate_modules(
         library: vec![modules_dir.to_path_buf(), tools.formal_dir.clone()],
         workers: 1,
         check_deadlock: false,
+        timeout: tlc::timeout(),
     };
     let run = tlc::run(tools, &job)?;
     Ok((judge(&run, events), run))
@@ -627,19 +717,19 @@ pub fn validate_modules(
 
 /// Why a validation could not run: the trace is malformed (exit 2), or the
 /// tools failed (exit 2 as well, with a different message).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum ValidationError {
+    #[error(transparent)]
     Malformed(Malformed),
-    Setup(String),
-}
-
-impl std::fmt::Display for ValidationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ValidationError::Malformed(m) => write!(f, "{m}"),
-            ValidationError::Setup(s) => write!(f, "{s}"),
-        }
-    }
+    /// The vocabulary of the formal directory does not read.
+    #[error(transparent)]
+    Vocabulary(VocabularyError),
+    /// TLC did not run to its end (it could not start, or timed out).
+    #[error(transparent)]
+    Tlc(TlcError),
+    /// The scratch directory of the modules, or the kept TLC output.
+    #[error("{what}: {error}")]
+    Scratch { what: String, error: std::io::Error },
 }
 
 impl From<ValidationError> for String {
@@ -650,7 +740,7 @@ impl From<ValidationError> for String {
 
 /// Reads and merges a run's trace files (malformed is an error, never a skip).
 pub fn read_and_merge(tools: &FormalTools, dir: &Path, job: Option<u64>) -> Result<MergedTrace, ValidationError> {
-    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Setup)?;
+    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Vocabulary)?;
     let lines = read_run(&vocabulary, dir).map_err(ValidationError::Malformed)?;
     merge(lines, job).map_err(ValidationError::Malformed)
 }
@@ -676,17 +766,24 @@ pub struct Validation {
 }
 
 pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Validation, ValidationError> {
-    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Setup)?;
-    let work =
-        tempfile::Builder::new().prefix("clink-trace-").tempdir().map_err(|e| ValidationError::Setup(e.to_string()))?;
-    write_modules(&vocabulary, work.path(), trace).map_err(|e| ValidationError::Malformed(Malformed(e)))?;
+    let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Vocabulary)?;
+    let work = tempfile::Builder::new()
+        .prefix("clink-trace-")
+        .tempdir()
+        .map_err(|error| ValidationError::Scratch { what: "a directory for the trace modules".into(), error })?;
+    write_modules(&vocabulary, work.path(), trace).map_err(|e| match e {
+        ModulesError::Write { path, error } => ValidationError::Scratch { what: path.display().to_string(), error },
+        e => ValidationError::Malformed(Malformed(e.to_string())),
+    })?;
     let events: Vec<Json> = trace.events.iter().map(|e| Json::Object(e.fields.clone())).collect();
     let checked = events.len() <= CHECKED_MAX_EVENTS;
-    let (verdict, run) = validate_modules(tools, work.path(), &events, checked).map_err(ValidationError::Setup)?;
+    let (verdict, run) = validate_modules(tools, work.path(), &events, checked).map_err(ValidationError::Tlc)?;
     let keep = !matches!(verdict, Verdict::Accepted { .. });
     let modules_dir = if keep {
         let dir = work.keep();
-        std::fs::write(dir.join("tlc.out"), &run.output).map_err(|e| ValidationError::Setup(e.to_string()))?;
+        let out = dir.join("tlc.out");
+        std::fs::write(&out, &run.output)
+            .map_err(|error| ValidationError::Scratch { what: out.display().to_string(), error })?;
         Some(dir)
     } else {
         None

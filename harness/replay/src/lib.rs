@@ -255,15 +255,26 @@ pub struct Verification {
     pub outcome: ReplayOutcome,
 }
 
+/// Why a capture directory could not be listed whole.
+#[derive(Debug, Error)]
+pub enum ListCapturedError {
+    #[error("{}: {error}", dir.display())]
+    Unreadable { dir: PathBuf, error: std::io::Error },
+    /// An entry whose name is not UTF-8 (shown lossily): never skipped.
+    #[error("{}: an entry whose name is not UTF-8: {name:?}", dir.display())]
+    NotUtf8 { dir: PathBuf, name: String },
+}
+
 /// Every captured (operator, subtask, epoch) under a capture directory, in
 /// operator, subtask, epoch order.
-pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, String> {
+pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, ListCapturedError> {
     let mut found = Vec::new();
     // An entry that cannot be listed is an error, never a capture skipped.
-    let read = |dir: &Path| -> Result<Vec<String>, String> {
-        let listing = clink_basics::files::list_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let read = |dir: &Path| -> Result<Vec<String>, ListCapturedError> {
+        let listing = clink_basics::files::list_dir(dir)
+            .map_err(|error| ListCapturedError::Unreadable { dir: dir.to_path_buf(), error })?;
         match listing.not_utf8.first() {
-            Some(name) => Err(format!("{}: an entry whose name is not UTF-8: {name:?}", dir.display())),
+            Some(name) => Err(ListCapturedError::NotUtf8 { dir: dir.to_path_buf(), name: name.clone() }),
             None => Ok(listing.names),
         }
     };
@@ -288,4 +299,23 @@ pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, Str
     }
     found.sort_by_key(|(r, _)| (r.operator, r.subtask, r.epoch));
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_directory_that_cannot_be_listed_is_an_error_naming_it() {
+        let scratch = tempfile::tempdir().unwrap();
+        assert!(list_captured(scratch.path()).unwrap().is_empty());
+        let missing = scratch.path().join("nowhere");
+        match list_captured(&missing) {
+            Err(ListCapturedError::Unreadable { dir, .. }) => assert_eq!(dir, missing),
+            other => panic!("{other:?}"),
+        }
+        std::fs::create_dir_all(scratch.path().join("op-7/subtask-0")).unwrap();
+        std::fs::write(scratch.path().join("op-7/subtask-0/unrelated"), b"").unwrap();
+        assert!(list_captured(scratch.path()).unwrap().is_empty(), "only epoch files are captures");
+    }
 }

@@ -10,7 +10,9 @@ pub mod checkpoint;
 pub mod compare;
 pub mod gen_input;
 pub mod incident_collect;
+pub mod incident_reconcile;
 pub mod incident_regress;
+pub mod incident_scope;
 pub mod incident_verify;
 pub mod job_requests;
 pub mod produce;
@@ -108,7 +110,7 @@ pub struct FormalArgs {
 }
 
 impl FormalArgs {
-    pub fn locate(&self) -> Result<clink_formal::FormalTools, String> {
+    pub fn locate(&self) -> Result<clink_formal::FormalTools, clink_formal::tools::ToolsError> {
         clink_formal::locate(self.formal_dir.as_deref(), self.formal_tools_dir.as_deref())
     }
 }

@@ -49,11 +49,12 @@ pub fn main(args: TraceValidateArgs) -> Exit {
             // of the formal directory, if that is there.
             if let Some(path) = &args.html {
                 let trace = read_vocabulary(&clink_formal::tools::formal_dir(args.formal.formal_dir.as_deref()))
+                    .map_err(|e| e.to_string())
                     .and_then(|v| read_run(&v, &args.trace).map_err(String::from))
                     .and_then(|lines| merge(lines, args.job).map_err(String::from));
                 match trace {
                     Ok(trace) => {
-                        let page = trace_validation_page(&shown, &trace, TraceOutcome::Unavailable(why.clone()));
+                        let page = trace_validation_page(&shown, &trace, TraceOutcome::Unavailable(why.to_string()));
                         if let Err(e) = write_html(path, &clink_html::render(&page)) {
                             return out.refuse(e);
                         }

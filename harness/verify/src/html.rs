@@ -49,7 +49,8 @@ pub fn page(report: &Report, bundle: &Bundle) -> Page {
     }
 }
 
-fn check(c: &CheckResult) -> Check {
+/// One check as the shared frame shows it (incident-reconcile's page uses it too).
+pub fn check(c: &CheckResult) -> Check {
     let status = match c.status {
         Status::Passed => CheckStatus::Passed,
         Status::Failed => CheckStatus::Failed,

@@ -263,6 +263,15 @@ pub fn artifacts_check(bundle: &Bundle) -> CheckResult {
     integrity::artifacts(bundle)
 }
 
+/// The three bundle.* checks, in order (bundle.manifest, bundle.artifacts,
+/// bundle.completeness): what every command that reads a bundle's evidence
+/// runs first. When one fails, nothing else may be read.
+pub fn integrity_checks(bundle: &Bundle) -> Vec<CheckResult> {
+    let mut checks = vec![integrity::manifest(bundle), integrity::artifacts(bundle), integrity::completeness(bundle)];
+    relativize(&mut checks, &bundle.root);
+    checks
+}
+
 /// Runs the profile's checks over a bundle the reader accepted.
 pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageError> {
     verify_observed(bundle, options, &mut progress::Quiet)

@@ -249,8 +249,8 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
     // says nothing of the protocol, so it is unavailable, not a violation.
     let merged = match trace::read_and_merge(tools, copy.path(), Some(bundle.job_id())) {
         Ok(m) => m,
-        Err(trace::ValidationError::Setup(e)) => return unavailable(format!("trace validation could not run: {e}")),
-        Err(e) => return unavailable(format!("the traces cannot be merged: {e}")),
+        Err(trace::ValidationError::Malformed(e)) => return unavailable(format!("the traces cannot be merged: {e}")),
+        Err(e) => return unavailable(format!("trace validation could not run: {e}")),
     };
     if let Some(why) = outside_the_model(&merged) {
         return CheckResult::new(name, Status::Unsupported, why)

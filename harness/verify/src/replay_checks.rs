@@ -67,19 +67,21 @@ pub fn run_observed(
     expected: Option<&Path>,
     progress: &mut dyn crate::progress::VerifyProgress,
 ) -> Result<Vec<CheckResult>, UsageError> {
-    let completed = completed_checkpoints(bundle);
+    let completed = match completed_checkpoints(bundle) {
+        Ok(c) => c,
+        Err(why) => return Ok(markers_unreadable(&why, expected.is_some())),
+    };
     let (selected, cut) = select(bundle, selection, &completed);
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
     let restores = known_restores(bundle);
     let job = JobEvidence { graph, restores: &restores, completed: &completed };
-    let mut results: Vec<EpochResult> = Vec::with_capacity(checked.len());
-    progress.epochs(0, checked.len());
-    for e in &checked {
-        results.push(check_epoch(bundle, e, &job));
-        progress.epochs(results.len(), checked.len());
-    }
+    // Only replay.expected_output reads the replayed rows after an epoch's
+    // own checks: without it, an epoch's rows are dropped once checked, so
+    // memory holds the epochs being replayed, not the bundle's output.
+    let keep_rows = expected.is_some();
+    let results = replay_epochs(bundle, &checked, &job, keep_rows, progress);
     let counts_base = Counts {
         selected: selected.len(),
         checked: checked.len(),
@@ -117,9 +119,22 @@ fn describe(e: &EpochEntry) -> String {
 
 /// The checkpoints whose COMPLETED marker the bundle holds: an epoch is whole
 /// only when its checkpoint completed.
-fn completed_checkpoints(bundle: &Bundle) -> BTreeSet<u64> {
+/// A listing that fails is never read as "none completed": the caller makes
+/// every replay check unavailable with the reason.
+fn completed_checkpoints(bundle: &Bundle) -> Result<BTreeSet<u64>, String> {
     let layout = clink_engine::checkpoint::CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
-    clink_engine::checkpoint::markers::list_completed(&layout).map(|c| c.into_iter().collect()).unwrap_or_default()
+    clink_engine::checkpoint::markers::list_completed(&layout)
+        .map(|c| c.into_iter().collect())
+        .map_err(|e| format!("the bundle's COMPLETED markers could not be listed: {e}"))
+}
+
+/// Every replay check, unavailable: which epochs are whole is not known.
+fn markers_unreadable(why: &str, expected: bool) -> Vec<CheckResult> {
+    let mut names = vec!["replay.determinism", "replay.recorded_output"];
+    if expected {
+        names.push("replay.expected_output");
+    }
+    names.into_iter().map(|name| CheckResult::new(name, Status::Unavailable, why)).collect()
 }
 
 /// The captured operator epochs the selection names. Without `--epoch`, an
@@ -177,6 +192,45 @@ struct JobEvidence<'a> {
     completed: &'a BTreeSet<u64>,
 }
 
+/// Every epoch checked, on as many threads as the machine has cores (epochs
+/// are independent: each replays from its own starting state). Results come
+/// back in the selection's order; progress counts epochs as they finish.
+fn replay_epochs(
+    bundle: &Bundle,
+    checked: &[&EpochEntry],
+    job: &JobEvidence<'_>,
+    keep_rows: bool,
+    progress: &mut dyn crate::progress::VerifyProgress,
+) -> Vec<EpochResult> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let total = checked.len();
+    progress.epochs(0, total);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, total.max(1));
+    let next = AtomicUsize::new(0);
+    let mut slots: Vec<Option<EpochResult>> = (0..total).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..workers {
+            let (tx, next) = (tx.clone(), &next);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = checked.get(i) else { break };
+                if tx.send((i, check_epoch(bundle, entry, job, keep_rows))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (done, (i, result)) in rx.iter().enumerate() {
+            slots[i] = Some(result);
+            progress.epochs(done + 1, total);
+        }
+    });
+    // A worker that panicked re-panics when the scope joins it, so every
+    // slot is filled here.
+    slots.into_iter().flatten().collect()
+}
+
 fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<EpochEvidence, EpochStatus> {
     if !job.completed.contains(&entry.epoch) {
         let checkable: BTreeSet<u64> =
@@ -196,7 +250,7 @@ fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<Ep
     load_bundle_epoch(bundle, entry, job.restores, graph).map_err(status_of)
 }
 
-fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> EpochResult {
+fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_rows: bool) -> EpochResult {
     let at = EpochRef { operator: entry.operator_id(), subtask: entry.subtask, epoch: entry.epoch };
     let evidence = match load(bundle, entry, job) {
         Ok(e) => e,
@@ -240,7 +294,7 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Ep
         None => compare_downstream(bundle, &evidence, &rows),
     };
     let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
-    EpochResult { at, determinism, recorded, rows: whole.then_some(rows), output_schema }
+    EpochResult { at, determinism, recorded, rows: (whole && keep_rows).then_some(rows), output_schema }
 }
 
 /// Compares the replay's rows with each consumer's capture of the same epoch.
@@ -405,25 +459,42 @@ fn conclude<'a>(
     result
 }
 
+/// Why an expectation (`--expected`) does not read; `line` counts from 1.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpectedError {
+    #[error("line {line}: not JSON: {error}")]
+    NotJson { line: usize, error: serde_json::Error },
+    #[error("line {line}: expected a JSON array of cells")]
+    NotAnArray { line: usize },
+    #[error("line {line}: {cells} cells, the operator emits {columns} columns")]
+    Width { line: usize, cells: usize, columns: usize },
+    #[error("line {line}: column {column}: {cell} is not a {ty:?}")]
+    WrongType { line: usize, column: String, cell: Json, ty: clink_engine::value::ColumnType },
+}
+
 /// Parses an expectation: one JSON array per line, the operator's output
 /// columns in order (decimals as strings, timestamps as epoch milliseconds).
-pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, String> {
+pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, ExpectedError> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = i + 1;
-        let v: Json = serde_json::from_str(line).map_err(|e| format!("line {at}: not JSON: {e}"))?;
-        let cells = v.as_array().ok_or_else(|| format!("line {at}: expected a JSON array of cells"))?;
+        let v: Json = serde_json::from_str(line).map_err(|error| ExpectedError::NotJson { line: at, error })?;
+        let cells = v.as_array().ok_or(ExpectedError::NotAnArray { line: at })?;
         if cells.len() != schema.0.len() {
-            return Err(format!("line {at}: {} cells, the operator emits {} columns", cells.len(), schema.0.len()));
+            return Err(ExpectedError::Width { line: at, cells: cells.len(), columns: schema.0.len() });
         }
         let row = cells
             .iter()
             .zip(&schema.0)
             .map(|(cell, col)| {
-                value_from_json(cell, col.ty)
-                    .ok_or_else(|| format!("line {at}: column {}: {cell} is not a {:?}", col.name, col.ty))
+                value_from_json(cell, col.ty).ok_or_else(|| ExpectedError::WrongType {
+                    line: at,
+                    column: col.name.clone(),
+                    cell: cell.clone(),
+                    ty: col.ty,
+                })
             })
-            .collect::<Result<Row, String>>()?;
+            .collect::<Result<Row, ExpectedError>>()?;
         rows.push(row);
     }
     Ok(rows)
@@ -520,4 +591,26 @@ fn expected_output(
         .details(details);
     result.counts = Some(counts);
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clink_engine::value::{ColumnType, Schema, Value};
+
+    #[test]
+    fn an_expectation_is_refused_by_line_with_what_was_expected() {
+        let schema = Schema::of(&[("key", ColumnType::String), ("count", ColumnType::Int)]);
+        assert_eq!(
+            parse_expected("[\"a\", 1]\n\n[\"b\", 2]\n", &schema).unwrap()[1],
+            vec![Value::Str("b".into()), Value::Int(2)]
+        );
+        assert!(matches!(parse_expected("[\"a\", 1]\n{", &schema), Err(ExpectedError::NotJson { line: 2, .. })));
+        assert!(matches!(parse_expected("{}", &schema), Err(ExpectedError::NotAnArray { line: 1 })));
+        let width = parse_expected("[\"a\"]", &schema).unwrap_err();
+        assert_eq!(width.to_string(), "line 1: 1 cells, the operator emits 2 columns");
+        let typed = parse_expected("[\"a\", \"one\"]", &schema).unwrap_err();
+        assert!(matches!(&typed, ExpectedError::WrongType { line: 1, column, .. } if column == "count"), "{typed}");
+        assert_eq!(typed.to_string(), "line 1: column count: \"one\" is not a Int");
+    }
 }

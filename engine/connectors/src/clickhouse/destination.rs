@@ -23,6 +23,15 @@ pub struct Server {
     pub version: String,
     pub uuid: Known,
     pub timezone: Known,
+    /// `hostName()`: with the table's data path, what tells one server from
+    /// another where the server has no UUID.
+    #[serde(default = "not_recorded")]
+    pub host_name: Known,
+}
+
+/// A field a description written before it existed does not hold.
+fn not_recorded() -> Known {
+    Known::Unavailable("not recorded (a description written before the field existed)".into())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +59,15 @@ pub struct Destination {
     pub engine: String,
     pub engine_full: Known,
     pub create_table_query: Known,
+    /// Where the server keeps the table's data (`system.tables.data_path`):
+    /// it names the server's data directory, so another server's table of
+    /// the same name has another.
+    #[serde(default = "not_recorded")]
+    pub data_path: Known,
+    /// When the table's definition was last written: a table dropped and
+    /// created again under the same name has another.
+    #[serde(default = "not_recorded")]
+    pub metadata_modification_time: Known,
     pub columns: Vec<TableColumn>,
     /// Session settings that decide deduplication and asynchronous inserts.
     pub settings: Vec<Setting>,
@@ -107,9 +125,43 @@ const SESSION_SETTINGS: [&str; 4] =
 const MERGE_TREE_SETTINGS: [&str; 1] = ["non_replicated_deduplication_window"];
 
 pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destination, DescribeError> {
-    let settings = read_only();
+    describe_with(conn, database, table, &read_only(), None)
+}
+
+/// [`describe`] with the caller's settings on every statement (which must
+/// include `readonly`), and a limit on how long this client waits for each
+/// answer.
+pub fn describe_with(
+    conn: &Connection,
+    database: &str,
+    table: &str,
+    settings: &[(&str, String)],
+    limit: Option<std::time::Duration>,
+) -> Result<Destination, DescribeError> {
+    let reader = Read { conn, settings, limit };
+    describe_by(&reader, database, table)
+}
+
+/// One connection's reads, under fixed settings and an optional time limit.
+struct Read<'a> {
+    conn: &'a Connection,
+    settings: &'a [(&'a str, String)],
+    limit: Option<std::time::Duration>,
+}
+
+impl Read<'_> {
+    fn select(&self, what: &str, statement: &str) -> Result<Vec<Vec<super::Cell>>, ClickHouseError> {
+        match self.limit {
+            Some(limit) => self.conn.select_within(what, statement, self.settings, limit),
+            None => self.conn.select(what, statement, self.settings),
+        }
+    }
+}
+
+fn describe_by(read: &Read<'_>, database: &str, table: &str) -> Result<Destination, DescribeError> {
+    let conn = read.conn;
     let one = |what: &str, statement: &str| -> Result<Option<String>, DescribeError> {
-        let rows = conn.select(what, statement, &settings)?;
+        let rows = read.select(what, statement)?;
         Ok(rows.into_iter().next().and_then(|r| r.into_iter().next()).flatten())
     };
     let unexpected = |what: &str, detail: &str| DescribeError::Unexpected {
@@ -120,15 +172,19 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
     let version = one("the server's version", "SELECT version()")?.ok_or_else(|| unexpected("version()", "no row"))?;
     let server = Server {
         version,
-        uuid: server_uuid(conn, &settings)?,
+        uuid: server_uuid(read)?,
         timezone: match one("the server's time zone", "SELECT timezone()")? {
             Some(tz) => Known::Value(tz),
             None => Known::Unavailable("timezone() returned no row".into()),
         },
+        host_name: match one("the server's host name", "SELECT hostName()")? {
+            Some(host) => Known::Value(host),
+            None => Known::Unavailable("hostName() returned no row".into()),
+        },
     };
 
-    let table_fields = column_names(conn, "system", "tables", &settings)?;
-    let optional = ["uuid", "engine_full", "create_table_query"];
+    let table_fields = column_names(read, "system", "tables")?;
+    let optional = ["uuid", "engine_full", "create_table_query", "data_path", "metadata_modification_time"];
     let mut select = vec!["engine".to_string()];
     select.extend(optional.iter().filter(|f| table_fields.contains(**f)).map(|f| sql::identifier(f)));
     let statement = format!(
@@ -137,7 +193,7 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
         sql::string(database),
         sql::string(table)
     );
-    let rows = conn.select("the table's definition", &statement, &settings)?;
+    let rows = read.select("the table's definition", &statement)?;
     let Some(row) = rows.into_iter().next() else {
         return Err(DescribeError::NoSuchTable {
             url: conn.url().to_string(),
@@ -157,14 +213,16 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
     let table_uuid = field("uuid");
     let engine_full = field("engine_full");
     let create_table_query = field("create_table_query");
+    let data_path = field("data_path");
+    let metadata_modification_time = field("metadata_modification_time");
 
     let statement = format!(
         "SELECT name, type, default_kind FROM system.columns WHERE database = {} AND table = {}",
         sql::string(database),
         sql::string(table)
     );
-    let columns = conn
-        .select("the table's columns", &statement, &settings)?
+    let columns = read
+        .select("the table's columns", &statement)?
         .into_iter()
         .map(|row| match row.as_slice() {
             [Some(name), Some(ty), kind] => Ok(TableColumn {
@@ -184,53 +242,44 @@ pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destin
         engine,
         engine_full,
         create_table_query,
+        data_path,
+        metadata_modification_time,
         columns,
-        settings: named_settings(conn, "system.settings", &SESSION_SETTINGS, &settings)?,
-        merge_tree_settings: named_settings(conn, "system.merge_tree_settings", &MERGE_TREE_SETTINGS, &settings)?,
+        settings: named_settings(read, "system.settings", &SESSION_SETTINGS)?,
+        merge_tree_settings: named_settings(read, "system.merge_tree_settings", &MERGE_TREE_SETTINGS)?,
     })
 }
 
-fn server_uuid(conn: &Connection, settings: &[(&str, String)]) -> Result<Known, ClickHouseError> {
-    let has = conn.select(
+fn server_uuid(read: &Read<'_>) -> Result<Known, ClickHouseError> {
+    let has = read.select(
         "whether the server has serverUUID()",
         "SELECT count() FROM system.functions WHERE name = 'serverUUID'",
-        settings,
     )?;
     if has.first().and_then(|r| r.first()).cloned().flatten().as_deref() != Some("1") {
         return Ok(Known::Unavailable("this server has no serverUUID() function".into()));
     }
-    let rows = conn.select("the server's UUID", "SELECT serverUUID()", settings)?;
+    let rows = read.select("the server's UUID", "SELECT serverUUID()")?;
     Ok(match rows.into_iter().next().and_then(|r| r.into_iter().next()).flatten() {
         Some(uuid) => Known::Value(uuid),
         None => Known::Unavailable("serverUUID() returned no row".into()),
     })
 }
 
-fn column_names(
-    conn: &Connection,
-    database: &str,
-    table: &str,
-    settings: &[(&str, String)],
-) -> Result<BTreeSet<String>, ClickHouseError> {
+fn column_names(read: &Read<'_>, database: &str, table: &str) -> Result<BTreeSet<String>, ClickHouseError> {
     let statement = format!(
         "SELECT name FROM system.columns WHERE database = {} AND table = {}",
         sql::string(database),
         sql::string(table)
     );
-    let rows = conn.select(&format!("the columns of {database}.{table}"), &statement, settings)?;
+    let rows = read.select(&format!("the columns of {database}.{table}"), &statement)?;
     Ok(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).collect())
 }
 
 /// The named settings' values; one the server does not know is unavailable.
-fn named_settings(
-    conn: &Connection,
-    source: &str,
-    names: &[&str],
-    settings: &[(&str, String)],
-) -> Result<Vec<Setting>, ClickHouseError> {
+fn named_settings(read: &Read<'_>, source: &str, names: &[&str]) -> Result<Vec<Setting>, ClickHouseError> {
     let list: Vec<String> = names.iter().map(|n| sql::string(n)).collect();
     let statement = format!("SELECT name, value FROM {source} WHERE name IN ({})", list.join(", "));
-    let rows = conn.select(&format!("settings from {source}"), &statement, settings)?;
+    let rows = read.select(&format!("settings from {source}"), &statement)?;
     Ok(names
         .iter()
         .map(|name| {
@@ -256,6 +305,7 @@ mod tests {
                 version: "18.16.1".into(),
                 uuid: Known::Unavailable("old".into()),
                 timezone: Known::Value("UTC".into()),
+                host_name: Known::Value("h".into()),
             },
             database: "default".into(),
             table: "t".into(),
@@ -263,6 +313,8 @@ mod tests {
             engine: engine.into(),
             engine_full: Known::Value(engine_full.into()),
             create_table_query: Known::Unavailable("old".into()),
+            data_path: Known::Value("/data/default/t/".into()),
+            metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: Vec::new(),
             settings: settings
                 .iter()

@@ -31,16 +31,23 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// A `host:port` or an `http://` URL; anything else is refused.
-    pub fn parse(address: &str) -> Result<Endpoint, String> {
+    pub fn parse(address: &str) -> Result<Endpoint, EndpointError> {
         let url = if address.starts_with("http://") || address.starts_with("https://") {
             address.trim_end_matches('/').to_string()
         } else if !address.is_empty() && !address.contains('/') && address.contains(':') {
             format!("http://{address}")
         } else {
-            return Err(format!("{address:?} is neither host:port nor an http:// URL"));
+            return Err(EndpointError::NotAnAddress { address: address.to_string() });
         };
         Ok(Endpoint { url, user: None, password: None })
     }
+}
+
+/// Why a server address was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EndpointError {
+    #[error("{address:?} is neither host:port nor an http:// URL")]
+    NotAnAddress { address: String },
 }
 
 #[derive(Debug, Error)]
@@ -56,6 +63,9 @@ pub enum ClickHouseError {
     Unreachable { url: String, what: String, message: String },
     #[error("clickhouse at {url}: {what}: {message}")]
     Malformed { url: String, what: String, message: String },
+    /// No whole answer within the caller's time limit (a read: nothing changed).
+    #[error("clickhouse at {url}: {what}: no whole answer within {ms} ms")]
+    TimedOut { url: String, what: String, ms: u64 },
     #[error("starting the client's runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -138,10 +148,47 @@ impl Connection {
             cursor.collect().await
         });
         let body = body.map_err(|e| self.classify(what, e, false))?;
-        tsv::parse_rows(&body).map_err(|message| ClickHouseError::Malformed {
+        tsv::parse_rows(&body).map_err(|e| ClickHouseError::Malformed {
             url: self.url.clone(),
             what: what.to_string(),
-            message,
+            message: e.to_string(),
+        })
+    }
+
+    /// [`Connection::select`] with a limit on the time this client waits for
+    /// the whole answer, whatever the server's own limits say.
+    pub fn select_within(
+        &self,
+        what: &str,
+        statement: &str,
+        settings: Settings<'_>,
+        limit: Duration,
+    ) -> Result<Vec<Vec<Cell>>, ClickHouseError> {
+        let mut query = self.client.query(statement).with_setting("wait_end_of_query", "1");
+        for (name, value) in settings {
+            query = query.with_setting(*name, value.clone());
+        }
+        let body = self.runtime.block_on(async move {
+            tokio::time::timeout(limit, async move {
+                let mut cursor = query.fetch_bytes("TabSeparated")?;
+                cursor.collect().await
+            })
+            .await
+        });
+        let body = match body {
+            Ok(answer) => answer.map_err(|e| self.classify(what, e, false))?,
+            Err(_) => {
+                return Err(ClickHouseError::TimedOut {
+                    url: self.url.clone(),
+                    what: what.to_string(),
+                    ms: limit.as_millis() as u64,
+                })
+            }
+        };
+        tsv::parse_rows(&body).map_err(|e| ClickHouseError::Malformed {
+            url: self.url.clone(),
+            what: what.to_string(),
+            message: e.to_string(),
         })
     }
 

@@ -2,8 +2,22 @@
 //! by tabs, `\N` for NULL, and backslash escapes for the characters that
 //! would break a line or a field.
 
+use thiserror::Error;
+
 /// One field as read: `None` is NULL.
 pub type Cell = Option<String>;
+
+/// Why an answer is not TabSeparated rows.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TsvError {
+    #[error("the answer is not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    #[error("the answer does not end with a newline: it was cut short")]
+    CutShort,
+    /// Row `row` (from 1) has a field that does not unescape.
+    #[error("row {row}: {field:?} ends with a lone backslash")]
+    LoneBackslash { row: usize, field: String },
+}
 
 /// Appends `text` as one escaped field.
 pub fn escape_into(out: &mut Vec<u8>, text: &str) {
@@ -23,29 +37,35 @@ pub fn escape_into(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Parses a whole TabSeparated answer into rows of cells.
-pub fn parse_rows(body: &[u8]) -> Result<Vec<Vec<Cell>>, String> {
-    let text = std::str::from_utf8(body).map_err(|e| format!("the answer is not UTF-8: {e}"))?;
+pub fn parse_rows(body: &[u8]) -> Result<Vec<Vec<Cell>>, TsvError> {
+    let text = std::str::from_utf8(body).map_err(TsvError::NotUtf8)?;
     let mut rows = Vec::new();
     if text.is_empty() {
         return Ok(rows);
     }
     let Some(text) = text.strip_suffix('\n') else {
-        return Err("the answer does not end with a newline: it was cut short".into());
+        return Err(TsvError::CutShort);
     };
     for (n, line) in text.split('\n').enumerate() {
         let row = line
             .split('\t')
-            .map(|field| if field == "\\N" { Ok(None) } else { unescape(field).map(Some) })
-            .collect::<Result<Vec<Cell>, String>>()
-            .map_err(|e| format!("row {}: {e}", n + 1))?;
+            .map(|field| {
+                if field == "\\N" {
+                    Ok(None)
+                } else {
+                    unescape(field).map(Some).ok_or_else(|| TsvError::LoneBackslash { row: n + 1, field: field.into() })
+                }
+            })
+            .collect::<Result<Vec<Cell>, TsvError>>()?;
         rows.push(row);
     }
     Ok(rows)
 }
 
-fn unescape(field: &str) -> Result<String, String> {
+/// The field unescaped; `None` when it ends with a lone backslash.
+fn unescape(field: &str) -> Option<String> {
     if !field.contains('\\') {
-        return Ok(field.to_string());
+        return Some(field.to_string());
     }
     let mut out = String::with_capacity(field.len());
     let mut chars = field.chars();
@@ -64,10 +84,10 @@ fn unescape(field: &str) -> Result<String, String> {
             Some('a') => '\x07',
             Some('v') => '\x0b',
             Some(other) => other,
-            None => return Err(format!("{field:?} ends with a lone backslash")),
+            None => return None,
         });
     }
-    Ok(out)
+    Some(out)
 }
 
 #[cfg(test)]
@@ -81,7 +101,7 @@ mod tests {
         assert_eq!(rows[0], vec![Some("1".into()), None, Some(String::new())]);
         assert_eq!(rows[1], vec![Some("2".into()), Some("a\tb\\c".into()), Some("\n".into())]);
         assert!(parse_rows(b"1\t2").is_err(), "a cut-short answer is refused");
-        assert!(parse_rows(b"a\\\n").is_err());
+        assert_eq!(parse_rows(b"a\\\n"), Err(TsvError::LoneBackslash { row: 1, field: "a\\".into() }));
         assert!(parse_rows(b"").unwrap().is_empty());
     }
 

@@ -15,8 +15,16 @@ use super::{TaskContext, TaskExit};
 pub fn run(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
     cx.place();
     let previous_barrier = cx.restore_point;
-    let result = SinkTask { cx: &mut cx, gate, previous_barrier, last_acked: 0, last_committed: 0, input_done: false }
-        .run(&mut *sink);
+    let result = SinkTask {
+        cx: &mut cx,
+        gate,
+        previous_barrier,
+        last_acked: 0,
+        last_committed: 0,
+        input_done: false,
+        watermark: None,
+    }
+    .run(&mut *sink);
     cx.finish(result);
 }
 
@@ -27,6 +35,8 @@ struct SinkTask<'a> {
     last_acked: u64,
     last_committed: u64,
     input_done: bool,
+    /// The last watermark received (recorded in the interval evidence).
+    watermark: Option<i64>,
 }
 
 impl SinkTask<'_> {
@@ -52,7 +62,10 @@ impl SinkTask<'_> {
                     }
                     sink.write(&row)?
                 }
-                Input::Watermark { time, idle } => self.cx.record(&Event::Watermark { time, idle }),
+                Input::Watermark { time, idle } => {
+                    self.watermark = Some(time);
+                    self.cx.record(&Event::Watermark { time, idle })
+                }
                 Input::Timeout => {}
                 Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
                 Input::End | Input::Stop => self.input_done = true,
@@ -139,6 +152,7 @@ impl SinkTask<'_> {
                 truncated: written.truncated,
             },
             sink: sink.evidence(checkpoint),
+            watermark: Some(crate::capture::spec::BarrierWatermark { last: self.watermark }),
         };
         if let Some(recorder) = &self.cx.recorder {
             if let Err(e) = recorder.write_sink_evidence(&evidence) {

@@ -2,10 +2,10 @@
 //! (redacted), their sinks' interval evidence, and the snapshot each epoch's
 //! replay starts from.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
-use clink_engine::capture::{subtask_dir, OpSpecFile, OP_SPEC_NAME};
+use clink_engine::capture::{subtask_dir, OpSpecFile, SinkEvidence, OP_SPEC_NAME};
 use clink_engine::checkpoint::backend::read_dir_names;
 use clink_engine::checkpoint::{epoch_start, CheckpointLayout, StartPoint};
 use clink_engine::job::JobGraph;
@@ -42,6 +42,10 @@ pub(super) fn gather_captures(
         }
     };
     let known_restores: Vec<(u64, u64)> = restored.map(|r| (r.restored_from, r.next)).into_iter().collect();
+    let completed: BTreeSet<u64> = clink_engine::checkpoint::markers::list_completed(layout)
+        .map_err(|e| refusal(RefusalKind::Other, e.to_string()))?
+        .into_iter()
+        .collect();
     let mut entries = Vec::new();
     let ops = read_dir_names(capture_dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
     // --op keeps the consumers' captures too: replay.recorded_output compares
@@ -75,7 +79,16 @@ pub(super) fn gather_captures(
             let bytes = serde_json::to_vec_pretty(&spec_doc).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
             b.write(&format!("{rel_dir}/op.json"), "op_spec", &bytes, Need::Optional)?;
             let is_sink = registry::kind_of(&spec.type_name) == Some(OperatorKind::Sink);
+            // A sink's default epochs also reach back over the intervals the
+            // selected checkpoint completed (its reconciliation scope), and
+            // over a discarded run's intervals when that scope starts at a
+            // restore (what a duplicate there may come from).
+            let mut wanted = wanted.clone();
+            if is_sink && options.epochs.is_none() {
+                wanted.extend(sink_scope_epochs(&dir, selected, &completed, restored));
+            }
             let names = read_dir_names(&dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+            let mut intervals: BTreeMap<u64, u64> = BTreeMap::new();
             let mut outside = Vec::new();
             for name in names {
                 let Some(epoch) = clink_engine::capture::parse_epoch_file_name(&name) else { continue };
@@ -88,8 +101,12 @@ pub(super) fn gather_captures(
                     continue;
                 }
                 let evidence = clink_engine::capture::sink_evidence_name(epoch);
-                if dir.join(&evidence).exists() {
-                    b.copy(&dir.join(&evidence), &format!("{rel_dir}/{evidence}"), "sink_evidence", Need::Optional)?;
+                if dir.join(&evidence).exists()
+                    && b.copy(&dir.join(&evidence), &format!("{rel_dir}/{evidence}"), "sink_evidence", Need::Optional)?
+                {
+                    if let Ok(doc) = SinkEvidence::read(&dir.join(&evidence)) {
+                        intervals.insert(epoch, doc.previous_barrier);
+                    }
                 }
                 entries.push(EpochEntry {
                     operator: op.to_string(),
@@ -100,6 +117,15 @@ pub(super) fn gather_captures(
                 });
                 if options.include_state && !is_sink {
                     starting_state(b, layout, op, subtask, epoch, &known_restores, generation)?;
+                }
+            }
+            if options.include_state && is_sink {
+                let mut bounding: BTreeSet<u64> = BTreeSet::new();
+                for (&epoch, &previous) in &intervals {
+                    bounding.extend([epoch, previous].into_iter().filter(|c| *c > 0 && completed.contains(c)));
+                }
+                for checkpoint in bounding {
+                    interval_state(b, layout, checkpoint)?;
                 }
             }
             if !outside.is_empty() {
@@ -119,6 +145,67 @@ pub(super) fn gather_captures(
         }
     }
     Ok(entries)
+}
+
+/// The epochs of a sink subtask's reconciliation scope of `selected`: its
+/// interval and, through each interval's previous barrier, every interval
+/// back to a completed checkpoint or the run's start. When that walk ends at
+/// the newest restore's point, the epochs of the run the restore discarded
+/// too. Evidence that does not read ends the walk (the scope then says what
+/// is missing).
+fn sink_scope_epochs(
+    dir: &std::path::Path,
+    selected: u64,
+    completed: &BTreeSet<u64>,
+    restored: Option<RestoredInfo>,
+) -> BTreeSet<u64> {
+    let mut epochs = BTreeSet::new();
+    let mut epoch = selected;
+    while epochs.len() < 100_000 {
+        let Ok(doc) = SinkEvidence::read(&dir.join(clink_engine::capture::sink_evidence_name(epoch))) else {
+            break;
+        };
+        epochs.insert(epoch);
+        let previous = doc.previous_barrier;
+        if let Some(r) = restored.filter(|r| r.restored_from == previous && r.next == epoch) {
+            epochs.extend(r.restored_from + 1..r.next);
+        }
+        if previous == 0 || previous >= epoch || completed.contains(&previous) {
+            break;
+        }
+        epoch = previous;
+    }
+    epochs
+}
+
+/// Copies every participant's snapshot and sidecar of a completed checkpoint
+/// that bounds a collected sink interval (role `interval_state`), unless the
+/// bundle holds them already.
+fn interval_state(b: &mut Builder<'_>, layout: &CheckpointLayout, checkpoint: u64) -> Result<(), Refusal> {
+    let marker = match clink_engine::checkpoint::markers::read_completed(layout, checkpoint) {
+        Ok(m) => m,
+        Err(e) => {
+            b.absent.push(Note {
+                what: format!("the state of checkpoint {checkpoint}, which bounds a sink interval"),
+                why: e.to_string(),
+            });
+            return Ok(());
+        }
+    };
+    for participant in &marker.participants {
+        for path in [
+            layout.snapshot_meta(marker.generation, participant, checkpoint),
+            layout.snapshot(marker.generation, participant, checkpoint),
+        ] {
+            let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let rel = format!("checkpoint/_state/{}/v{}/{participant}/{file}", layout.job(), marker.generation);
+            if b.artifacts.iter().any(|a| a.path == rel) {
+                continue;
+            }
+            b.copy(&path, &rel, "interval_state", Need::Optional)?;
+        }
+    }
+    Ok(())
 }
 
 /// The operators `--op` names and their direct consumers, from the job graph

@@ -401,7 +401,27 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         bounds: Bounds { max_bytes: options.max_bytes, max_files: options.max_files, timeout_s: options.timeout_s },
         epochs,
         artifacts: std::mem::take(&mut b.artifacts),
-        absent: std::mem::take(&mut b.absent),
-        excluded: std::mem::take(&mut b.excluded),
+        absent: distinct(std::mem::take(&mut b.absent)),
+        excluded: distinct(std::mem::take(&mut b.excluded)),
     })
+}
+
+/// The notes, each once, in the order first noted. Two parts of a collection
+/// can meet the same missing file (an epoch's starting state and the state
+/// bounding a sink interval), and a manifest that repeats an entry is refused.
+fn distinct(notes: Vec<Note>) -> Vec<Note> {
+    let mut seen = std::collections::HashSet::new();
+    notes.into_iter().filter(|n| seen.insert((n.what.clone(), n.why.clone()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_met_twice_is_listed_once_in_the_order_first_met() {
+        let note = |what: &str, why: &str| Note { what: what.into(), why: why.into() };
+        let notes = vec![note("a", "gone"), note("b", "gone"), note("a", "gone"), note("a", "other")];
+        assert_eq!(distinct(notes), vec![note("a", "gone"), note("b", "gone"), note("a", "other")]);
+    }
 }
