@@ -214,3 +214,51 @@ fn requests_to_a_job_that_is_not_running_are_refused() {
     let out = run_in(tmp.path(), &["state-cat", "--dataset", "nowhere"]);
     assert_ne!(code(&out), 0);
 }
+
+#[test]
+fn upgrade_commands_refuse_bad_usage_with_exit_2_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/upgrade");
+    let test = fixtures.join("test.json");
+    let job = fixtures.join("jobs/example.json");
+    let bin = env!("CARGO_BIN_EXE_clink");
+    std::fs::create_dir(dir.join("taken")).unwrap();
+    let check = |out: &str, digest: &str, test: &Path| {
+        clink()
+            .current_dir(dir)
+            .args(["upgrade", "check", "--evidence", ".", "--evidence-digest", digest, "--out", out])
+            .arg("--test")
+            .arg(test)
+            .args(["--tools-clink", bin, "--baseline-clink", bin, "--candidate-clink", bin])
+            .arg("--baseline-job")
+            .arg(&job)
+            .arg("--candidate-job")
+            .arg(&job)
+            .output()
+            .unwrap()
+    };
+    let digest = "0".repeat(64);
+    // An existing --out.
+    let out = check("taken", &digest, &test);
+    assert_eq!(code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists"));
+    // A digest that is not a SHA-256.
+    assert_eq!(code(&check("fresh1", "xyz", &test)), 2);
+    // A definition of another kind.
+    assert_eq!(code(&check("fresh2", &digest, &job)), 2);
+    for name in ["fresh1", "fresh2"] {
+        assert!(!dir.join(name).exists(), "a refused command wrote {name}");
+    }
+    // record: an existing --out.
+    let rec = clink()
+        .current_dir(dir)
+        .args(["upgrade", "record", "--out", "taken", "--tools-clink", bin, "--baseline-clink", bin])
+        .arg("--test")
+        .arg(&test)
+        .arg("--baseline-job")
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert_eq!(code(&rec), 2);
+}

@@ -263,6 +263,17 @@ mod tests {
     }
 
     #[test]
+    fn a_link_in_the_set_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (digest, test) = sample(dir.path());
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("input")).unwrap();
+        let Verdict::Failed(why) = verify(dir.path(), &digest, &sha256_hex(&test), &test) else {
+            panic!("a set with a link verified")
+        };
+        assert!(why.contains("a link"), "{why}");
+    }
+
+    #[test]
     fn another_version_is_unsupported() {
         let dir = tempfile::tempdir().unwrap();
         let (_, test) = sample(dir.path());
