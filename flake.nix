@@ -33,8 +33,7 @@
       # gates/<name> from the repository root with `common` and `tools` on
       # PATH; `fetch = true` runs gates/fetch-tools first. The shape test
       # reads this table, so keep it a plain attribute set of literals.
-      # Still to come, one line as its gate lands: upgrade-gate (like
-      # formal-check).
+      # Every gate a user runs has its line here.
       gates = pkgs: with pkgs; {
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
@@ -43,6 +42,7 @@
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
         services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
+        upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
         reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
       };
 

@@ -25,13 +25,41 @@ pub const ENV_VAR: &str = "CLINK_TEST_DEFECT";
 /// engine's own unit tests).
 pub const COMPILED_IN: bool = cfg!(any(test, feature = "defects"));
 
-/// How this build describes itself in `--version` and in the reports it writes.
+/// The cargo features that make this build a deliberately wrong variant
+/// (never in a default build): the regression suite's and the upgrade
+/// check's defect variants.
+pub const VARIANT_FEATURES: &[(&str, bool)] = &[
+    ("defect-window-end-inclusive", cfg!(feature = "defect-window-end-inclusive")),
+    ("defect-memory-windows", cfg!(feature = "defect-memory-windows")),
+    ("defect-restore-routes-timers", cfg!(feature = "defect-restore-routes-timers")),
+    ("defect-ignore-restore", cfg!(feature = "defect-ignore-restore")),
+];
+
+/// The defect variant features this build was compiled with.
+pub fn variant_features() -> Vec<&'static str> {
+    VARIANT_FEATURES.iter().filter(|(_, on)| *on).map(|(name, _)| *name).collect()
+}
+
+/// How this build describes itself in `--version` and in the reports it
+/// writes: the version, then whether it is a test build and which defect
+/// variant it is, if any.
 pub fn build_description() -> &'static str {
-    if COMPILED_IN {
-        concat!(env!("CARGO_PKG_VERSION"), " (test build: defect switches compiled in)")
-    } else {
-        env!("CARGO_PKG_VERSION")
-    }
+    static DESCRIPTION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DESCRIPTION.get_or_init(|| {
+        let mut notes = Vec::new();
+        if COMPILED_IN {
+            notes.push("test build: defect switches compiled in".to_string());
+        }
+        let variants = variant_features();
+        if !variants.is_empty() {
+            notes.push(format!("defect variant, not a release: {}", variants.join(", ")));
+        }
+        if notes.is_empty() {
+            env!("CARGO_PKG_VERSION").to_string()
+        } else {
+            format!("{} ({})", env!("CARGO_PKG_VERSION"), notes.join("; "))
+        }
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

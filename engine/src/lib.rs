@@ -17,6 +17,7 @@ pub mod defects;
 pub mod event;
 pub mod fault;
 pub mod gen;
+pub mod inspect;
 pub mod job;
 pub mod job_manifest;
 pub mod keys;

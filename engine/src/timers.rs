@@ -104,6 +104,26 @@ impl TimerService {
         take_due(&mut self.processing_time, now)
     }
 
+    /// How many timers are registered, of both kinds.
+    pub fn timer_count(&self) -> usize {
+        self.event_time.len() + self.processing_time.len()
+    }
+
+    /// The registered event-time timers, in firing order.
+    pub fn event_timers(&self) -> impl Iterator<Item = &Timer> {
+        self.event_time.iter()
+    }
+
+    /// The registered processing-time timers, in firing order.
+    pub fn processing_timers(&self) -> impl Iterator<Item = &Timer> {
+        self.processing_time.iter()
+    }
+
+    /// Keeps only the event-time timers `keep` accepts.
+    pub fn retain_event_timers(&mut self, keep: impl FnMut(&Timer) -> bool) {
+        self.event_time.retain(keep);
+    }
+
     /// The earliest processing-time timer, which the task polls the clock for.
     pub fn next_processing_deadline(&self) -> Option<i64> {
         self.processing_time.first().map(|t| t.time)

@@ -40,6 +40,14 @@ enum Command {
     IncidentScope(commands::incident_scope::IncidentScopeArgs),
     IncidentReconcile(commands::incident_reconcile::IncidentReconcileArgs),
     TraceValidate(commands::trace_validate::TraceValidateArgs),
+    Savepoint(commands::job_requests::SavepointArgs),
+    Stop(commands::job_requests::StopArgs),
+    Checkpoint(commands::checkpoint::CheckpointArgs),
+    StateCat(commands::state::StateCatArgs),
+    StateDiff(commands::state::StateDiffArgs),
+    CheckSavepoint(commands::state::CheckSavepointArgs),
+    Capabilities(commands::capabilities::CapabilitiesArgs),
+    Upgrade(commands::upgrade::UpgradeArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +75,14 @@ fn main() -> ExitCode {
         Command::IncidentScope(args) => commands::incident_scope::main(args),
         Command::IncidentReconcile(args) => commands::incident_reconcile::main(args),
         Command::TraceValidate(args) => commands::trace_validate::main(args),
+        Command::Savepoint(args) => commands::job_requests::savepoint(args),
+        Command::Stop(args) => commands::job_requests::stop(args),
+        Command::Checkpoint(args) => commands::checkpoint::main(args),
+        Command::StateCat(args) => commands::state::cat(args),
+        Command::StateDiff(args) => commands::state::diff(args),
+        Command::CheckSavepoint(args) => commands::state::check_savepoint(args),
+        Command::Capabilities(args) => commands::capabilities::main(args),
+        Command::Upgrade(args) => commands::upgrade::main(args),
     };
     exit.into()
 }

@@ -1760,8 +1760,8 @@ fn table_with(ctx: &Ctx, line: &str) -> Result<Table, String> {
     read_table(&ctx.edited(GATES_OPEN, &format!("{GATES_OPEN}\n        {line}"))??)
 }
 fn st_apps_missing_gate(ctx: &Ctx) -> Result<(), String> {
-    let table = table_with(ctx, "upgrade-gate = { fetch = true; tools = [ jdk17_headless ]; };")?;
-    expect_failure(check_apps_name_gates(&table, &ctx.gates()?), &["gates/upgrade-gate, which does not exist"])
+    let table = table_with(ctx, "nonexistent-gate = { fetch = true; tools = [ jdk17_headless ]; };")?;
+    expect_failure(check_apps_name_gates(&table, &ctx.gates()?), &["gates/nonexistent-gate, which does not exist"])
 }
 fn st_apps_not_executable(ctx: &Ctx) -> Result<(), String> {
     let mut gates = ctx.gates()?;
@@ -1772,14 +1772,14 @@ fn st_apps_not_executable(ctx: &Ctx) -> Result<(), String> {
 fn st_gates_uncovered(ctx: &Ctx) -> Result<(), String> {
     let mut gates = ctx.gates()?;
     let script = "#!/usr/bin/env bash\nclickhouse-server --config-file x\nkafka-server-start.sh y\n".to_string();
-    gates.insert("upgrade-gate".into(), Gate { executable: true, text: script });
+    gates.insert("unlisted-gate".into(), Gate { executable: true, text: script });
     gates.insert("refresh-everything".into(), Gate { executable: true, text: String::new() });
     let table = read_table(ctx.flake()?)?;
     let result = check_gates_have_apps(&table, &gates);
     if result.as_ref().is_err_and(|m| m.contains("refresh-everything")) {
         return Err("an internal refresh-* script was asked for an app".into());
     }
-    expect_failure(result, &["gates/upgrade-gate has no app"])
+    expect_failure(result, &["gates/unlisted-gate has no app"])
 }
 fn st_tools_missing_java(ctx: &Ctx) -> Result<(), String> {
     let table = read_table(&ctx.edited(

@@ -28,6 +28,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-html", &["clink-basics", "clink-formal"]),
     // The checks sit on top of the libraries.
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
+    // Upgrade validation runs builds as processes: it links no engine code,
+    // only the leaf helpers and the independent reference.
+    ("clink-upgrade", &["clink-basics", "clink-reference"]),
     // Reconciliation reads bundles and a destination (through the connectors'
     // client) and reuses the bundle.* checks and the report frame; it never
     // replays and knows no TLC.
@@ -54,6 +57,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-html",
             "clink-reconcile",
             "clink-reference",
+            "clink-upgrade",
             "clink-reference-audit",
         ],
     ),

@@ -33,14 +33,16 @@ pub struct ReferenceOutput {
     pub idle: Vec<String>,
 }
 
+/// The example job's state by its specification (shared with the upgrade
+/// reference, which reads it at the cut).
 #[derive(Default)]
-struct State {
-    watermark: Option<i64>,
-    windows: BTreeMap<(String, i64), (u64, i128)>,
-    last_seen: BTreeMap<String, i64>,
-    idle_count: BTreeMap<String, u64>,
-    idle_timers: BTreeSet<(i64, String)>,
-    out: ReferenceOutput,
+pub(crate) struct State {
+    pub(crate) watermark: Option<i64>,
+    pub(crate) windows: BTreeMap<(String, i64), (u64, i128)>,
+    pub(crate) last_seen: BTreeMap<String, i64>,
+    pub(crate) idle_count: BTreeMap<String, u64>,
+    pub(crate) idle_timers: BTreeSet<(i64, String)>,
+    pub(crate) out: ReferenceOutput,
 }
 
 pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOutput, ReferenceError> {
@@ -82,7 +84,7 @@ pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOut
 }
 
 impl State {
-    fn event(&mut self, t: i64, account: &str, cents: i128, p: ReferenceParams) {
+    pub(crate) fn event(&mut self, t: i64, account: &str, cents: i128, p: ReferenceParams) {
         let start = t.div_euclid(p.window_ms) * p.window_ms;
         let late = self.watermark.is_some_and(|w| start + p.window_ms <= w);
         if !late {
@@ -97,7 +99,7 @@ impl State {
         }
     }
 
-    fn advance(&mut self, w: i64, p: ReferenceParams) {
+    pub(crate) fn advance(&mut self, w: i64, p: ReferenceParams) {
         if self.watermark.is_some_and(|cur| w <= cur) {
             return;
         }

@@ -18,6 +18,7 @@
 pub mod example;
 pub mod output;
 pub mod records;
+pub mod upgrade;
 
 use std::path::PathBuf;
 

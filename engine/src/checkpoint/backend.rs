@@ -148,8 +148,9 @@ impl FileStateBackend {
         Ok(ids)
     }
 
-    /// Removes every participant's snapshots of checkpoints below `keep_from`.
-    pub fn prune_below(&self, keep_from: u64) -> Result<(), StateError> {
+    /// Removes every participant's snapshots of checkpoints below
+    /// `keep_from`, except those of the checkpoints in `keep`.
+    pub fn prune_below_keeping(&self, keep_from: u64, keep: &BTreeSet<u64>) -> Result<(), StateError> {
         let generation_dir = self.layout.generation_dir(GENERATION);
         for participant in read_dir_names(&generation_dir)? {
             let dir = generation_dir.join(&participant);
@@ -159,13 +160,18 @@ impl FileStateBackend {
             for name in read_dir_names(&dir)? {
                 let id =
                     parse_snapshot_name(&name).or_else(|| name.strip_suffix(".meta").and_then(parse_snapshot_name));
-                if matches!(id, Some(id) if id < keep_from) {
+                if matches!(id, Some(id) if id < keep_from && !keep.contains(&id)) {
                     let path = dir.join(&name);
                     fs::remove_file(&path).map_err(io_error(&path))?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Removes every participant's snapshots of checkpoints below `keep_from`.
+    pub fn prune_below(&self, keep_from: u64) -> Result<(), StateError> {
+        self.prune_below_keeping(keep_from, &BTreeSet::new())
     }
 }
 
@@ -316,6 +322,16 @@ mod tests {
             .unwrap();
         let err = backend.read(GENERATION, "op-7-0", 4).unwrap_err().to_string();
         assert!(err.contains("checkpoint 3"), "{err}");
+    }
+
+    #[test]
+    fn pruning_keeps_the_checkpoints_it_is_told_to() {
+        let (_dir, backend) = backend();
+        for c in 1..=4 {
+            write_one(&backend, c);
+        }
+        backend.prune_below_keeping(4, &BTreeSet::from([2])).unwrap();
+        assert_eq!(backend.snapshot_ids().unwrap().into_iter().collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]

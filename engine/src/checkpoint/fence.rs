@@ -78,6 +78,27 @@ pub fn last_epoch(layout: &CheckpointLayout) -> Result<u64, FenceError> {
     }
 }
 
+/// Who owns the job's directory now: `Some(owner)` while a live run holds
+/// its lock, `None` when no run does. It only looks: the lock is taken for
+/// an instant and released, and no epoch is claimed.
+pub fn live_owner(layout: &CheckpointLayout) -> Result<Option<String>, FenceError> {
+    let path = layout.jobs_dir().join(LOCK_NAME);
+    let mut lock = match OpenOptions::new().read(true).open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(FenceError::Io { path, source }),
+    };
+    if try_lock_exclusive(&lock).map_err(|source| FenceError::Io { path: path.clone(), source })? {
+        return Ok(None);
+    }
+    let mut owner = String::new();
+    let _ = lock.read_to_string(&mut owner);
+    Ok(Some(match owner.trim() {
+        "" => "an unknown process".to_string(),
+        pid => format!("pid {pid}"),
+    }))
+}
+
 fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     match file.try_lock() {
         Ok(()) => Ok(true),
@@ -102,5 +123,18 @@ mod tests {
         let second = acquire(&layout).unwrap();
         assert_eq!(second.epoch, 2, "a resume after the owner ended takes the next epoch");
         assert_eq!(last_epoch(&layout).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_live_owner_is_seen_without_claiming_an_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 3);
+        assert_eq!(live_owner(&layout).unwrap(), None, "no directory: no owner");
+        let run = acquire(&layout).unwrap();
+        let owner = live_owner(&layout).unwrap().unwrap();
+        assert!(owner.contains(&std::process::id().to_string()), "{owner}");
+        drop(run);
+        assert_eq!(live_owner(&layout).unwrap(), None);
+        assert_eq!(last_epoch(&layout).unwrap(), 1, "looking claimed no epoch");
     }
 }

@@ -57,6 +57,12 @@ impl CheckpointLayout {
         self.jobs_dir().join(completed_marker_name(checkpoint))
     }
 
+    /// The record of a checkpoint imported from a dataset (`clink run
+    /// --restore-from-dir`): its id, as decimal text.
+    pub fn imported_record(&self) -> PathBuf {
+        self.jobs_dir().join("IMPORTED")
+    }
+
     pub fn restored_record(&self) -> PathBuf {
         self.jobs_dir().join(RESTORED_NAME)
     }

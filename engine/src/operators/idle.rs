@@ -7,6 +7,12 @@
 //! time; if `last_seen + timeout` still equals that time, the key has been idle
 //! for the whole timeout: `idle_count` is incremented and
 //! `key..., last_seen, idle_count` is emitted.
+//!
+//! Timers are keyed by the key's canonical bytes, the encoding of the keyed
+//! state. A job may key them by the key's text instead (`"timer_key":
+//! "text"`, one key column): the timers slot then holds the key's rendered
+//! text, a documented encoding other than the keyed state's. A restore at
+//! the same layout keeps every timer either way.
 
 use std::collections::BTreeMap;
 
@@ -31,35 +37,95 @@ pub struct Plan {
     key: Vec<usize>,
     time: usize,
     timeout_ms: i64,
+    timer_key: TimerKey,
     pub output: Schema,
+}
+
+/// How the operator keys its timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerKey {
+    /// The key's canonical bytes, as the keyed state is keyed (the default).
+    Canonical,
+    /// The key's rendered text (`"timer_key": "text"`).
+    Text,
+}
+
+pub const TIMER_KEY_PARAM: &str = "timer_key";
+
+/// How an idle detector's params say its timers are keyed.
+pub fn timer_key_of(params: &Json) -> TimerKey {
+    match params.get(TIMER_KEY_PARAM).and_then(|v| v.as_str()) {
+        Some("text") => TimerKey::Text,
+        _ => TimerKey::Canonical,
+    }
 }
 
 pub fn plan(params: &Json, input: &Schema) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
-    f.only(&["key", "time", "timeout_ms"])?;
+    f.only(&["key", "time", "timeout_ms", TIMER_KEY_PARAM])?;
     let key = key_columns(&f, input)?;
     let time = typed_column(&f, "time", input, |t| t == ColumnType::Timestamp, "a timestamp")?;
     let timeout_ms = f.u64("timeout_ms")?;
     if timeout_ms == 0 || timeout_ms > i64::MAX as u64 / 4 {
         return Err(f.error("timeout_ms", "expected a positive timeout in milliseconds"));
     }
+    let timer_key = match f.optional(TIMER_KEY_PARAM, |f, k| f.str(k).map(str::to_string))?.as_deref() {
+        None | Some("key") => TimerKey::Canonical,
+        Some("text") if key.len() == 1 => TimerKey::Text,
+        Some("text") => return Err(f.error(TIMER_KEY_PARAM, "text timer keys need exactly one key column")),
+        Some(other) => return Err(f.error(TIMER_KEY_PARAM, format!("expected \"key\" or \"text\", found {other:?}"))),
+    };
     let mut output = Schema(key.iter().map(|&i| input.0[i].clone()).collect());
     output.0.extend([column("last_seen", ColumnType::Timestamp), column("idle_count", ColumnType::Int)]);
-    Ok(Plan { key, time, timeout_ms: timeout_ms as i64, output })
+    Ok(Plan { key, time, timeout_ms: timeout_ms as i64, timer_key, output })
 }
 
 pub struct IdleDetector {
     plan: Plan,
     last_seen: BTreeMap<Vec<u8>, i64>,
     idle_count: BTreeMap<Vec<u8>, i64>,
+    /// With text timer keys: each key's text to its canonical bytes (derived
+    /// from `last_seen`, never snapshotted).
+    text_keys: BTreeMap<Vec<u8>, Vec<u8>>,
     /// A record's key bytes, reused from record to record.
     scratch: Vec<u8>,
 }
 
 impl IdleDetector {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, last_seen: BTreeMap::new(), idle_count: BTreeMap::new(), scratch: Vec::new() }
+        Self {
+            plan,
+            last_seen: BTreeMap::new(),
+            idle_count: BTreeMap::new(),
+            text_keys: BTreeMap::new(),
+            scratch: Vec::new(),
+        }
     }
+
+    /// The key a timer of this operator carries for a key's canonical bytes.
+    fn timer_key(&mut self, key: &[u8]) -> Result<Vec<u8>, OperatorError> {
+        match self.plan.timer_key {
+            TimerKey::Canonical => Ok(key.to_vec()),
+            TimerKey::Text => {
+                let text = text_of_key(key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
+                self.text_keys.insert(text.clone(), key.to_vec());
+                Ok(text)
+            }
+        }
+    }
+
+    /// The canonical key a timer serves.
+    fn state_key(&self, timer_key: &[u8]) -> Option<Vec<u8>> {
+        match self.plan.timer_key {
+            TimerKey::Canonical => Some(timer_key.to_vec()),
+            TimerKey::Text => self.text_keys.get(timer_key).cloned(),
+        }
+    }
+}
+
+/// A key's text: its values rendered as a sink renders them.
+pub fn text_of_key(key: &[u8]) -> Result<Vec<u8>, crate::codec::DecodeError> {
+    Ok(crate::value::render_line(&key_values(key)?).into_bytes())
 }
 
 impl Transform for IdleDetector {
@@ -68,30 +134,40 @@ impl Transform for IdleDetector {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
+        let time = *time;
         let seen = match self.last_seen.get_mut(key.as_slice()) {
             Some(seen) => seen,
             None => self.last_seen.entry(key.clone()).or_insert(i64::MIN),
         };
-        if *time > *seen {
-            *seen = *time;
-            let timer = Timer { time: time.saturating_add(self.plan.timeout_ms), key: key.clone(), namespace: 0 };
-            cx.timers.register_event_time(timer);
+        if time > *seen {
+            *seen = time;
+            let timer_key = match self.timer_key(&key) {
+                Ok(timer_key) => timer_key,
+                Err(e) => {
+                    self.scratch = key;
+                    return Err(e);
+                }
+            };
+            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key: timer_key, namespace: 0 });
         }
         self.scratch = key;
         Ok(())
     }
 
     fn on_event_timer(&mut self, timer: Timer, cx: &mut Context<'_>) -> Result<(), OperatorError> {
-        let Some(&seen) = self.last_seen.get(&timer.key) else {
+        let Some(key) = self.state_key(&timer.key) else {
+            return Ok(());
+        };
+        let Some(&seen) = self.last_seen.get(&key) else {
             return Ok(());
         };
         if seen.saturating_add(self.plan.timeout_ms) != timer.time {
             // The key was seen again since this timer was set; a later timer stands.
             return Ok(());
         }
-        let count = self.idle_count.entry(timer.key.clone()).or_insert(0);
+        let count = self.idle_count.entry(key.clone()).or_insert(0);
         *count += 1;
-        let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
+        let mut row = key_values(&key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
         row.extend([Value::Timestamp(seen), Value::Int(*count)]);
         cx.emit(row);
         Ok(())
@@ -110,6 +186,13 @@ impl Transform for IdleDetector {
     fn restore(&mut self, slots: &StateSlots) -> Result<(), OperatorError> {
         self.last_seen = get_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, |r| r.i64())?;
         self.idle_count = get_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, |r| r.i64())?;
+        self.text_keys.clear();
+        if self.plan.timer_key == TimerKey::Text {
+            let keys: Vec<Vec<u8>> = self.last_seen.keys().cloned().collect();
+            for key in keys {
+                self.timer_key(&key)?;
+            }
+        }
         Ok(())
     }
 }
@@ -153,5 +236,42 @@ mod tests {
         // The timer at 30 is stale (a was seen at 10); the one at 40 fires at
         // the watermark 40; a's next spell fires at 75 (watermark 100).
         assert_eq!(lines, vec!["a,10,1", "a,45,2", "b,110,1"]);
+    }
+
+    fn text_driver() -> Driver {
+        let params = serde_json::json!({"key": ["account"], "time": "time", "timeout_ms": 30, "timer_key": "text"});
+        Driver::new(Box::new(IdleDetector::new(plan(&params, &output_schema()).unwrap())), Clock::Manual(0))
+    }
+
+    #[test]
+    fn text_timer_keys_fire_the_same_rows_and_survive_a_restore() {
+        let events = [event(0, "a"), event(10, "a"), wm(35), wm(40), event(45, "a"), event(50, "bb"), wm(60)];
+        let (mut canonical, mut text) = (driver(), text_driver());
+        let (mut out_c, mut out_t) = (Vec::new(), Vec::new());
+        for e in events {
+            canonical.handle(e.clone(), &mut out_c).unwrap();
+            text.handle(e, &mut out_t).unwrap();
+        }
+        assert_eq!(out_c, out_t);
+        let snapshot = text.snapshot().unwrap();
+        let mut timers = crate::timers::TimerService::new(Clock::Manual(0));
+        let slot = snapshot.get(crate::operators::driver::TIMERS_SLOT).unwrap();
+        timers.decode(&mut crate::codec::Reader::new(&slot.bytes)).unwrap();
+        assert!(timers.event_timers().any(|t| t.key == b"bb"), "keyed by the key's text");
+        let mut restored = text_driver();
+        restored.restore(&snapshot).unwrap();
+        let (mut rest_c, mut rest_t) = (Vec::new(), Vec::new());
+        canonical.handle(wm(i64::MAX), &mut rest_c).unwrap();
+        restored.handle(wm(i64::MAX), &mut rest_t).unwrap();
+        assert_eq!(rest_c, rest_t);
+        assert_eq!(rest_t.len(), 2, "a and bb go idle after the restore");
+    }
+
+    #[test]
+    fn text_timer_keys_need_one_key_column_and_a_known_form() {
+        let two = serde_json::json!({"key": ["account", "time"], "time": "time", "timeout_ms": 30, "timer_key": "text"});
+        assert!(plan(&two, &output_schema()).is_err());
+        let other = serde_json::json!({"key": ["account"], "time": "time", "timeout_ms": 30, "timer_key": "hex"});
+        assert!(plan(&other, &output_schema()).is_err());
     }
 }

@@ -235,8 +235,8 @@ pub trait Sink: Send {
 }
 
 /// What the environment gives operators: where input and output live, the
-/// external systems connectors talk to, and which test-only defects are
-/// switched on.
+/// external systems connectors talk to, whether a source waits for more
+/// input, the run's stop signal, and which test-only defects are switched on.
 #[derive(Debug, Clone, Default)]
 pub struct Environment {
     /// The job this run is of (0 where no job runs, as in a replay).
@@ -245,6 +245,31 @@ pub struct Environment {
     pub output_dir: PathBuf,
     pub connections: Connections,
     pub defects: Defects,
+    /// A source that reaches the end of the input available so far waits for
+    /// more (until its END, or a stop) instead of stopping with a savepoint.
+    pub follow_input: bool,
+    /// Raised when a stop is requested (`clink stop`): a source that honours
+    /// it ends its input at its next read, and the job stops with a
+    /// savepoint, its state kept.
+    pub stop: StopSignal,
+    /// The checkpoint this run imported from a dataset (`--restore-from-dir`):
+    /// a sink's restored handles up to it were committed by the run that
+    /// took it, into that run's output, and are not re-committed here.
+    pub imported_checkpoint: Option<u64>,
+}
+
+/// A stop requested from outside the job, shared by every subtask of a run.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StopSignal {
+    pub fn request(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The external systems a run's connectors reach, as the operator named them

@@ -7,6 +7,12 @@
 //! and re-emits its last watermark first. The whole input is checked once
 //! before the job starts ([`validate_input`]), so a malformed line refuses the
 //! run before anything is written.
+//!
+//! At the end of the input available so far (no END read yet) the source
+//! stops with a savepoint, or, following its input (`clink run
+//! --follow-input`), waits for the next segment: segments are published
+//! whole, by rename, and never change once published. A requested stop ends
+//! the input at the next read either way.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -21,7 +27,7 @@ use crate::codec::{Reader, Writer};
 use crate::timers::NO_WATERMARK;
 use crate::value::{ColumnType, Decimal, Schema, Value};
 
-use super::{defaults, Build, Descriptor, OperatorError, Setup, Source, SourceItem, StateDecoding};
+use super::{defaults, Build, Descriptor, OperatorError, Setup, Source, SourceItem, StateDecoding, StopSignal};
 
 pub const TYPE: &str = "segment_source";
 pub const POSITION_SLOT: &str = "position";
@@ -231,7 +237,12 @@ pub struct SegmentSource {
     restored_watermark: Option<i64>,
     reader: Option<BufReader<File>>,
     buf: String,
+    follow: bool,
+    stop: StopSignal,
 }
+
+/// How long a following source waits before it looks for a new segment again.
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl SegmentSource {
     pub fn new(dir: PathBuf) -> Self {
@@ -241,6 +252,28 @@ impl SegmentSource {
             restored_watermark: None,
             reader: None,
             buf: String::new(),
+            follow: false,
+            stop: StopSignal::default(),
+        }
+    }
+
+    /// The same source, waiting for new segments at the end of its input
+    /// (`follow`) and ending its input when `stop` is raised.
+    pub fn following(mut self, follow: bool, stop: StopSignal) -> Self {
+        self.follow = follow;
+        self.stop = stop;
+        self
+    }
+
+    /// What the source says when the input available now is read: a
+    /// following source waits a moment and reports itself idle; otherwise
+    /// the input is exhausted (the job stops with a savepoint).
+    fn out_of_input(&self) -> SourceItem {
+        if self.follow && !self.stop.is_requested() {
+            std::thread::sleep(FOLLOW_WAIT);
+            SourceItem::Idle
+        } else {
+            SourceItem::Exhausted
         }
     }
 
@@ -292,7 +325,7 @@ impl Source for SegmentSource {
             return Ok(());
         };
         self.position = decode_position(slots)?;
-        if !self.position.segment.is_empty() {
+        if !self.position.segment.is_empty() && self.segment_path().exists() {
             self.reopen_at_position()?;
         }
         self.restored_watermark = (self.position.watermark != NO_WATERMARK).then_some(self.position.watermark);
@@ -307,9 +340,12 @@ impl Source for SegmentSource {
         if self.position.ended {
             return Ok(SourceItem::End);
         }
+        if self.stop.is_requested() {
+            return Ok(SourceItem::Exhausted);
+        }
         loop {
             if self.reader.is_none() && !self.advance_segment()? {
-                return Ok(SourceItem::Exhausted);
+                return Ok(self.out_of_input());
             }
             let path = self.segment_path();
             let line_no = self.position.line + 1;
@@ -317,7 +353,7 @@ impl Source for SegmentSource {
             if !read_bounded_line(reader, &mut self.buf, &path, line_no)? {
                 self.reader = None;
                 if !self.advance_segment()? {
-                    return Ok(SourceItem::Exhausted);
+                    return Ok(self.out_of_input());
                 }
                 continue;
             }
@@ -370,7 +406,8 @@ fn plan(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {
 }
 
 fn build(setup: &Setup<'_>) -> Result<Box<dyn Source>, OperatorError> {
-    Ok(Box::new(SegmentSource::new(setup.env.input_dir.clone())))
+    let source = SegmentSource::new(setup.env.input_dir.clone());
+    Ok(Box::new(source.following(setup.env.follow_input, setup.env.stop.clone())))
 }
 
 fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {
@@ -405,6 +442,24 @@ mod tests {
             let line = format!("E,{time},{account},{amount}");
             prop_assert_eq!(parse_line(&line).unwrap(), Line::Event { time, account, amount });
         }
+    }
+
+    #[test]
+    fn a_restored_position_in_an_absent_segment_goes_on_with_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("segment-0000.txt"), "E,1000,a,1\nW,1000\n").unwrap();
+        let mut first = SegmentSource::new(dir.path().to_path_buf());
+        assert!(matches!(first.next_item().unwrap(), SourceItem::Record(_)));
+        assert_eq!(first.next_item().unwrap(), SourceItem::Watermark(1000));
+        let slots = first.snapshot().unwrap();
+        std::fs::remove_file(dir.path().join("segment-0000.txt")).unwrap();
+        std::fs::write(dir.path().join("segment-0001.txt"), "E,2000,b,2\nEND\n").unwrap();
+        let mut restored = SegmentSource::new(dir.path().to_path_buf());
+        restored.restore(Some(&slots)).unwrap();
+        assert_eq!(restored.restored_watermark(), Some(1000));
+        let SourceItem::Record(row) = restored.next_item().unwrap() else { panic!("expected a record") };
+        assert_eq!(row[1], Value::Str("b".into()));
+        assert_eq!(restored.next_item().unwrap(), SourceItem::End);
     }
 
     #[test]
@@ -498,6 +553,37 @@ mod tests {
             let mut source = SegmentSource::new(dir.path().to_path_buf());
             assert!(source.restore(Some(&slots)).is_err(), "{name}");
         }
+    }
+
+    #[test]
+    fn a_following_source_waits_for_the_next_segment_and_a_stop_ends_its_input() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\nW,1\n"]);
+        let stop = StopSignal::default();
+        let mut source = SegmentSource::new(dir.path().to_path_buf()).following(true, stop.clone());
+        source.restore(None).unwrap();
+        assert!(matches!(source.next_item().unwrap(), SourceItem::Record(_)));
+        assert_eq!(source.next_item().unwrap(), SourceItem::Watermark(1));
+        assert_eq!(source.next_item().unwrap(), SourceItem::Idle, "no new segment yet");
+        std::fs::write(dir.path().join("segment-0001.txt"), "E,2,b,2\n").unwrap();
+        assert!(matches!(source.next_item().unwrap(), SourceItem::Record(_)), "the new segment is read");
+        assert_eq!(source.next_item().unwrap(), SourceItem::Idle);
+        stop.request();
+        assert_eq!(source.next_item().unwrap(), SourceItem::Exhausted, "a stop ends the input");
+        assert_eq!(source.position().segment, "segment-0001.txt");
+    }
+
+    #[test]
+    fn a_stop_ends_the_input_of_a_source_that_does_not_follow_too() {
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\nE,2,a,1\nEND\n"]);
+        let stop = StopSignal::default();
+        let mut source = SegmentSource::new(dir.path().to_path_buf()).following(false, stop.clone());
+        source.restore(None).unwrap();
+        assert!(matches!(source.next_item().unwrap(), SourceItem::Record(_)));
+        stop.request();
+        assert_eq!(source.next_item().unwrap(), SourceItem::Exhausted);
+        assert_eq!(source.position().line, 1, "the position stays after the last line read");
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct StagedFileSink {
     unsealed: BTreeMap<u64, Vec<u8>>,
     #[cfg_attr(not(any(test, feature = "defects")), allow(dead_code))]
     defects: Defects,
+    /// The checkpoint the run imported from a dataset, if any.
+    pub imported: Option<u64>,
 }
 
 /// The name of subtask `s`'s file for checkpoint `c`, staged and published alike.
@@ -76,6 +78,7 @@ impl StagedFileSink {
             pending: BTreeMap::new(),
             unsealed: BTreeMap::new(),
             defects,
+            imported: None,
         }
     }
 
@@ -172,10 +175,15 @@ impl Sink for StagedFileSink {
         // Sibling subtasks share the staging directory: only our own temporaries.
         remove_stale_temps_of(&self.staged_dir, &format!("part-{}-", self.subtask))
             .map_err(OperatorError::io(&self.staged_dir))?;
-        let held = match restored {
+        let mut held = match restored {
             Some(slots) => decode_handles(slots)?,
             None => BTreeMap::new(),
         };
+        // Handles of an imported checkpoint belong to the run that took it:
+        // it committed them into its own output, not this one.
+        if let Some(imported) = self.imported {
+            held.retain(|&checkpoint, _| checkpoint > imported);
+        }
         let mut recommitted = 0;
         // DEFECT no_recommit_at_open: the restored handles are not re-committed.
         #[cfg(any(test, feature = "defects"))]
@@ -345,7 +353,9 @@ const FAMILY: SinkFamily = SinkFamily::Recoverable;
 
 fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
     let dir = setup.env.output_dir.join(setup.uid);
-    Ok(Box::new(StagedFileSink::new(dir, setup.subtask, setup.env.defects.clone())))
+    let mut sink = StagedFileSink::new(dir, setup.subtask, setup.env.defects.clone());
+    sink.imported = setup.env.imported_checkpoint;
+    Ok(Box::new(sink))
 }
 
 fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {

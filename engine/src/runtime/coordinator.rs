@@ -9,12 +9,22 @@
 //! at the fault points and trace events `engine/PROTOCOL.md` places. It never
 //! waits on its subtasks without a bound: a subtask whose thread ended
 //! without a word fails the job by name.
+//!
+//! It also answers requests from outside the process ([`super::requests`]):
+//! a savepoint is a checkpoint triggered like any other, whose marker says
+//! `savepoint` and whose snapshots this run never prunes; a stop raises the
+//! run's stop signal. Before anything is written, every restore (from the
+//! directory's own history or from a dataset) is mapped onto the job
+//! ([`crate::checkpoint::compat`]): state the job would leave behind refuses
+//! the run unless dropping it was asked for.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
+use crate::checkpoint::compat::{map_state, CompatError, StateMap};
+use crate::checkpoint::dataset::{self, Dataset};
 use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
@@ -29,11 +39,14 @@ use crate::trace_event;
 
 use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
-use super::protocol::{Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
+use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
+use super::requests::{self, Request, RequestKind, RequestResult};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 
 /// How long the coordinator waits for a frame before it looks at its subtasks' threads.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+/// How often the coordinator looks for requests from outside the process.
+const REQUEST_LOOK: Duration = Duration::from_millis(100);
 
 /// DEFECT broadcast_during_drain: how long a deciding drain waits for a frame
 /// before it takes what is still in flight as unable to complete.
@@ -56,6 +69,20 @@ pub struct Coordinator {
     /// This run's hold on the job's directory, taken before anything of the
     /// job is read; its epoch is stamped on the coordinator's trace lines.
     fence: Option<Fence>,
+    /// The dataset this run restores from (`--restore-from-dir`), verified.
+    dataset: Option<Dataset>,
+    /// Requests from outside the process and what became of them.
+    requests: RequestBook,
+}
+
+/// The requests this run took: savepoints in flight by checkpoint, the
+/// savepoints it completed (never pruned by it), and stops.
+#[derive(Default)]
+struct RequestBook {
+    savepoints: BTreeMap<u64, Request>,
+    kept: BTreeSet<u64>,
+    stops: Vec<Request>,
+    last_look: Option<Instant>,
 }
 
 impl From<ProtocolError> for RunError {
@@ -65,12 +92,14 @@ impl From<ProtocolError> for RunError {
 }
 
 impl Coordinator {
-    /// Checks the job and its input: nothing is written before the checks pass.
+    /// Checks the job, its input and what it restores from: nothing is
+    /// written before the checks pass.
     pub fn start(options: RunOptions) -> Result<Coordinator, RunError> {
         for op in &options.job.operators {
             op.preflight(&options.env).map_err(|e| RunError::Refused(e.to_string()))?;
         }
         let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job.job_id);
+        let dataset = preflight_restore(&options, &layout)?;
         let backend = FileStateBackend::new(layout.clone());
         let participants = deploy::participants(&options);
         let sinks =
@@ -94,6 +123,8 @@ impl Coordinator {
             last_progress: None,
             graph: None,
             fence: None,
+            dataset,
+            requests: RequestBook::default(),
         })
     }
 
@@ -108,10 +139,24 @@ impl Coordinator {
             other => RunError::Failed(other.to_string()),
         })?);
         self.graph = Some(self.record_graph()?);
-        if history {
+        let mut history = history;
+        if let Some(dataset) = &self.dataset {
+            // The dataset's checkpoint becomes this directory's restore point:
+            // a run killed before its first checkpoint resumes from it too.
+            if !ignores_restores() {
+                dataset::import(dataset, &self.layout)
+                    .map_err(|e| RunError::Failed(format!("--restore-from-dir: importing the checkpoint: {e}")))?;
+                history = true;
+            }
+        }
+        self.options.env.imported_checkpoint = dataset::imported_checkpoint(&self.layout);
+        // DEFECT ignore_restore (feature defect-ignore-restore): a restore is
+        // accepted and ignored; the job starts from nothing.
+        if history && !ignores_restores() {
             self.recover()?;
         } else {
-            self.deployment = Some(deploy::deploy(&self.options, &self.participants, &self.backend, 0, self.epoch())?);
+            self.deployment =
+                Some(deploy::deploy(&self.options, &self.participants, &self.backend, 0, None, self.epoch())?);
         }
         let result = self.coordinate();
         if let Some(deployment) = self.deployment.take() {
@@ -123,8 +168,77 @@ impl Coordinator {
             Err(_) => "failed",
         };
         trace_event!(JobEnds, job = self.layout.job(), outcome = outcome, epoch = self.epoch());
+        self.answer_at_end(outcome);
         result?;
         Ok(self.protocol.progress())
+    }
+
+    /// Answers every request the run took and has not answered: stops say
+    /// how the job ended; savepoints not decided say the job ended first.
+    fn answer_at_end(&mut self, outcome: &str) {
+        let last = self.protocol.progress().last_completed;
+        for request in std::mem::take(&mut self.requests.stops) {
+            let (answer, reason) = match outcome {
+                "savepoint" => (requests::Outcome::Stopped, "the job stopped with a savepoint".to_string()),
+                other => (requests::Outcome::Ended, format!("the job ended ({other}) before it could stop")),
+            };
+            self.answer(RequestResult::new(&request, answer, Some(last), reason));
+        }
+        for (checkpoint, request) in std::mem::take(&mut self.requests.savepoints) {
+            let reason = format!("the job ended ({outcome}) before checkpoint {checkpoint} was decided");
+            self.answer(RequestResult::new(&request, requests::Outcome::Ended, Some(checkpoint), reason));
+        }
+    }
+
+    fn answer(&self, result: RequestResult) {
+        if let Err(e) = requests::answer(&self.layout, &result) {
+            eprintln!("clink: job {}: cannot answer request {}: {e}", self.layout.job(), result.id);
+        }
+    }
+
+    /// Takes the requests waiting for this run, at most every [`REQUEST_LOOK`].
+    fn look_at_requests(&mut self) -> Result<(), RunError> {
+        if self.requests.last_look.is_some_and(|t| t.elapsed() < REQUEST_LOOK) {
+            return Ok(());
+        }
+        self.requests.last_look = Some(Instant::now());
+        let taken = match requests::take_waiting(&self.layout) {
+            Ok(taken) => taken,
+            Err(e) => {
+                eprintln!("clink: job {}: cannot read requests: {e}", self.layout.job());
+                return Ok(());
+            }
+        };
+        for request in taken {
+            let request = match request {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("clink: job {}: a request was refused: {e}", self.layout.job());
+                    continue;
+                }
+            };
+            match request.kind {
+                RequestKind::Stop => {
+                    self.options.env.stop.request();
+                    self.requests.stops.push(request);
+                }
+                RequestKind::Savepoint if self.protocol.is_closing() => {
+                    let reason = "the job is ending: its source has taken its last checkpoint";
+                    self.answer(RequestResult::new(&request, requests::Outcome::Refused, None, reason));
+                }
+                RequestKind::Savepoint => {
+                    // For the protocol an ordinary checkpoint; its marker says savepoint.
+                    let steps = self.protocol.request(CheckpointKind::Periodic);
+                    for step in &steps {
+                        if let Step::Trigger { checkpoint, .. } = step {
+                            self.requests.savepoints.insert(*checkpoint, request.clone());
+                        }
+                    }
+                    self.take(steps)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// This run's fencing epoch (0 only before the fence is taken).
@@ -172,6 +286,18 @@ impl Coordinator {
     /// the disk's next id and this coordinator's own, and the RESTORED record
     /// is durable before any subtask starts.
     fn redeploy(&mut self, point: RestorePoint) -> Result<(), RunError> {
+        let state = match point.checkpoint {
+            0 => None,
+            checkpoint => Some(
+                map_state(&self.layout, checkpoint, &self.options.job, self.options.allow_non_restored_state)
+                    .map_err(|e| RunError::Failed(format!("restoring checkpoint {checkpoint}: {e}")))?,
+            ),
+        };
+        if let Some(state) = &state {
+            for dropped in &state.dropped {
+                eprintln!("clink: job {}: dropping state (--allow-non-restored-state): {dropped}", self.layout.job());
+            }
+        }
         let disk_next = next_checkpoint_id(&self.layout, &point)
             .map_err(|e| RunError::Failed(format!("reading the checkpoint directory: {e}")))?;
         let next = self.protocol.redeployed(point.checkpoint, disk_next);
@@ -186,8 +312,14 @@ impl Coordinator {
             write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
         }
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
-        self.deployment =
-            Some(deploy::deploy(&self.options, &self.participants, &self.backend, point.checkpoint, self.epoch())?);
+        self.deployment = Some(deploy::deploy(
+            &self.options,
+            &self.participants,
+            &self.backend,
+            point.checkpoint,
+            state.as_ref(),
+            self.epoch(),
+        )?);
         Ok(())
     }
 
@@ -199,12 +331,14 @@ impl Coordinator {
         };
         let mut next_interval = interval.map(|i| Instant::now() + i);
         while !self.protocol.is_done() {
+            self.look_at_requests()?;
             if let Some(frame) = self.deferred.pop_front() {
                 self.on_frame(frame)?;
                 continue;
             }
             let until_interval = next_interval.map(|t| t.saturating_duration_since(Instant::now()));
-            match self.receive(until_interval.map_or(LIVENESS_CHECK, |t| t.min(LIVENESS_CHECK)))? {
+            let wait = until_interval.map_or(LIVENESS_CHECK, |t| t.min(LIVENESS_CHECK)).min(REQUEST_LOOK);
+            match self.receive(wait)? {
                 Some(frame) => self.on_frame(frame)?,
                 None => {
                     if let (Some(i), Some(due)) = (interval, next_interval) {
@@ -298,8 +432,33 @@ impl Coordinator {
                         outcome = outcome.as_str(),
                         epoch = epoch
                     );
+                    if outcome != Outcome::Completed {
+                        if let Some(request) = self.requests.savepoints.remove(&checkpoint) {
+                            let reason = format!("checkpoint {checkpoint} was {}", outcome.as_str());
+                            self.answer(RequestResult::new(
+                                &request,
+                                requests::Outcome::Failed,
+                                Some(checkpoint),
+                                reason,
+                            ));
+                        }
+                    }
                 }
-                Step::WriteMarker { checkpoint, kind } => self.write_marker(checkpoint, kind)?,
+                Step::WriteMarker { checkpoint, kind } => {
+                    let requested = self.requests.savepoints.remove(&checkpoint);
+                    let kind = if requested.is_some() { CheckpointKind::Savepoint } else { kind };
+                    self.write_marker(checkpoint, kind)?;
+                    if let Some(request) = requested {
+                        self.requests.kept.insert(checkpoint);
+                        let reason = format!("savepoint {checkpoint} completed: its marker is durable");
+                        self.answer(RequestResult::new(
+                            &request,
+                            requests::Outcome::Completed,
+                            Some(checkpoint),
+                            reason,
+                        ));
+                    }
+                }
                 Step::BroadcastCommit { checkpoint } => {
                     kill_point(FaultPoint::CoordinatorBeforeCommitBroadcast, checkpoint);
                     trace_event!(Broadcast, job = job, ckpt = checkpoint, withheld = false, epoch = epoch);
@@ -420,7 +579,9 @@ impl Coordinator {
         let completed = list_completed(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
         let keep: Vec<u64> = completed.iter().rev().take(retain).copied().collect();
         let keep_from = keep.last().copied().unwrap_or(checkpoint).min(checkpoint);
-        self.backend.prune_below(keep_from).map_err(|e| RunError::Failed(format!("pruning snapshots: {e}")))
+        self.backend
+            .prune_below_keeping(keep_from, &self.requests.kept)
+            .map_err(|e| RunError::Failed(format!("pruning snapshots: {e}")))
     }
 
     fn report_progress(&mut self, checkpoint: u64) {
@@ -434,4 +595,60 @@ impl Coordinator {
         self.last_progress = Some(now);
         eprintln!("clink: job {}: checkpoint {checkpoint} completed", self.layout.job());
     }
+}
+
+/// Whether this build ignores every restore (the `defect-ignore-restore` variant).
+fn ignores_restores() -> bool {
+    cfg!(feature = "defect-ignore-restore")
+}
+
+/// What a run restores from, checked before anything is written: a dataset
+/// (verified, of this job, holding the checkpoint asked for, into a
+/// directory with no history of the job), or the directory's own restore
+/// point; either way the checkpoint's state is mapped onto the job, and
+/// state the job would leave behind refuses the run unless dropping it was
+/// asked for.
+fn preflight_restore(options: &RunOptions, layout: &CheckpointLayout) -> Result<Option<Dataset>, RunError> {
+    let refused = |what: String| RunError::Refused(what);
+    let job = &options.job;
+    let map = |layout: &CheckpointLayout, checkpoint: u64| -> Result<StateMap, RunError> {
+        map_state(layout, checkpoint, job, options.allow_non_restored_state).map_err(|e| match e {
+            CompatError::Refused { .. } | CompatError::Rescaled { .. } => refused(format!("restore refused: {e}")),
+            // Damaged state is a failed restore, not bad usage.
+            other => RunError::Failed(format!("restoring checkpoint {checkpoint}: {other}")),
+        })
+    };
+    let history = layout.jobs_dir().exists() || layout.state_root().exists();
+    let Some(from) = &options.restore_from else {
+        if history {
+            let point = crate::checkpoint::restore_point_on_disk(layout)
+                .map_err(|e| refused(format!("the checkpoint directory: {e}")))?;
+            if point.checkpoint > 0 {
+                map(layout, point.checkpoint)?;
+            }
+        }
+        return Ok(None);
+    };
+    if history {
+        return Err(refused(format!(
+            "--restore-from-dir: {} already holds job {}'s checkpoints; resume it without --restore-from-dir, or restore into a new --checkpoint-dir",
+            options.checkpoint_dir.display(),
+            job.job_id
+        )));
+    }
+    let dataset = dataset::verify(&from.dataset, None).map_err(|e| refused(format!("--restore-from-dir: {e}")))?;
+    if dataset.job != job.job_id {
+        return Err(refused(format!(
+            "--restore-from-dir: the dataset holds job {}, and this job is job {}",
+            dataset.job, job.job_id
+        )));
+    }
+    if dataset.index.checkpoint != from.checkpoint {
+        return Err(refused(format!(
+            "--restore-from-checkpoint-id {}: the dataset holds checkpoint {}",
+            from.checkpoint, dataset.index.checkpoint
+        )));
+    }
+    map(&dataset.layout(), from.checkpoint)?;
+    Ok(Some(dataset))
 }

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
+use crate::checkpoint::compat::StateMap;
 use crate::checkpoint::{participant_name, FileStateBackend, GENERATION};
 use crate::job::PlannedOperator;
 use crate::operators::driver::Driver;
@@ -157,17 +158,20 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Builds every subtask of the job from `restore_point` (0: from nothing),
 /// then starts them all.
+/// `state` says which participants restore from `restore_point` (the
+/// others start empty); with `restore_point` 0 every participant starts empty.
 pub fn deploy(
     options: &RunOptions,
     participants: &[Participant],
     backend: &FileStateBackend,
     restore_point: u64,
+    state: Option<&StateMap>,
     epoch: u64,
 ) -> Result<Deployment, RunError> {
     let (to_coordinator, from_tasks) = unbounded();
     let cancel = Arc::new(AtomicBool::new(false));
     let mut wiring = Wiring::new(participants);
-    let builder = Builder { options, participants, backend, restore_point, epoch };
+    let builder = Builder { options, participants, backend, restore_point, state, epoch };
     let mut launches = Vec::new();
     for (task, p) in participants.iter().enumerate() {
         launches.push(builder.launch(task, p, &mut wiring, &to_coordinator, &cancel)?);
@@ -181,6 +185,7 @@ struct Builder<'a> {
     participants: &'a [Participant],
     backend: &'a FileStateBackend,
     restore_point: u64,
+    state: Option<&'a StateMap>,
     epoch: u64,
 }
 
@@ -197,7 +202,8 @@ impl Builder<'_> {
         let job = &self.options.job;
         let env = &self.options.env;
         let op = &job.operators[p.operator];
-        let restored = if self.restore_point == 0 {
+        let starts_empty = self.state.is_some_and(|m| m.starts_empty(&p.name));
+        let restored = if self.restore_point == 0 || starts_empty {
             None
         } else {
             let snapshot = self
@@ -240,7 +246,8 @@ impl Builder<'_> {
                 Box::new(move || task::source::run(cx, source, out, control, triggers))
             }
             OperatorKind::Transform => {
-                let driver = Driver::new(op.build_transform(env).map_err(refused)?, task::production_clock());
+                let driver = Driver::new(op.build_transform(env).map_err(refused)?, task::production_clock())
+                    .with_key_owner(p.subtask, op.spec.parallelism);
                 let gate = self.input_gate(p, op, wiring.data_rx[task].take(), control)?;
                 Box::new(move || task::transform::run(cx, driver, gate, out))
             }

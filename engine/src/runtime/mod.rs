@@ -11,6 +11,7 @@ mod deploy;
 pub mod frames;
 pub mod gates;
 pub mod protocol;
+pub mod requests;
 pub mod task;
 
 use std::num::{NonZeroU32, NonZeroU64};
@@ -51,6 +52,19 @@ pub struct RunOptions {
     pub source_rate: Option<NonZeroU64>,
     /// The flight recorder, when on.
     pub capture: Option<crate::capture::CaptureOptions>,
+    /// Restore from a checkpoint dataset (`--restore-from-dir`) instead of
+    /// from the checkpoint directory's own history, which must be empty.
+    pub restore_from: Option<RestoreFrom>,
+    /// Drop the state of operators the job no longer has (or whose uid
+    /// changed) instead of refusing the restore.
+    pub allow_non_restored_state: bool,
+}
+
+/// A checkpoint dataset to restore a new run from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreFrom {
+    pub dataset: PathBuf,
+    pub checkpoint: u64,
 }
 
 /// What a finished run did: the protocol's account of it.

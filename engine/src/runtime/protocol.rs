@@ -241,6 +241,12 @@ impl Protocol {
         self.finished.contains(&task)
     }
 
+    /// Whether the source has asked for its last checkpoint (final or
+    /// savepoint) in this deployment: nothing else is triggered then.
+    pub fn is_closing(&self) -> bool {
+        self.source_closing
+    }
+
     /// Every subtask finished and nothing is in flight: the run is over.
     pub fn is_done(&self) -> bool {
         let held = self.defect.held_failure.is_some() || self.defect.held_broadcast.is_some();

@@ -5,6 +5,8 @@
 //! takes `--json`, and prints its refusals as JSON too, so nothing parses
 //! prose.
 
+pub mod capabilities;
+pub mod checkpoint;
 pub mod compare;
 pub mod gen_input;
 pub mod incident_collect;
@@ -12,11 +14,14 @@ pub mod incident_reconcile;
 pub mod incident_regress;
 pub mod incident_scope;
 pub mod incident_verify;
+pub mod job_requests;
 pub mod produce;
 pub mod reference;
 pub mod replay;
 pub mod run;
+pub mod state;
 pub mod trace_validate;
+pub mod upgrade;
 
 use clink_basics::exit::Exit;
 use clink_basics::ids::{parse_decimal_u32, parse_decimal_u64, OperatorId};

@@ -11,7 +11,7 @@ use clink_engine::capture::CaptureOptions;
 use clink_engine::defects::Defects;
 use clink_engine::job::{parse_job, JobGraph, MAX_JOB_BYTES};
 use clink_engine::operators::{Connections, Environment};
-use clink_engine::runtime::{Coordinator, RunError, RunOptions, TriggerMode};
+use clink_engine::runtime::{Coordinator, RestoreFrom, RunError, RunOptions, TriggerMode};
 use clink_engine::timers::wall_clock_ms;
 use clink_engine::{fault, job_manifest, trace};
 use serde_json::json;
@@ -21,9 +21,15 @@ use super::Output;
 /// Run a job (or resume it from its checkpoints) until its input's END.
 ///
 /// Everything is checked before anything is written: the job, its whole
-/// input, the options. Fault injection for tests: CLINK_FAULT=<point>@<checkpoint>[,...]
-/// kills the process (or fails a snapshot) at a protocol step. Protocol
-/// tracing: CLINK_PROTOCOL_TRACE_DIR=<dir>.
+/// input, the options, and what it restores from. A restore (from the
+/// checkpoint directory's own history, or from a dataset with
+/// --restore-from-dir) whose state the job would leave behind (an operator
+/// that holds state is gone, or its uid changed) is refused, naming the
+/// operator, unless --allow-non-restored-state drops that state. A running
+/// job takes a savepoint on request (`clink savepoint`) and stops on
+/// request (`clink stop`). Fault injection for tests:
+/// CLINK_FAULT=<point>@<checkpoint>[,...] kills the process (or fails a
+/// snapshot) at a protocol step. Protocol tracing: CLINK_PROTOCOL_TRACE_DIR=<dir>.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The job graph (JSON, format clink-job version 1).
@@ -85,6 +91,24 @@ pub struct RunArgs {
     /// Pace the source to N records per second (default: as fast as it can).
     #[arg(long, value_name = "N")]
     source_rate: Option<NonZeroU64>,
+    /// At the end of the input available so far (before END), wait for new
+    /// segments instead of stopping with a savepoint. Publish segments whole
+    /// (write another name, then rename); `clink stop` ends the wait.
+    #[arg(long)]
+    follow_input: bool,
+    /// Restore from this checkpoint dataset (`clink checkpoint export`)
+    /// instead of from --checkpoint-dir's history, which must hold nothing of
+    /// the job; the dataset is verified first and imported, so a killed run
+    /// resumes from it too.
+    #[arg(long, value_name = "DIR", requires = "restore_from_checkpoint_id")]
+    restore_from_dir: Option<PathBuf>,
+    /// The checkpoint of --restore-from-dir to restore (the one it holds).
+    #[arg(long, value_name = "ID", requires = "restore_from_dir", value_parser = super::decimal_u64)]
+    restore_from_checkpoint_id: Option<u64>,
+    /// Drop the state of an operator the job no longer has, or whose uid
+    /// changed, instead of refusing the restore (the operator starts empty).
+    #[arg(long)]
+    allow_non_restored_state: bool,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
@@ -155,6 +179,9 @@ pub fn main(args: RunArgs) -> Exit {
             output_dir: args.output_dir.clone(),
             connections,
             defects,
+            follow_input: args.follow_input,
+            stop: Default::default(),
+            imported_checkpoint: None,
         },
         checkpoint_dir: args.checkpoint_dir,
         trigger,
@@ -168,10 +195,16 @@ pub fn main(args: RunArgs) -> Exit {
             records_bound: args.capture_records,
             retain_epochs: args.capture_retain_epochs,
         }),
+        restore_from: args
+            .restore_from_dir
+            .zip(args.restore_from_checkpoint_id)
+            .map(|(dataset, checkpoint)| RestoreFrom { dataset, checkpoint }),
+        allow_non_restored_state: args.allow_non_restored_state,
     };
     // Every check (the whole input included) before the first write.
     let coordinator = match Coordinator::start(options) {
         Ok(c) => c,
+        Err(RunError::Failed(e)) => return out.stop(Exit::Failed, e),
         Err(e) => return out.refuse(e),
     };
     if let Err(e) = trace::init_from_env() {

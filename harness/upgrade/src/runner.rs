@@ -1,0 +1,345 @@
+//! The processes a command starts: each a build's binary named on the
+//! command line, in its own process group, its standard output and error
+//! kept in a log under `--out`, its argv and exit status recorded for the
+//! report. Every wait is bounded: the process's wall time, its resident
+//! memory, the bytes under `--out`, the whole command's deadline, and SIGINT
+//! or SIGTERM to the command. A bound reached kills the process group and
+//! says which bound; it is never a crash and never a success.
+//!
+//! This module never interprets what a process printed beyond handing it
+//! back, and never starts anything an evidence set names.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::Bounds;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM stop the command's runs instead of killing it, so the
+/// report is still written.
+pub fn catch_interrupts() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Why a process was stopped by the command (its checks are unavailable).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Stopped {
+    #[error("{name}: no exit within --run-timeout-s {seconds}")]
+    RunTimeout { name: String, seconds: u64 },
+    #[error("{name}: resident memory {mib} MiB passed --max-rss-mib {max}")]
+    Rss { name: String, mib: u64, max: u64 },
+    #[error("{name}: --out holds {mib} MiB, past --max-output-mib {max}")]
+    Output { name: String, mib: u64, max: u64 },
+    #[error("{name}: the command's --timeout-s {seconds} was reached")]
+    Deadline { name: String, seconds: u64 },
+    #[error("{name}: interrupted (SIGINT or SIGTERM to the command)")]
+    Interrupted { name: String },
+    #[error("{name}: could not be started: {reason}")]
+    Spawn { name: String, reason: String },
+}
+
+/// One command the run started, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandRecord {
+    pub name: String,
+    pub argv: Vec<String>,
+    /// The exit code, or null when it died by a signal or was stopped.
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    pub seconds: f64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// How a process ended on its own.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The exit as a person reads it.
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "no exit status".into(),
+        }
+    }
+
+    /// The last non-empty line of standard error (a refusal's reason).
+    pub fn last_error_line(&self) -> String {
+        self.stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string()
+    }
+}
+
+/// A process started and not yet waited for.
+pub struct Running {
+    index: usize,
+    child: Child,
+    started: Instant,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            kill_group(&mut self.child);
+        }
+    }
+}
+
+fn kill_group(child: &mut Child) {
+    // SAFETY: a plain kill(2) of the process group the child leads.
+    unsafe {
+        libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Starts and waits for processes within the bounds.
+pub struct Runner {
+    out: PathBuf,
+    logs: PathBuf,
+    bounds: Bounds,
+    deadline: Instant,
+    pub commands: Vec<CommandRecord>,
+}
+
+const MAX_CAPTURED: u64 = 256 << 20;
+
+fn rss_mib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    for entry in entries.flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => total += dir_bytes(&entry.path()),
+            Ok(t) if t.is_file() => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    total
+}
+
+fn read_capped(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(f) = File::open(path) {
+        let _ = f.take(MAX_CAPTURED).read_to_string(&mut text);
+    }
+    text
+}
+
+impl Runner {
+    /// `out` is the command's --out; logs go to `<out>/logs`.
+    pub fn new(out: &Path, bounds: Bounds) -> std::io::Result<Runner> {
+        let logs = out.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        Ok(Runner {
+            out: out.to_path_buf(),
+            logs,
+            bounds,
+            deadline: Instant::now() + Duration::from_secs(bounds.timeout_s),
+            commands: Vec::new(),
+        })
+    }
+
+    /// Starts `program args` in its own process group.
+    pub fn spawn(&mut self, name: &str, program: &Path, args: &[String]) -> Result<Running, Stopped> {
+        let index = self.commands.len();
+        let stem = format!("{index:03}-{name}");
+        let (stdout, stderr) = (self.logs.join(format!("{stem}.out")), self.logs.join(format!("{stem}.err")));
+        let mut argv = vec![program.display().to_string()];
+        argv.extend(args.iter().cloned());
+        self.commands.push(CommandRecord {
+            name: name.to_string(),
+            argv,
+            exit_code: None,
+            signal: None,
+            stopped: None,
+            seconds: 0.0,
+            stdout: format!("logs/{stem}.out"),
+            stderr: format!("logs/{stem}.err"),
+        });
+        let spawn_err = |e: std::io::Error| Stopped::Spawn { name: name.to_string(), reason: e.to_string() };
+        if interrupted() {
+            return Err(self.stop(index, Stopped::Interrupted { name: name.into() }));
+        }
+        let (o, e) = match (File::create(&stdout), File::create(&stderr)) {
+            (Ok(o), Ok(e)) => (o, e),
+            (Err(err), _) | (_, Err(err)) => return Err(self.stop(index, spawn_err(err))),
+        };
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(o)
+            .stderr(e)
+            .process_group(0)
+            .spawn()
+            .map_err(spawn_err);
+        match child {
+            Ok(child) => Ok(Running { index, child, started: Instant::now() }),
+            Err(e) => Err(self.stop(index, e)),
+        }
+    }
+
+    fn stop(&mut self, index: usize, why: Stopped) -> Stopped {
+        if let Some(c) = self.commands.get_mut(index) {
+            c.stopped = Some(why.to_string());
+        }
+        why
+    }
+
+    /// Waits for a started process within the bounds (`run_timeout` when
+    /// given replaces --run-timeout-s).
+    pub fn wait(&mut self, mut running: Running, run_timeout: Option<Duration>) -> Result<Finished, Stopped> {
+        let name = self.commands[running.index].name.clone();
+        let limit = run_timeout.unwrap_or(Duration::from_secs(self.bounds.run_timeout_s));
+        let mut polls = 0u64;
+        loop {
+            match running.child.try_wait() {
+                Ok(Some(status)) => {
+                    let rec = &mut self.commands[running.index];
+                    rec.exit_code = status.code();
+                    rec.signal = status.signal();
+                    rec.seconds = running.started.elapsed().as_secs_f64();
+                    return Ok(Finished {
+                        code: status.code(),
+                        signal: status.signal(),
+                        stdout: read_capped(&self.out.join(&rec.stdout)),
+                        stderr: read_capped(&self.out.join(&rec.stderr)),
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    kill_group(&mut running.child);
+                    return Err(self.stop(running.index, Stopped::Spawn { name, reason: e.to_string() }));
+                }
+            }
+            let why = if interrupted() {
+                Some(Stopped::Interrupted { name: name.clone() })
+            } else if Instant::now() >= self.deadline {
+                Some(Stopped::Deadline { name: name.clone(), seconds: self.bounds.timeout_s })
+            } else if running.started.elapsed() >= limit {
+                Some(Stopped::RunTimeout { name: name.clone(), seconds: limit.as_secs() })
+            } else {
+                let rss = rss_mib(running.pid()).unwrap_or(0);
+                if rss > self.bounds.max_rss_mib {
+                    Some(Stopped::Rss { name: name.clone(), mib: rss, max: self.bounds.max_rss_mib })
+                } else if polls.is_multiple_of(10) {
+                    let bytes = dir_bytes(&self.out);
+                    (bytes > self.bounds.max_output_mib << 20).then(|| Stopped::Output {
+                        name: name.clone(),
+                        mib: bytes.div_ceil(1 << 20),
+                        max: self.bounds.max_output_mib,
+                    })
+                } else {
+                    None
+                }
+            };
+            if let Some(why) = why {
+                kill_group(&mut running.child);
+                self.commands[running.index].seconds = running.started.elapsed().as_secs_f64();
+                return Err(self.stop(running.index, why));
+            }
+            polls += 1;
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Runs a process to its end within the bounds.
+    pub fn run(&mut self, name: &str, program: &Path, args: &[String]) -> Result<Finished, Stopped> {
+        let running = self.spawn(name, program, args)?;
+        self.wait(running, None)
+    }
+
+    /// Whether a started process has exited (without waiting).
+    pub fn exited(&mut self, running: &mut Running) -> bool {
+        !matches!(running.child.try_wait(), Ok(None))
+    }
+
+    /// The command's own bounds: checked between steps.
+    pub fn check_bounds(&self, step: &str) -> Result<(), Stopped> {
+        if interrupted() {
+            return Err(Stopped::Interrupted { name: step.into() });
+        }
+        if Instant::now() >= self.deadline {
+            return Err(Stopped::Deadline { name: step.into(), seconds: self.bounds.timeout_s });
+        }
+        Ok(())
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+}
+
+/// `args!["a", path, ...]`: an argument array of displayable things.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { [$(format!("{}", $a)),*] };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_logged_and_a_timeout_stops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Runner::new(dir.path(), Bounds { run_timeout_s: 1, ..Bounds::default() }).unwrap();
+        let ok = r.run("echo", Path::new("/bin/sh"), &args!["-c", "echo hi; echo err >&2; exit 3"]).unwrap();
+        assert_eq!(ok.code, Some(3));
+        assert_eq!(ok.stdout, "hi\n");
+        assert_eq!(ok.last_error_line(), "err");
+        let stopped = r.run("sleep", Path::new("/bin/sh"), &args!["-c", "sleep 30"]).unwrap_err();
+        assert!(matches!(stopped, Stopped::RunTimeout { .. }), "{stopped}");
+        assert_eq!(r.commands.len(), 2);
+        assert!(r.commands[1].stopped.is_some());
+        let missing = r.run("missing", Path::new("/nonexistent/clink"), &[]).unwrap_err();
+        assert!(matches!(missing, Stopped::Spawn { .. }));
+    }
+}
