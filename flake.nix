@@ -38,7 +38,7 @@
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         example-job = { fetch = false; tools = [ ]; };
-        fetch-tools = { fetch = false; tools = [ python3 python3Packages.pip ]; };
+        fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
         services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };

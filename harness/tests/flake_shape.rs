@@ -1554,7 +1554,9 @@ fn check_tools(table: &Table, gates: &BTreeMap<String, Gate>) -> Result<(), Stri
                 ));
             }
         }
-        if needs.contains_key("java") && !app.fetch {
+        // fetch-tools is the fetcher: it runs java itself (to make TLC's
+        // class-data-sharing archive), after installing the pinned jar.
+        if needs.contains_key("java") && !app.fetch && name != "fetch-tools" {
             problems.push(format!(
                 "app `{name}` runs TLC (needs `java`) but not gates/fetch-tools first: set fetch = true so TLC is \
                  the jar formal/tools.env pins"
