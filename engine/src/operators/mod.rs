@@ -52,6 +52,7 @@ registered_operators!(
     kafka_source,
     filter,
     project,
+    rename,
     key_by,
     window,
     idle,
