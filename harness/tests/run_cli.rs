@@ -325,3 +325,44 @@ fn a_panicking_operator_is_caught_restarted_within_the_budget_and_reported() {
         .sum::<usize>();
     assert_eq!(restarts, 2, "each panic went through the restart budget");
 }
+
+/// An operator added as one file and one registry line (`rename`) runs in a
+/// real job: the example job with the amount renamed before the window
+/// writes the same rows as the example job.
+#[test]
+fn a_job_with_renamed_columns_writes_what_the_example_job_writes() {
+    let mut job: serde_json::Value = serde_json::from_str(GOOD_JOB).unwrap();
+    job["operators"].as_array_mut().unwrap().push(serde_json::json!({
+        "id": "7", "uid": "rename", "type": "rename", "parallelism": 1,
+        "params": {"columns": {"amount": "cents", "account": "who"}}
+    }));
+    for op in job["operators"].as_array_mut().unwrap() {
+        let params = &mut op["params"];
+        if params.get("key").is_some() {
+            params["key"] = serde_json::json!(["who"]);
+        }
+        if params.get("columns").and_then(|c| c.as_array()).is_some() {
+            params["columns"] = serde_json::json!(["who"]);
+        }
+        if params.get("value").is_some() {
+            params["value"] = "cents".into();
+        }
+    }
+    let edges = job["edges"].as_array_mut().unwrap();
+    edges.retain(|e| e["from"] != "1");
+    edges.push(serde_json::json!({"from": "1", "to": "7", "partition": "forward"}));
+    edges.push(serde_json::json!({"from": "7", "to": "2", "partition": "forward"}));
+    for e in edges.iter_mut().filter(|e| e["partition"].get("hash").is_some()) {
+        e["partition"] = serde_json::json!({"hash": ["who"]});
+    }
+    let renamed = Case::new(&job.to_string(), INPUT);
+    let (code, stderr) = renamed.run();
+    assert_eq!(code, 0, "{stderr}");
+    let example = Case::new(GOOD_JOB, INPUT);
+    assert_eq!(example.run().0, 0);
+    for sink in ["out/windows-out", "out/idle-out"] {
+        let (a, b) = (lines_of(&renamed.dir.path().join(sink)), lines_of(&example.dir.path().join(sink)));
+        assert!(!a.is_empty(), "the renamed job wrote nothing to {sink}");
+        assert_eq!(a, b, "{sink}");
+    }
+}
