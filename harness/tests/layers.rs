@@ -30,7 +30,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("clink-verify", &["clink-basics", "clink-engine", "clink-bundle", "clink-replay", "clink-formal", "clink-html"]),
     // Upgrade validation runs builds as processes: it links no engine code,
     // only the leaf helpers and the independent reference.
-    ("clink-upgrade", &["clink-basics", "clink-reference"]),
+    ("clink-upgrade", &["clink-basics", "clink-reference", "clink-html"]),
     // Reconciliation reads bundles and a destination (through the connectors'
     // client) and reuses the bundle.* checks and the report frame; it never
     // replays and knows no TLC.

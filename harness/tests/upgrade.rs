@@ -22,6 +22,9 @@ use std::time::Duration;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value as Json;
 
+/// The checks of `upgrade check`, as the report and its page name them.
+const CHECK_NAMES: [&str; 4] = ["evidence.integrity", "isolation", "builds.identity", "restore.candidate"];
+
 fn clink() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_clink"))
 }
@@ -279,7 +282,9 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
         .arg("--candidate-clink")
         .arg(build_path(dir, &get("candidate", "current"))?)
         .arg("--candidate-job")
-        .arg(root().join("jobs").join(get("candidate_job", "example.json")));
+        .arg(root().join("jobs").join(get("candidate_job", "example.json")))
+        .arg("--html")
+        .arg(dir.join("report.html"));
     if let Some(bounds) = d.get("bounds").and_then(Json::as_object) {
         for (k, v) in bounds {
             cmd.arg(format!("--{k}")).arg(v.to_string());
@@ -297,7 +302,14 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
     let done = child.wait_with_output().map_err(|e| e.to_string())?;
     let stderr = String::from_utf8_lossy(&done.stderr);
     let report: Json = match std::fs::read(out.join("report.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("report.json: {e}"))?,
+        Ok(bytes) => {
+            // Whenever the report is written, so is its page, every check on it.
+            let page = std::fs::read_to_string(dir.join("report.html")).map_err(|e| format!("--html: {e}"))?;
+            if let Some(missing) = CHECK_NAMES.iter().find(|n| !page.contains(**n)) {
+                return Err(format!("the HTML report lacks {missing}").into());
+            }
+            serde_json::from_slice(&bytes).map_err(|e| format!("report.json: {e}"))?
+        }
         Err(_) => serde_json::from_slice(&done.stdout).map_err(|e| {
             format!("no report ({e}); stderr: {stderr}; stdout: {}", String::from_utf8_lossy(&done.stdout))
         })?,

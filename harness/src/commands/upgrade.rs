@@ -124,6 +124,10 @@ struct CheckCli {
     candidate_clink: PathBuf,
     #[arg(long, value_name = "FILE")]
     candidate_job: PathBuf,
+    /// Also write the report as one self-contained HTML file (the verdict,
+    /// every check, every command run with how it ended).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     #[command(flatten)]
     bounds: BoundsCli,
 }
@@ -186,6 +190,7 @@ pub fn main(args: UpgradeArgs) -> Exit {
                 baseline: Build { clink: a.baseline_clink, job: a.baseline_job },
                 candidate: Build { clink: a.candidate_clink, job: a.candidate_job },
                 bounds: a.bounds.bounds(),
+                html: a.html,
             };
             match check(&args, proof) {
                 Ok(o) => finish(&out, &a.out, o.text, o.exit),

@@ -38,6 +38,8 @@ pub struct CheckArgs {
     pub baseline: Build,
     pub candidate: Build,
     pub bounds: Bounds,
+    /// Also write the report as one self-contained HTML page here.
+    pub html: Option<PathBuf>,
 }
 
 /// What the tools build needs to report.
@@ -81,9 +83,26 @@ pub fn check(a: &CheckArgs, isolation: Proof) -> Result<Outcome, UsageError> {
         let unchanged = unchanged(&a.evidence, &a.digest, index);
         checks.pass_or_fail("evidence.unchanged", unchanged.is_ok(), unchanged.unwrap_or_else(|e| e));
     }
+    if let Some(path) = &a.html {
+        let page = crate::html::page("check", &checks, &facts, &runner.commands);
+        write_html(path, &clink_html::render(&page)).map_err(UsageError::Bad)?;
+    }
     let text = report::write(&a.out, "check", &checks, facts, &runner.commands, started.elapsed().as_secs_f64())
         .map_err(UsageError::Bad)?;
     Ok(Outcome { exit: checks.result(), text, digest: None })
+}
+
+/// Written beside its name and renamed into place: never half a page.
+fn write_html(path: &Path, html: &str) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("--html {}: {e}", path.display());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new().prefix(".clink-upgrade-").suffix(".html").tempfile_in(dir).map_err(fail)?;
+    std::io::Write::write_all(&mut tmp, html.as_bytes()).map_err(fail)?;
+    tmp.persist(path).map_err(|e| fail(e.error))?;
+    Ok(())
 }
 
 fn unchanged(dir: &Path, digest: &str, index: &Index) -> Result<String, String> {

@@ -19,6 +19,7 @@ pub mod check;
 pub mod compare;
 pub mod definition;
 pub mod evidence;
+pub mod html;
 pub mod isolation;
 pub mod record;
 pub mod report;
