@@ -166,25 +166,44 @@ pub fn logical_state(listing: &Json, def: &Definition) -> Result<LogicalState, S
     {
         return Err("the tools build's listing is not clink-state-listing version 1".into());
     }
+    // A listing missing a field is refused, never read as holding nothing:
+    // two empty listings would agree with each other.
+    let field = |v: &Json, name: &str, what: &str| format!("the listing's {what} has no {name} of the right type: {v}");
+    let list = |name: &str| -> Result<Vec<Json>, String> {
+        listing.get(name).and_then(Json::as_array).cloned().ok_or_else(|| format!("the listing has no {name} list"))
+    };
     let mut state = LogicalState {
-        checkpoint: listing.get("checkpoint").and_then(Json::as_u64).unwrap_or(0),
+        checkpoint: listing.get("checkpoint").and_then(Json::as_u64).ok_or("the listing names no checkpoint")?,
         ..LogicalState::default()
     };
-    let list = |field: &str| listing.get(field).and_then(Json::as_array).cloned().unwrap_or_default();
-    for op in list("operators") {
-        let uid = op.get("uid").and_then(Json::as_str).unwrap_or("").to_string();
+    for op in list("operators")? {
+        let text = |name: &str| {
+            op.get(name).and_then(Json::as_str).map(str::to_string).ok_or_else(|| field(&op, name, "operator"))
+        };
         state.operators.push(Operator {
-            uid,
-            id: op.get("id").and_then(Json::as_str).unwrap_or("").to_string(),
-            parallelism: op.get("parallelism").and_then(Json::as_u64).unwrap_or(0),
-            holds_state: op.get("holds_state").and_then(Json::as_bool).unwrap_or(false),
+            uid: text("uid")?,
+            id: text("id")?,
+            parallelism: op
+                .get("parallelism")
+                .and_then(Json::as_u64)
+                .ok_or_else(|| field(&op, "parallelism", "operator"))?,
+            holds_state: op
+                .get("holds_state")
+                .and_then(Json::as_bool)
+                .ok_or_else(|| field(&op, "holds_state", "operator"))?,
         });
     }
-    for row in list("rows") {
-        let uid = row.get("uid").and_then(Json::as_str).unwrap_or("");
-        let kind = row.get("kind").and_then(Json::as_str).unwrap_or("");
+    for row in list("rows")? {
+        let uid = row.get("uid").and_then(Json::as_str).ok_or_else(|| field(&row, "uid", "row"))?;
+        let kind = row.get("kind").and_then(Json::as_str).ok_or_else(|| field(&row, "kind", "row"))?;
+        let values: Vec<String> = row
+            .get("values")
+            .and_then(Json::as_array)
+            .ok_or_else(|| field(&row, "values", "row"))?
+            .iter()
+            .map(typed)
+            .collect();
         let Some(role) = def.role_of(uid) else { continue };
-        let values: Vec<String> = row.get("values").and_then(Json::as_array).into_iter().flatten().map(typed).collect();
         if kind == "watermark" && role != "source" {
             state
                 .watermarks
@@ -199,8 +218,8 @@ pub fn logical_state(listing: &Json, def: &Definition) -> Result<LogicalState, S
         state.rows.push(StateRow(r));
     }
     state.rows.sort();
-    state.misplaced = list("misplaced").len();
-    state.undocumented = list("undocumented")
+    state.misplaced = list("misplaced")?.len();
+    state.undocumented = list("undocumented")?
         .iter()
         .map(|u| {
             format!(
@@ -222,23 +241,26 @@ pub fn diff_state(expected: &[StateRow], actual: &[StateRow]) -> MultisetDiff<St
 /// The reference's rows (`reference.json`'s `windows` and `idle`) and state.
 pub fn reference_part(reference: &Json, at: &str) -> Result<(Vec<Row>, Vec<StateRow>), String> {
     let part = reference.get(at).ok_or_else(|| format!("reference.json has no {at}"))?;
-    let lines = |f: &str| -> Vec<String> {
-        part.get(f)
-            .and_then(Json::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Json::as_str)
-            .map(str::to_string)
+    // Every list is there and holds only text: a missing or mistyped one is
+    // refused, never read as expecting nothing.
+    let strings = |v: &Json, what: &str| -> Result<Vec<String>, String> {
+        v.as_array()
+            .ok_or_else(|| format!("reference.json {what} is not a list"))?
+            .iter()
+            .map(|s| {
+                s.as_str().map(str::to_string).ok_or_else(|| format!("reference.json {what} holds a non-text item"))
+            })
             .collect()
     };
-    let state = part
+    let lines = |f: &str| strings(part.get(f).unwrap_or(&Json::Null), &format!("{at}.{f}"));
+    let state: Vec<StateRow> = part
         .get("state")
         .and_then(Json::as_array)
-        .into_iter()
-        .flatten()
-        .map(|r| StateRow(r.as_array().into_iter().flatten().filter_map(Json::as_str).map(str::to_string).collect()))
-        .collect();
-    Ok((rows(&lines("windows"), &lines("idle")), state))
+        .ok_or_else(|| format!("reference.json {at}.state is not a list"))?
+        .iter()
+        .map(|r| strings(r, &format!("{at}.state row")).map(StateRow))
+        .collect::<Result<_, _>>()?;
+    Ok((rows(&lines("windows")?, &lines("idle")?), state))
 }
 
 /// A short account of a multiset difference ("equal" when there is none).
@@ -298,5 +320,32 @@ mod tests {
         );
         assert_eq!(s.watermarks, vec![Some(5)]);
         assert_eq!(s.misplaced, 1);
+    }
+
+    #[test]
+    fn a_listing_or_reference_missing_a_field_is_refused_not_read_as_empty() {
+        let def = Definition::parse(include_bytes!("../../../fixtures/upgrade/test.json").to_vec()).unwrap();
+        let whole = serde_json::json!({
+            "format": "clink-state-listing", "version": 1, "checkpoint": 4,
+            "operators": [], "rows": [], "misplaced": [], "undocumented": []
+        });
+        assert!(logical_state(&whole, &def).is_ok());
+        for field in ["checkpoint", "operators", "rows", "misplaced", "undocumented"] {
+            let mut cut = whole.clone();
+            cut.as_object_mut().unwrap().remove(field);
+            assert!(logical_state(&cut, &def).is_err(), "a listing without {field} was read");
+        }
+        let mut row_without_kind = whole.clone();
+        row_without_kind["rows"] = serde_json::json!([{"uid": "windows", "values": []}]);
+        assert!(logical_state(&row_without_kind, &def).is_err());
+        let reference = serde_json::json!({"at_end": {"windows": [], "idle": [], "state": []}});
+        assert!(reference_part(&reference, "at_end").is_ok());
+        for field in ["windows", "idle", "state"] {
+            let mut cut = reference.clone();
+            cut["at_end"].as_object_mut().unwrap().remove(field);
+            assert!(reference_part(&cut, "at_end").is_err(), "a reference without {field} was read");
+        }
+        let mistyped = serde_json::json!({"at_end": {"windows": [1], "idle": [], "state": []}});
+        assert!(reference_part(&mistyped, "at_end").is_err());
     }
 }

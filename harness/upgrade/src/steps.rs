@@ -198,8 +198,18 @@ pub fn export(
     ];
     let done = r.run(name, tools, &a)?;
     let doc = json_of(name, &done)?;
-    let digest = doc.get("digest").and_then(Json::as_str).unwrap_or_default().to_string();
-    let id = doc.get("checkpoint").and_then(Json::as_u64).unwrap_or(0);
+    // The export's digest and checkpoint are what the evidence records: a
+    // result without them is a failed export, never an empty digest.
+    let digest = doc
+        .get("digest")
+        .and_then(Json::as_str)
+        .filter(|d| clink_basics::digest::is_sha256_hex(d))
+        .ok_or_else(|| StepError::Failed(format!("{name}: the export names no SHA-256 digest: {doc}")))?
+        .to_string();
+    let id = doc
+        .get("checkpoint")
+        .and_then(Json::as_u64)
+        .ok_or_else(|| StepError::Failed(format!("{name}: the export names no checkpoint: {doc}")))?;
     Ok((digest, id))
 }
 
