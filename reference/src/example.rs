@@ -45,23 +45,26 @@ pub(crate) struct State {
     pub(crate) out: ReferenceOutput,
 }
 
-pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOutput, ReferenceError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReferenceError::Io { path, source }
-    };
+/// The input's segment files (`segment-*.txt`), in the order they are read.
+pub(crate) fn segment_names(input_dir: &Path) -> Result<Vec<String>, ReferenceError> {
+    let io = |source| ReferenceError::Io { path: input_dir.to_path_buf(), source };
     let mut names = Vec::new();
-    for entry in fs::read_dir(input_dir).map_err(io(input_dir))? {
-        let name = entry.map_err(io(input_dir))?.file_name().to_string_lossy().into_owned();
+    for entry in fs::read_dir(input_dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name().to_string_lossy().into_owned();
         if name.starts_with("segment-") && name.ends_with(".txt") {
             names.push(name);
         }
     }
     names.sort();
+    Ok(names)
+}
+
+pub fn compute(input_dir: &Path, params: ReferenceParams) -> Result<ReferenceOutput, ReferenceError> {
+    let names = segment_names(input_dir)?;
     let mut state = State::default();
     for name in names {
         let path = input_dir.join(&name);
-        let text = fs::read_to_string(&path).map_err(io(&path))?;
+        let text = fs::read_to_string(&path).map_err(|source| ReferenceError::Io { path: path.clone(), source })?;
         for (i, line) in text.lines().enumerate() {
             let fields: Vec<&str> = line.split(',').collect();
             let bad = |what: String| ReferenceError::Input { at: format!("{}:{}", path.display(), i + 1), what };

@@ -11,23 +11,12 @@ use crate::example::{parse_cents, parse_time, render_cents};
 use crate::ReferenceError;
 
 pub fn credits(input_dir: &Path) -> Result<Vec<String>, ReferenceError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReferenceError::Io { path, source }
-    };
-    let mut names = Vec::new();
-    for entry in fs::read_dir(input_dir).map_err(io(input_dir))? {
-        let name = entry.map_err(io(input_dir))?.file_name().to_string_lossy().into_owned();
-        if name.starts_with("segment-") && name.ends_with(".txt") {
-            names.push(name);
-        }
-    }
-    names.sort();
+    let names = crate::example::segment_names(input_dir)?;
     let mut out = Vec::new();
     let mut id = 0u64;
     for name in names {
         let path = input_dir.join(&name);
-        let text = fs::read_to_string(&path).map_err(io(&path))?;
+        let text = fs::read_to_string(&path).map_err(|source| ReferenceError::Io { path: path.clone(), source })?;
         for (i, line) in text.lines().enumerate() {
             let bad = |what: String| ReferenceError::Input { at: format!("{}:{}", path.display(), i + 1), what };
             let fields: Vec<&str> = line.split(',').collect();
