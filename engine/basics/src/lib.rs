@@ -5,8 +5,8 @@
 //! reader whose every error names the path of the field at fault
 //! ([`fields`]), SHA-256 digests in lowercase hex, computed by streaming
 //! ([`digest`]), the one bounded reader of files an input names ([`files`]),
-//! the multiset comparison ([`multiset`]) and the command-line exit codes
-//! ([`exit`]).
+//! the multiset comparison ([`multiset`]), the command-line exit codes
+//! ([`exit`]) and the check vocabulary ([`status`]).
 //!
 //! It depends on nothing of ours and never will: it is the bottom of the
 //! dependency graph. It knows nothing about jobs, checkpoints or bundles.
@@ -26,4 +26,5 @@ pub mod multiset;
 pub mod names;
 pub mod ndjson;
 pub mod redact;
+pub mod status;
 pub mod text;

@@ -30,5 +30,5 @@ pub mod page;
 pub mod timeline;
 pub mod trace_validation;
 
-pub use page::{render, Check, CheckStatus, Outcome, Page, Section, Table, Verdict};
+pub use page::{render, Check, Outcome, Page, Section, Status, Table, Verdict};
 pub use timeline::Timeline;

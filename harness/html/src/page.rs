@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
+pub use clink_basics::status::Status;
+
 use crate::escape::{attr, script_json, text};
 use crate::timeline::{Timeline, EVENTS_BEFORE};
 
@@ -37,25 +39,6 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckStatus {
-    Passed,
-    Failed,
-    Unavailable,
-    Unsupported,
-}
-
-impl CheckStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckStatus::Passed => "passed",
-            CheckStatus::Failed => "failed",
-            CheckStatus::Unavailable => "unavailable",
-            CheckStatus::Unsupported => "unsupported",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub outcome: Outcome,
@@ -68,7 +51,7 @@ pub struct Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     pub name: String,
-    pub status: CheckStatus,
+    pub status: Status,
     pub reason: String,
     pub evidence: Vec<String>,
     pub details: Vec<String>,
@@ -210,7 +193,7 @@ fn header(h: &mut String, page: &Page) {
     }
     if !page.checks.is_empty() {
         h.push_str("<p class=\"tally\">");
-        for status in [CheckStatus::Failed, CheckStatus::Unavailable, CheckStatus::Unsupported, CheckStatus::Passed] {
+        for status in [Status::Failed, Status::Unavailable, Status::Unsupported, Status::Passed] {
             let n = page.checks.iter().filter(|c| c.status == status).count();
             if n > 0 {
                 let _ = write!(h, "<span class=\"status {s}\">{n} {s}</span> ", s = status.as_str());
@@ -377,7 +360,7 @@ fn checks(h: &mut String, checks: &[Check]) {
             h.push_str("</ul>\n");
         }
         if !c.details.is_empty() {
-            let open = if c.status == CheckStatus::Passed || c.details.len() > 20 { "" } else { " open" };
+            let open = if c.status == Status::Passed || c.details.len() > 20 { "" } else { " open" };
             let _ =
                 write!(h, "<details class=\"details\"{open}><summary>{} details</summary>\n<ul>\n", c.details.len());
             for d in &c.details {
@@ -428,7 +411,7 @@ mod tests {
             verdict: Verdict { outcome: Outcome::Failed, summary: "a check failed".into(), exit_code: 1 },
             checks: vec![Check {
                 name: "bundle.artifacts".into(),
-                status: CheckStatus::Failed,
+                status: Status::Failed,
                 reason: "unlisted: traces/<script>alert('x')</script>.ndjson".into(),
                 evidence: vec!["\"quoted\" & <i>".into()],
                 details: vec!["</details><script>".into()],

@@ -3,7 +3,7 @@
 
 use clink_formal::trace::{MergedTrace, Validation, Verdict as TraceVerdict};
 
-use crate::page::{Check, CheckStatus, Outcome, Page, Verdict};
+use crate::page::{Check, Outcome, Page, Status, Verdict};
 use crate::timeline::Timeline;
 
 /// What became of the validation.
@@ -38,7 +38,7 @@ pub fn trace_validation_page(trace_dir: &str, trace: &MergedTrace, outcome: Trac
                     Check {
                         evidence: vec![evidence],
                         ..base(
-                            CheckStatus::Passed,
+                            Status::Passed,
                             format!("{events} events are a behaviour of the specification (formal/ExactlyOnce.tla)"),
                         )
                     },
@@ -56,7 +56,7 @@ pub fn trace_validation_page(trace_dir: &str, trace: &MergedTrace, outcome: Trac
                             evidence: vec![evidence],
                             details: kept.into_iter().collect(),
                             next_action: "the engine took a step the protocol does not allow, or the model lacks one; read the TLC output".into(),
-                            ..base(CheckStatus::Failed, reason.clone())
+                            ..base(Status::Failed, reason.clone())
                         },
                         Verdict {
                             outcome: Outcome::Failed,
@@ -75,7 +75,7 @@ pub fn trace_validation_page(trace_dir: &str, trace: &MergedTrace, outcome: Trac
                             next_action:
                                 "read the TLC counterexample: the run reached a state the protocol must never reach"
                                     .into(),
-                            ..base(CheckStatus::Failed, reason.clone())
+                            ..base(Status::Failed, reason.clone())
                         },
                         Verdict {
                             outcome: Outcome::Failed,
@@ -90,7 +90,7 @@ pub fn trace_validation_page(trace_dir: &str, trace: &MergedTrace, outcome: Trac
                         details: kept.into_iter().collect(),
                         next_action: "read TLC's output; fix the tools or the generated modules and validate again"
                             .into(),
-                        ..base(CheckStatus::Unavailable, format!("TLC did not check the trace: {e}"))
+                        ..base(Status::Unavailable, format!("TLC did not check the trace: {e}"))
                     },
                     not_established(),
                     timeline,
@@ -100,7 +100,7 @@ pub fn trace_validation_page(trace_dir: &str, trace: &MergedTrace, outcome: Trac
         TraceOutcome::Unavailable(why) => (
             Check {
                 next_action: "run gates/fetch-tools, or pass --formal-dir and --formal-tools-dir".into(),
-                ..base(CheckStatus::Unavailable, format!("trace validation unavailable: {why}"))
+                ..base(Status::Unavailable, format!("trace validation unavailable: {why}"))
             },
             not_established(),
             timeline,

@@ -6,10 +6,10 @@
 //! everything, so nothing a build printed becomes markup.
 
 use clink_basics::exit::Exit;
-use clink_html::{Check, CheckStatus, Outcome, Page, Section, Table, Verdict};
+use clink_html::{Check, Outcome, Page, Section, Table, Verdict};
 use serde_json::Value as Json;
 
-use crate::report::{Checks, Status};
+use crate::report::Checks;
 use crate::runner::CommandRecord;
 
 /// The page of one `upgrade` run.
@@ -34,12 +34,7 @@ pub fn page(command: &str, checks: &Checks, facts: &Json, commands: &[CommandRec
         .iter()
         .map(|c| Check {
             name: if c.required { c.name.to_string() } else { format!("{} (informational)", c.name) },
-            status: match c.status {
-                Status::Passed => CheckStatus::Passed,
-                Status::Failed => CheckStatus::Failed,
-                Status::Unavailable => CheckStatus::Unavailable,
-                Status::Unsupported => CheckStatus::Unsupported,
-            },
+            status: c.status,
             reason: c.reason.clone(),
             evidence: Vec::new(),
             details: Vec::new(),
@@ -79,7 +74,7 @@ pub fn page(command: &str, checks: &Checks, facts: &Json, commands: &[CommandRec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::CHECK_TABLE;
+    use crate::report::{Status, CHECK_TABLE};
 
     #[test]
     fn the_page_shows_every_check_and_command_and_escapes_what_builds_printed() {

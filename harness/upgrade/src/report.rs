@@ -17,25 +17,7 @@ use crate::runner::CommandRecord;
 pub const FORMAT: &str = "clink-upgrade-report";
 pub const VERSION: u64 = 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Passed,
-    Failed,
-    Unavailable,
-    Unsupported,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::Unavailable => "unavailable",
-            Status::Unsupported => "unsupported",
-        }
-    }
-}
+pub use clink_basics::status::Status;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {

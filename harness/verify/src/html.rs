@@ -10,7 +10,7 @@ use clink_basics::ndjson::read_objects;
 use clink_bundle::paths::resolve;
 use clink_bundle::Bundle;
 use clink_formal::trace::{merge, TraceLine};
-use clink_html::{Check, CheckStatus, Outcome, Page, Timeline, Verdict};
+use clink_html::{Check, Outcome, Page, Timeline, Verdict};
 use serde_json::Value as Json;
 
 use super::{CheckResult, Conclusion, Report, Status};
@@ -51,12 +51,7 @@ pub fn page(report: &Report, bundle: &Bundle) -> Page {
 
 /// One check as the shared frame shows it (incident-reconcile's page uses it too).
 pub fn check(c: &CheckResult) -> Check {
-    let status = match c.status {
-        Status::Passed => CheckStatus::Passed,
-        Status::Failed => CheckStatus::Failed,
-        Status::Unavailable => CheckStatus::Unavailable,
-        Status::Unsupported => CheckStatus::Unsupported,
-    };
+    let status = c.status;
     let counts = c
         .counts
         .map(|n| {

@@ -41,28 +41,9 @@ use clink_basics::ids::OperatorId;
 use clink_bundle::Bundle;
 use serde::Serialize;
 
+pub use clink_basics::status::Status;
 pub use progress::{Quiet, VerifyProgress};
 pub use report::{render_json, render_text};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Passed,
-    Failed,
-    Unavailable,
-    Unsupported,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::Unavailable => "unavailable",
-            Status::Unsupported => "unsupported",
-        }
-    }
-}
 
 /// A replay check's selection and what became of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
