@@ -90,10 +90,21 @@ pub enum JobManifestError {
 
 /// Reads a job manifest: bounded, a known format and version.
 pub fn read(path: &Path) -> Result<JobManifest, JobManifestError> {
-    let invalid = |reason: String| JobManifestError::Invalid { path: path.to_path_buf(), reason };
-    let bytes = clink_basics::files::read_bounded(path, 16 << 20)
+    let bytes = clink_basics::files::read_bounded(path, MAX_MANIFEST_BYTES)
         .map_err(|source| JobManifestError::Read { path: path.to_path_buf(), source })?;
-    let manifest: JobManifest = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+    parse(path, &bytes)
+}
+
+/// A job manifest larger than this is refused unread.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// Parses and checks a job manifest's bytes (read from `path`).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<JobManifest, JobManifestError> {
+    let invalid = |reason: String| JobManifestError::Invalid { path: path.to_path_buf(), reason };
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(invalid(format!("{} bytes, over the limit of {MAX_MANIFEST_BYTES}", bytes.len())));
+    }
+    let manifest: JobManifest = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
     if manifest.format != FORMAT || manifest.version > VERSION {
         return Err(invalid(format!("format {:?} version {}", manifest.format, manifest.version)));
     }

@@ -117,7 +117,13 @@ impl OpSpecFile {
 
     /// Reads and checks an op.json: size, format, version, ids as decimal text.
     pub fn read(path: &Path) -> Result<Self, SpecError> {
-        let spec: OpSpecFile = read_doc(path)?;
+        Self::parse(path, &read_doc_bytes(path)?)
+    }
+
+    /// Parses and checks an op.json's bytes (read from `path`, which only
+    /// names it in errors).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, SpecError> {
+        let spec: OpSpecFile = parse_doc(path, bytes)?;
         if spec.format != OP_SPEC_FORMAT || spec.version > DOC_VERSION {
             return Err(invalid(
                 path,
@@ -204,7 +210,12 @@ pub struct CaptureAccount {
 
 impl SinkEvidence {
     pub fn read(path: &Path) -> Result<Self, SpecError> {
-        let doc: SinkEvidence = read_doc(path)?;
+        Self::parse(path, &read_doc_bytes(path)?)
+    }
+
+    /// Parses and checks interval evidence's bytes (read from `path`).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, SpecError> {
+        let doc: SinkEvidence = parse_doc(path, bytes)?;
         if doc.format != SINK_EVIDENCE_FORMAT || doc.version > DOC_VERSION {
             return Err(invalid(path, format!("format {:?} version {}", doc.format, doc.version)));
         }
@@ -212,8 +223,14 @@ impl SinkEvidence {
     }
 }
 
-fn read_doc<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, SpecError> {
-    let bytes = clink_basics::files::read_bounded(path, MAX_DOC_BYTES)
-        .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
-    serde_json::from_slice(&bytes).map_err(|e| invalid(path, e.to_string()))
+fn read_doc_bytes(path: &Path) -> Result<Vec<u8>, SpecError> {
+    clink_basics::files::read_bounded(path, MAX_DOC_BYTES)
+        .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })
+}
+
+fn parse_doc<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, SpecError> {
+    if bytes.len() as u64 > MAX_DOC_BYTES {
+        return Err(invalid(path, format!("{} bytes, over the limit of {MAX_DOC_BYTES}", bytes.len())));
+    }
+    serde_json::from_slice(bytes).map_err(|e| invalid(path, e.to_string()))
 }

@@ -105,22 +105,7 @@ impl FileStateBackend {
         let snap = self.layout.snapshot(generation, participant, checkpoint);
         let meta = self.layout.snapshot_meta(generation, participant, checkpoint);
         let verified = verify_snapshot(&snap, &meta)?;
-        check_names(&verified.meta, self.layout.job(), checkpoint, participant)
-            .map_err(|reason| StateError::Mismatch { path: meta.clone(), reason: format!("the sidecar {reason}") })?;
-        let h = &verified.header;
-        let named = (h.job, h.checkpoint, participant_name(OperatorId(h.operator), h.subtask));
-        if named != (self.layout.job(), checkpoint, participant.to_string()) {
-            return Err(StateError::Mismatch {
-                path: snap,
-                reason: format!(
-                    "the snapshot's header names job {} checkpoint {} participant {}; its path says job {} checkpoint {checkpoint} participant {participant}",
-                    named.0,
-                    named.1,
-                    named.2,
-                    self.layout.job()
-                ),
-            });
-        }
+        check_snapshot_names(&verified, &snap, &meta, self.layout.job(), participant, checkpoint)?;
         Ok(verified)
     }
 
@@ -129,8 +114,7 @@ impl FileStateBackend {
     pub fn read_meta(&self, generation: u32, participant: &str, checkpoint: u64) -> Result<SnapshotMeta, StateError> {
         let path = self.layout.snapshot_meta(generation, participant, checkpoint);
         let meta = read_snapshot_meta(&path)?;
-        check_names(&meta, self.layout.job(), checkpoint, participant)
-            .map_err(|reason| StateError::Mismatch { path, reason: format!("the sidecar {reason}") })?;
+        check_meta_names(&meta, &path, self.layout.job(), participant, checkpoint)?;
         Ok(meta)
     }
 
@@ -200,7 +184,19 @@ pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> 
         io::ErrorKind::InvalidData => StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() },
         _ => io_error(meta_path)(e),
     })?;
-    let meta: SnapshotMeta = serde_json::from_slice(&text)
+    parse_snapshot_meta(meta_path, &text)
+}
+
+/// Parses a sidecar's bytes (read from `meta_path`, which only names it in
+/// errors): bounded, strictly typed, a known format and version.
+pub fn parse_snapshot_meta(meta_path: &Path, text: &[u8]) -> Result<SnapshotMeta, StateError> {
+    if text.len() as u64 > MAX_META_BYTES {
+        return Err(StateError::MetaInvalid {
+            path: meta_path.to_path_buf(),
+            reason: format!("{} bytes, over the limit of {MAX_META_BYTES}", text.len()),
+        });
+    }
+    let meta: SnapshotMeta = serde_json::from_slice(text)
         .map_err(|e| StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() })?;
     if meta.format != META_FORMAT || meta.version > META_VERSION {
         return Err(StateError::MetaInvalid {
@@ -212,6 +208,47 @@ pub fn read_snapshot_meta(meta_path: &Path) -> Result<SnapshotMeta, StateError> 
         });
     }
     Ok(meta)
+}
+
+/// Whether a sidecar read from `meta_path` names the job, checkpoint and
+/// participant its path says.
+pub fn check_meta_names(
+    meta: &SnapshotMeta,
+    meta_path: &Path,
+    job: u64,
+    participant: &str,
+    checkpoint: u64,
+) -> Result<(), StateError> {
+    check_names(meta, job, checkpoint, participant).map_err(|reason| StateError::Mismatch {
+        path: meta_path.to_path_buf(),
+        reason: format!("the sidecar {reason}"),
+    })
+}
+
+/// Whether a verified snapshot (its sidecar and its header) names the job,
+/// checkpoint and participant its path says. The restore path and every
+/// reader of a bundle's snapshots apply this one rule.
+pub fn check_snapshot_names(
+    verified: &VerifiedSnapshot,
+    snap_path: &Path,
+    meta_path: &Path,
+    job: u64,
+    participant: &str,
+    checkpoint: u64,
+) -> Result<(), StateError> {
+    check_meta_names(&verified.meta, meta_path, job, participant, checkpoint)?;
+    let h = &verified.header;
+    let named = (h.job, h.checkpoint, participant_name(OperatorId(h.operator), h.subtask));
+    if named != (job, checkpoint, participant.to_string()) {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!(
+                "the snapshot's header names job {} checkpoint {} participant {}; its path says job {job} checkpoint {checkpoint} participant {participant}",
+                named.0, named.1, named.2
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether a sidecar names the job, checkpoint and participant its path says,
@@ -243,7 +280,23 @@ pub fn verify_snapshot(snap_path: &Path, meta_path: &Path) -> Result<VerifiedSna
         });
     }
     let bytes = fs::read(snap_path).map_err(io_error(snap_path))?;
-    let digest = sha256_hex(&bytes);
+    verify_snapshot_bytes(snap_path, &bytes, meta)
+}
+
+/// Checks a snapshot's bytes (read from `snap_path`) against its sidecar and
+/// decodes them: size, SHA-256, then the slots the sidecar lists.
+pub fn verify_snapshot_bytes(
+    snap_path: &Path,
+    bytes: &[u8],
+    meta: SnapshotMeta,
+) -> Result<VerifiedSnapshot, StateError> {
+    if bytes.len() as u64 != meta.size || bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!("{} bytes, the sidecar vouches for {}", bytes.len(), meta.size),
+        });
+    }
+    let digest = sha256_hex(bytes);
     if digest != meta.sha256 {
         return Err(StateError::Mismatch {
             path: snap_path.to_path_buf(),
@@ -251,7 +304,7 @@ pub fn verify_snapshot(snap_path: &Path, meta_path: &Path) -> Result<VerifiedSna
         });
     }
     let (header, slots) =
-        decode_snapshot(&bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
+        decode_snapshot(bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
     let listed: Vec<(&str, u32)> = meta.states.iter().map(|s| (s.name.as_str(), s.version)).collect();
     let held: Vec<(&str, u32)> = slots.0.iter().map(|(n, s)| (n.as_str(), s.version)).collect();
     if listed != held {

@@ -7,7 +7,7 @@
 //! content-addressed (`graph-<sha256>.json`), written durably once before the
 //! first checkpoint, and never rewritten.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clink_basics::digest::{is_sha256_hex, sha256_hex};
 use serde::{Deserialize, Serialize};
@@ -72,17 +72,35 @@ pub fn write_graph(layout: &CheckpointLayout, document: &[u8]) -> Result<GraphRe
 /// names: a well-formed name, the name's hash, and the content's hash all agree.
 pub fn read_graph(layout: &CheckpointLayout, graph: &GraphRef) -> Result<Vec<u8>, GraphError> {
     let path = layout.jobs_dir().join(&graph.file);
-    let invalid = |reason: String| GraphError::Invalid { path: path.clone(), reason };
-    if parse_graph_file_name(&graph.file) != Some(graph.sha256.as_str()) {
-        return Err(invalid(format!("the marker names file {:?} for SHA-256 {}", graph.file, graph.sha256)));
-    }
+    check_graph_name(&path, graph)?;
     let bytes = clink_basics::files::read_bounded(&path, MAX_GRAPH_BYTES)
         .map_err(|source| GraphError::Io { path: path.clone(), source })?;
-    let digest = sha256_hex(&bytes);
-    if digest != graph.sha256 {
-        return Err(invalid(format!("SHA-256 {digest}, the marker vouches for {}", graph.sha256)));
-    }
+    check_graph_bytes(&path, graph, &bytes)?;
     Ok(bytes)
+}
+
+/// Whether the file a marker names for its graph is the name its hash gives.
+pub fn check_graph_name(path: &Path, graph: &GraphRef) -> Result<(), GraphError> {
+    if parse_graph_file_name(&graph.file) != Some(graph.sha256.as_str()) {
+        return Err(GraphError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("the marker names file {:?} for SHA-256 {}", graph.file, graph.sha256),
+        });
+    }
+    Ok(())
+}
+
+/// Whether a graph's bytes (read from `path`) hash to what the marker names.
+pub fn check_graph_bytes(path: &Path, graph: &GraphRef, bytes: &[u8]) -> Result<(), GraphError> {
+    check_graph_name(path, graph)?;
+    let digest = sha256_hex(bytes);
+    if digest != graph.sha256 || bytes.len() as u64 > MAX_GRAPH_BYTES {
+        return Err(GraphError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("SHA-256 {digest}, the marker vouches for {}", graph.sha256),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

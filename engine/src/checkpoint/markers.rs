@@ -171,19 +171,37 @@ fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Mar
 pub fn read_completed(layout: &CheckpointLayout, checkpoint: u64) -> Result<CompletedMarker, MarkerError> {
     let path = layout.completed_marker(checkpoint);
     let marker = parse_completed_marker(&path)?;
-    let invalid = |reason: String| MarkerError::Invalid { path: path.clone(), reason };
-    if marker.job != layout.job().to_string() {
-        return Err(invalid(format!("names job {}, not job {}", marker.job, layout.job())));
+    check_completed_names(&path, &marker, layout.job(), checkpoint)?;
+    Ok(marker)
+}
+
+/// Whether a COMPLETED marker read from `path` names the job and checkpoint
+/// its path says.
+pub fn check_completed_names(
+    path: &Path,
+    marker: &CompletedMarker,
+    job: u64,
+    checkpoint: u64,
+) -> Result<(), MarkerError> {
+    let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
+    if marker.job != job.to_string() {
+        return Err(invalid(format!("names job {}, not job {job}", marker.job)));
     }
     if marker.checkpoint != checkpoint {
         return Err(invalid(format!("names checkpoint {}, not {checkpoint}", marker.checkpoint)));
     }
-    Ok(marker)
+    Ok(())
 }
 
 /// Parses a COMPLETED marker file without judging whom it names.
 pub fn parse_completed_marker(path: &Path) -> Result<CompletedMarker, MarkerError> {
-    let marker: CompletedMarker = read_bounded_json(path)?;
+    parse_completed_bytes(path, &read_bounded(path)?)
+}
+
+/// Parses a COMPLETED marker's bytes (read from `path`, which only names it
+/// in errors) without judging whom it names.
+pub fn parse_completed_bytes(path: &Path, bytes: &[u8]) -> Result<CompletedMarker, MarkerError> {
+    let marker: CompletedMarker = parse_json(path, bytes)?;
     let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
     if marker.format != COMPLETED_FORMAT || !(1..=COMPLETED_VERSION).contains(&marker.version) {
         return Err(invalid(format!(
@@ -203,22 +221,38 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
     if !path.exists() {
         return Ok(None);
     }
-    let record: RestoredRecord = read_bounded_json(&path)?;
-    let invalid = |reason: String| MarkerError::Invalid { path: path.clone(), reason };
+    parse_restored_bytes(&path, &read_bounded(&path)?, layout.job()).map(Some)
+}
+
+/// Parses and checks a RESTORED record's bytes (read from `path`) for `job`:
+/// a known format and version, this job, and `next` above `restored_from`.
+pub fn parse_restored_bytes(path: &Path, bytes: &[u8], job: u64) -> Result<RestoredRecord, MarkerError> {
+    let record: RestoredRecord = parse_json(path, bytes)?;
+    let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
     if record.format != RESTORED_FORMAT || record.version > RESTORED_VERSION {
         return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
     }
-    if record.job != layout.job().to_string() {
-        return Err(invalid(format!("names job {}, not job {}", record.job, layout.job())));
+    if record.job != job.to_string() {
+        return Err(invalid(format!("names job {}, not job {job}", record.job)));
     }
     if record.next <= record.restored_from {
         return Err(invalid(format!("next {} is not above restored_from {}", record.next, record.restored_from)));
     }
-    Ok(Some(record))
+    Ok(record)
 }
 
-fn read_bounded_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, MarkerError> {
-    let bytes = clink_basics::files::read_bounded(path, MAX_MARKER_BYTES)
-        .map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })?;
-    serde_json::from_slice(&bytes).map_err(|e| MarkerError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
+/// A marker file's bytes, bounded.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, MarkerError> {
+    clink_basics::files::read_bounded(path, MAX_MARKER_BYTES)
+        .map_err(|source| MarkerError::Io { path: path.to_path_buf(), source })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, MarkerError> {
+    if bytes.len() as u64 > MAX_MARKER_BYTES {
+        return Err(MarkerError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("{} bytes, over the limit of {MAX_MARKER_BYTES}", bytes.len()),
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| MarkerError::Invalid { path: path.to_path_buf(), reason: e.to_string() })
 }

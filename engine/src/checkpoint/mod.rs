@@ -22,7 +22,8 @@ pub use backend::{FileStateBackend, StateError};
 pub use layout::{participant_name, CheckpointLayout, GENERATION};
 pub use markers::{CompletedMarker, MarkerError, RestoredRecord};
 pub use restore::{
-    choose_restore_point, engine_restore_point, epoch_start, next_checkpoint_id, restore_point_on_disk,
-    restore_point_on_disk_by, ChosenBy, EpochStartError, RestoreError, RestorePoint, RestoreRule, StartPoint,
+    choose_restore_point, engine_restore_point, epoch_start, epoch_start_from, next_checkpoint_id, restore_point_from,
+    restore_point_on_disk, restore_point_on_disk_by, ChosenBy, EpochStartError, RestoreError, RestorePoint,
+    RestoreRule, StartPoint,
 };
 pub use snapshot::{Slot, SlotKind, SnapshotMeta, StateSlots};

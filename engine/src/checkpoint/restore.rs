@@ -134,16 +134,25 @@ fn defective_restore_point(
 
 /// Applies a restore rule to a job's markers on disk.
 pub fn restore_point_on_disk_by(layout: &CheckpointLayout, rule: RestoreRule) -> Result<RestorePoint, MarkerError> {
-    let completed = list_completed(layout)?;
-    let confirmed = list_confirmed(layout)?;
-    let restored = read_restored(layout)?;
+    Ok(restore_point_from(list_completed(layout)?, list_confirmed(layout)?, read_restored(layout)?, rule))
+}
+
+/// Applies a restore rule to markers already read (ascending ids, and the
+/// RESTORED record if there is one): what [`restore_point_on_disk_by`] does
+/// after its listing, for readers that hold the markers' bytes themselves.
+pub fn restore_point_from(
+    completed: Vec<u64>,
+    confirmed: Vec<u64>,
+    restored: Option<RestoredRecord>,
+    rule: RestoreRule,
+) -> RestorePoint {
     let checkpoint = match rule {
         RestoreRule::NewestCompleted => choose_restore_point(&completed, restored.as_ref()),
         RestoreRule::NewestConfirmed => confirmed.last().copied().unwrap_or(0),
     };
     let passed_over =
         completed.iter().copied().filter(|&c| restored.as_ref().is_some_and(|r| r.passes_over(c))).collect();
-    Ok(RestorePoint { checkpoint, rule, completed, confirmed, restored, passed_over })
+    RestorePoint { checkpoint, rule, completed, confirmed, restored, passed_over }
 }
 
 /// The first id a redeploy may number: above every id the disk knows, so a
@@ -192,8 +201,19 @@ pub fn epoch_start(
     known_restores: &[(u64, u64)],
 ) -> Result<StartPoint, EpochStartError> {
     let restored = read_restored(layout)?;
+    epoch_start_from(&list_completed(layout)?, restored.as_ref(), epoch, known_restores)
+}
+
+/// [`epoch_start`] over markers already read: the COMPLETED ids and the
+/// RESTORED record.
+pub fn epoch_start_from(
+    completed: &[u64],
+    restored: Option<&RestoredRecord>,
+    epoch: u64,
+    known_restores: &[(u64, u64)],
+) -> Result<StartPoint, EpochStartError> {
     let mut restores: Vec<(u64, u64)> = known_restores.to_vec();
-    if let Some(r) = &restored {
+    if let Some(r) = restored {
         restores.push((r.restored_from, r.next));
     }
     if let Some(&(from, _)) = restores.iter().find(|(_, next)| *next == epoch) {
@@ -202,7 +222,7 @@ pub fn epoch_start(
     if epoch <= 1 {
         return Ok(StartPoint::Empty);
     }
-    if list_completed(layout)?.contains(&(epoch - 1)) {
+    if completed.contains(&(epoch - 1)) {
         Ok(StartPoint::Checkpoint(epoch - 1))
     } else {
         Err(EpochStartError::Unknown { epoch, previous: epoch - 1 })
