@@ -1,5 +1,6 @@
 //! clink-bundle: incident bundles. The manifest and its reader ([`manifest`]),
-//! the path rules ([`paths`]), and the collector ([`collect`]).
+//! the path rules ([`paths`]), the reader of what the manifest vouched for
+//! ([`vouched`]), and the collector ([`collect`]).
 //!
 //! A bundle keeps the engine's own layout under `checkpoint/` and `capture/`,
 //! so the engine's readers (markers, the restore rule, snapshots, captures) run
@@ -18,5 +19,7 @@ pub mod collect;
 pub mod graph;
 pub mod manifest;
 pub mod paths;
+pub mod vouched;
 
 pub use manifest::{read_bundle, Artifact, Bundle, EpochEntry, IncidentManifest, ManifestError};
+pub use vouched::VouchError;
