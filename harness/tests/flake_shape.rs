@@ -58,8 +58,10 @@ const TOOLS: &[(&str, &[&str])] = &[
 
 /// Tools a gate needs that its own text does not show, because a program it
 /// runs calls them.
-const INDIRECT: &[(&str, &str, &str)] =
-    &[("incident-gate", "java", "its full-profile verification runs TLC (protocol.conformance) through clink")];
+const INDIRECT: &[(&str, &str, &str)] = &[
+    ("incident-gate", "java", "its full-profile verification runs TLC (protocol.conformance) through clink"),
+    ("network-isolation", "unshare", "`clink isolation prove|run` runs unshare -rn"),
+];
 
 /// Largest file the test reads (gates, flake.nix, flake.lock).
 const MAX_FILE: u64 = 1 << 20;

@@ -317,13 +317,9 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
     compare(&s.name, done.status.code(), &report, d, "expected_exit", "expected")
 }
 
-/// Whether this machine can isolate a build (the command's own test: `lo`
-/// the only interface, or `unshare -rn` allowed).
+/// Whether this machine can isolate a build: the one proof, `clink isolation prove`.
 fn isolation_possible() -> bool {
-    let only_lo = std::fs::read_to_string("/proc/net/dev")
-        .map(|t| t.lines().skip(2).filter_map(|l| l.split(':').next()).all(|n| n.trim() == "lo"))
-        .unwrap_or(false);
-    only_lo || Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success())
+    Command::new(clink()).args(["isolation", "prove"]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// Where isolation is impossible, recording is not established and runs nothing.

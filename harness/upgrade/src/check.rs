@@ -21,7 +21,7 @@ use serde_json::{json, Value as Json};
 use crate::compare::{self, account, LogicalState, Row};
 use crate::definition::Definition;
 use crate::evidence::{self, FileIdentity, Index, Verdict};
-use crate::isolation::Proof;
+use clink_isolation::Proof;
 use crate::record::{preflight, Outcome};
 use crate::report::{self, Checks, Status, CHECK_TABLE};
 use crate::runner::Runner;
@@ -141,11 +141,7 @@ fn run(
     verified: &mut Option<Index>,
 ) -> Result<(), StepError> {
     // Proven (or not) before this command started anything.
-    match &isolation {
-        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
-        Proof::NotIsolated(why) => checks.set("isolation", Status::Failed, why),
-        Proof::Unavailable(why) => checks.set("isolation", Status::Unavailable, why),
-    }
+    checks.set("isolation", report::isolation_status(&isolation), &isolation.reason);
     // Before anything runs: the evidence against its digest.
     let index = match evidence::verify(&a.evidence, &a.digest, &def.sha256, &def.bytes) {
         Verdict::Verified(index) => *index,
@@ -167,7 +163,7 @@ fn run(
         ),
     );
     *verified = Some(index.clone());
-    if !matches!(isolation, Proof::Proven(_)) {
+    if !isolation.enforced() {
         return Err(StepError::Failed("isolation was not proven; no build was run".into()));
     }
 

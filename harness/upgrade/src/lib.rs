@@ -20,7 +20,6 @@ pub mod compare;
 pub mod definition;
 pub mod evidence;
 pub mod html;
-pub mod isolation;
 pub mod record;
 pub mod report;
 pub mod runner;

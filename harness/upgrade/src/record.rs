@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::compare::{self, account};
 use crate::definition::Definition;
 use crate::evidence::{self, FileIdentity, Identity, Index, Savepoint, SavepointOperator};
-use crate::isolation::Proof;
+use clink_isolation::Proof;
 use crate::report::{self, Checks, Status, RECORD_TABLE};
 use crate::runner::Runner;
 use crate::steps::{self, RunDirs, StepError};
@@ -100,16 +100,12 @@ fn run(
     checks: &mut Checks,
     facts: &mut serde_json::Value,
 ) -> Result<Option<String>, StepError> {
-    match &isolation {
-        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
-        Proof::NotIsolated(why) => {
-            checks.set("isolation", Status::Failed, why);
-            return Err(StepError::Failed("isolation failed; no build was run".into()));
-        }
-        Proof::Unavailable(why) => {
-            checks.set("isolation", Status::Unavailable, why);
-            return Err(StepError::Failed("isolation was not proven; no build was run".into()));
-        }
+    let status = report::isolation_status(&isolation);
+    checks.set("isolation", status, &isolation.reason);
+    match status {
+        Status::Passed => {}
+        Status::Failed => return Err(StepError::Failed("isolation is not enforced; no build was run".into())),
+        _ => return Err(StepError::Failed("isolation was not proven; no build was run".into())),
     }
     let caps = steps::capabilities(r, "baseline", &a.baseline.clink)?;
     let tools_caps = steps::capabilities(r, "tools", &a.tools)?;
