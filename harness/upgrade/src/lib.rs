@@ -23,6 +23,7 @@ pub mod html;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod sealed;
 pub mod steps;
 
 use std::path::PathBuf;

@@ -16,11 +16,11 @@ use serde_json::json;
 use crate::compare::{self, account};
 use crate::definition::Definition;
 use crate::evidence::{self, FileIdentity, Identity, Index, Savepoint, SavepointOperator};
-use clink_isolation::Proof;
 use crate::report::{self, Checks, Status, RECORD_TABLE};
 use crate::runner::Runner;
 use crate::steps::{self, RunDirs, StepError};
 use crate::{Bounds, Build, UsageError};
+use clink_isolation::Proof;
 
 #[derive(Debug, Clone)]
 pub struct RecordArgs {
@@ -239,12 +239,7 @@ fn run(
             job: job.to_string(),
             checkpoint,
             dataset_digest,
-            last_watermark: input[..cut]
-                .iter()
-                .flat_map(|(_, t)| t.lines())
-                .filter_map(|l| l.strip_prefix("W,"))
-                .filter_map(|t| t.parse().ok())
-                .max(),
+            last_watermark: def.last_watermark_at_cut(),
             operators: state
                 .operators
                 .iter()
