@@ -358,15 +358,17 @@ fn describe_step(c: &mut Coordinated, bootstrap: &str, id: &str, steps: &mut Vec
 }
 
 /// A description that already decides the orphan: its own identity's
-/// commit or abort completed (a later epoch's record says nothing of it).
+/// commit or abort completed, or written as the coordinator's decision
+/// (Prepare*, which the coordinator completes). A later epoch's record says
+/// nothing of it: a successor's own transaction may have completed there.
 fn decided(described: Option<&Option<Described>>, orphan: ProducerIdentity) -> Option<Settlement> {
     let d = described?.as_ref()?;
     if d.identity != orphan {
         return None;
     }
     match d.state {
-        TxnState::CompleteCommit => Some(Settlement::Committed { described: d.clone() }),
-        TxnState::CompleteAbort => Some(Settlement::Aborted { by_this_call: false }),
+        TxnState::CompleteCommit | TxnState::PrepareCommit => Some(Settlement::Committed { described: d.clone() }),
+        TxnState::CompleteAbort | TxnState::PrepareAbort => Some(Settlement::Aborted { by_this_call: false }),
         _ => None,
     }
 }
@@ -392,6 +394,8 @@ mod tests {
         assert!(matches!(decided(Some(&commit), me), Some(Settlement::Committed { .. })));
         let abort = described(TxnState::CompleteAbort, 7, 3);
         assert_eq!(decided(Some(&abort), me), Some(Settlement::Aborted { by_this_call: false }));
+        let deciding = described(TxnState::PrepareCommit, 7, 3);
+        assert!(matches!(decided(Some(&deciding), me), Some(Settlement::Committed { .. })));
         // A later epoch's commit, an ongoing one, nothing known, or no describe at all: not decided.
         for other in [described(TxnState::CompleteCommit, 7, 4), described(TxnState::Ongoing, 7, 3), None] {
             assert_eq!(decided(Some(&other), me), None, "{other:?}");
