@@ -23,9 +23,10 @@
   # Rust of the new revision again. Where 1.91.1 comes from (read with the
   # public code and issue search, not by evaluating nixpkgs here):
   #   - nixpkgs pkgs/development/compilers/rust/1_91.nix: rustcVersion
-  #     "1.91.1" (NixOS/nixpkgs#460575, rust 1.91.0 -> 1.91.1, 2025-11-11);
-  #     the next bump, #470993 to 1.92.0 (2025-12-15), is no 25.11
-  #     backport, and none to 25.11 was found;
+  #     "1.91.1" (a stored copy, not read at the pinned revision;
+  #     NixOS/nixpkgs#460575, rust 1.91.0 -> 1.91.1, 2025-11-11); the next
+  #     bump, #470993 to 1.92.0 (2025-12-15), is no 25.11 backport, and none
+  #     to 25.11 was found;
   #   - anthrofract/majjit#10 (2026-04-24, two weeks before the pinned
   #     revision): a user of NixOS 25.11 has "only rustc 1.91.1 available".
   # rust-at-pin: 1.91.1 nixos-25.11 8fd9daa3db09ced9700431c5b7ad0e8ba199b575
@@ -38,10 +39,10 @@
       version = (builtins.fromTOML (builtins.readFile ./Cargo.toml)).workspace.package.version;
 
       # On PATH for every app and in the dev shell: the gates are bash
-      # scripts, and the ones that build test or defect variants (formal,
-      # bench, upgrade, regression-sensitivity) build them with cargo (gcc
-      # is the linker).
-      common = pkgs: with pkgs; [ bash coreutils gnugrep gnused cargo rustc gcc git ];
+      # scripts (gates/lib.sh reads Cargo.toml with awk), and the ones that
+      # build test or defect variants (formal, bench, upgrade,
+      # regression-sensitivity) build them with cargo (gcc is the linker).
+      common = pkgs: with pkgs; [ bash coreutils gawk gnugrep gnused cargo rustc gcc git ];
 
       # One line per gate a user runs. The app of the same name runs
       # gates/<name> from the flake's source in the store, with `common` and

@@ -41,6 +41,7 @@ const TOOLS: &[(&str, &[&str])] = &[
     ("kafka", &["apacheKafka"]),
     ("cargo", &["cargo"]),
     ("git", &["git"]),
+    ("awk", &["gawk"]),
 ];
 
 /// Tools a gate needs that its own text does not show, because a program it

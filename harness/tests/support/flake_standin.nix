@@ -43,7 +43,7 @@ let
       mkShell = attrs: attrs // p "shell";
       python3Packages.pip = p "python3Packages.pip";
     } // builtins.listToAttrs (map (name: { inherit name; value = p name; }) [
-      "bash" "coreutils" "gnugrep" "gnused" "cargo" "rustc" "gcc" "git" "nix"
+      "bash" "coreutils" "gawk" "gnugrep" "gnused" "cargo" "rustc" "gcc" "git" "nix"
       "jdk17_headless" "python3" "util-linux" "clickhouse" "apacheKafka"
     ]);
 
