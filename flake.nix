@@ -1,6 +1,6 @@
 {
-  # clink for machines with Nix: the `clink` package (bin/clink and
-  # bin/clink-reference-audit, built from Cargo.lock), an app per gate that
+  # clink for machines with Nix: the `clink` package (bin/clink,
+  # bin/clink-reference-audit and bin/clink-kafka-mock, built from Cargo.lock), an app per gate that
   # runs that package's binaries with the gate's tools on PATH, a dev shell
   # with all of them, and a check that runs the flake's own tests in the
   # build sandbox.
@@ -76,6 +76,7 @@
           export PATH=${pkgs.lib.makeBinPath (common pkgs ++ gate.tools)}:$PATH
           export CLINK_BIN=${package pkgs}/bin/clink
           export CLINK_REFERENCE_AUDIT_BIN=${package pkgs}/bin/clink-reference-audit
+          export CLINK_KAFKA_MOCK_BIN=${package pkgs}/bin/clink-kafka-mock
           export CARGO_TARGET_DIR="''${CARGO_TARGET_DIR:-''${XDG_CACHE_HOME:-$HOME/.cache}/clink-rs/nix-target}"
           # Snapshots are compared, never written: the source is the store's.
           export INSTA_UPDATE=no
@@ -84,15 +85,20 @@
         '');
       };
 
-      # clink itself, from Cargo.lock: the command line and the independent
-      # reference audit the reconcile gate runs. Its tests run in CI, not in
+      # clink itself, from Cargo.lock: the command line, the independent
+      # reference audit the reconcile gate runs, and the transactional Kafka
+      # mock gates/services starts. Its tests run in CI, not in
       # the package build; checks.flake-shape runs the flake's own tests.
       clink = pkgs: extra: pkgs.rustPlatform.buildRustPackage ({
         pname = "clink";
         inherit version;
         src = self;
         cargoLock.lockFile = ./Cargo.lock;
-        cargoBuildFlags = [ "-p" "clink-harness" "--bin" "clink" "-p" "clink-reference-audit" "--bin" "clink-reference-audit" ];
+        cargoBuildFlags = [
+          "-p" "clink-harness" "--bin" "clink"
+          "-p" "clink-reference-audit" "--bin" "clink-reference-audit"
+          "-p" "clink-kafka-mock" "--bin" "clink-kafka-mock"
+        ];
         doCheck = false;
         meta.mainProgram = "clink";
       } // extra);

@@ -242,7 +242,10 @@ fn apply(dir: &Path, action: &Json) {
             fs::copy(dir.join(&from), dir.join(&to)).unwrap();
             let mut m = m;
             let role = action["as"].as_str().unwrap_or_else(|| action["role"].as_str().unwrap());
-            m["artifacts"].as_array_mut().unwrap().push(serde_json::json!({"path": to, "role": role, "size": 0, "sha256": ""}));
+            m["artifacts"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"path": to, "role": role, "size": 0, "sha256": ""}));
             save_manifest(dir, &m);
             revouch(dir, &to);
         }
