@@ -268,9 +268,37 @@ fn a_claim_set_by_hand_is_not_trusted() -> Result<(), Failed> {
     })
 }
 
+/// A program that stands in for a release clink (the gates run only a binary
+/// whose --version says exactly `clink <version>`, which a test build does
+/// not): it says so, and hands every other call to this test build of clink.
+struct Release {
+    dir: tempfile::TempDir,
+}
+
+impl Release {
+    fn new() -> Release {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clink");
+        let body = format!(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'clink {}'; exit 0; fi\nexec '{}' \"$@\"\n",
+            env!("CARGO_PKG_VERSION"),
+            clink().display()
+        );
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Release { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("clink")
+    }
+}
+
 fn gate(args: &[&str], path: Option<&str>) -> Output {
+    let release = Release::new();
     let mut cmd = Command::new(root().join("gates/network-isolation"));
-    cmd.args(args).current_dir(root()).env("CLINK_BIN", clink()).env_remove("CLINK_ISOLATION_CLAIM");
+    cmd.args(args).current_dir(root()).env("CLINK_BIN", release.path()).env_remove("CLINK_ISOLATION_CLAIM");
     if let Some(p) = path {
         cmd.env("PATH", p);
     }
@@ -295,10 +323,17 @@ fn the_gate_never_takes_silence_for_a_refusal() -> Result<(), Failed> {
     expect(out.status.code() == Some(3) && !marker.exists(), || format!("ran, or exit 0: {}", text(&out)))
 }
 
+fn the_gate_refuses_a_test_build_as_its_prover() -> Result<(), Failed> {
+    let mut cmd = Command::new(root().join("gates/network-isolation"));
+    let out = cmd.current_dir(root()).env("CLINK_BIN", clink()).output().unwrap();
+    expect(out.status.code() == Some(1) && text(&out).contains("not a release build"), || text(&out))
+}
+
 fn the_incident_gate_stops_when_the_wrapper_runs_nothing() -> Result<(), Failed> {
     let fake = Fake::new(RUNS_NOTHING);
+    let release = Release::new();
     let mut cmd = Command::new(root().join("gates/incident-gate"));
-    cmd.current_dir(root()).env("PATH", fake.path()).env("CLINK_BIN", clink());
+    cmd.current_dir(root()).env("PATH", fake.path()).env("CLINK_BIN", release.path());
     for (key, _) in std::env::vars() {
         if key.starts_with("CLINK_TEST_") || key == "ALLOW_UNISOLATED" || key == "CLINK_ISOLATION_CLAIM" {
             cmd.env_remove(key);
@@ -392,6 +427,14 @@ fn main() {
             Trial::test(
                 "gate::network_isolation_never_takes_silence_for_a_refusal",
                 the_gate_never_takes_silence_for_a_refusal,
+            ),
+            false,
+            false,
+        ),
+        needs(
+            Trial::test(
+                "gate::network_isolation_refuses_a_test_build_as_its_prover",
+                the_gate_refuses_a_test_build_as_its_prover,
             ),
             false,
             false,

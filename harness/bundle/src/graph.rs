@@ -2,11 +2,8 @@
 //! names (recorded with the checkpoints), and the job manifest's graph when
 //! the collection caught the job running. Where both are there they must be
 //! the same job; a source that is there and does not read is an error, never
-//! an absence.
+//! an absence. Every source is read from the bytes the manifest vouched for.
 
-use clink_engine::checkpoint::graph::read_graph;
-use clink_engine::checkpoint::markers::read_completed;
-use clink_engine::checkpoint::CheckpointLayout;
 use clink_engine::job::{parse_job, JobGraph};
 
 use crate::Bundle;
@@ -67,25 +64,76 @@ impl Bundle {
     }
 
     fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
-        let layout = CheckpointLayout::new(self.checkpoint_dir(), self.job_id());
-        let checkpoint = self.manifest.selection.checkpoint;
-        let marker = read_completed(&layout, checkpoint)
-            .map_err(|e| GraphProblem::Broken(format!("the selected marker does not read: {e}")))?;
+        self.graph_of_marker(self.manifest.selection.checkpoint)
+    }
+
+    /// The job graph COMPLETED-`checkpoint` names, read from vouched bytes and
+    /// checked against the hash the marker names; `None` for a version 1
+    /// marker, which names none.
+    pub fn graph_of_marker(&self, checkpoint: u64) -> Result<Option<JobGraph>, GraphProblem> {
+        let marker = self
+            .completed_marker(checkpoint)
+            .map_err(|e| GraphProblem::Broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
         let Some(named) = marker.graph else { return Ok(None) };
-        let bytes = read_graph(&layout, &named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
+        let bytes = self.graph_bytes(&named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| GraphProblem::Broken(format!("the job graph {} is not UTF-8", named.file)))?;
         parse_job(&text).map(Some).map_err(|e| GraphProblem::Broken(format!("the job graph {}: {e}", named.file)))
     }
 
     fn manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
-        if self.artifact("job/manifest.json").is_none() {
+        const PATH: &str = "job/manifest.json";
+        if self.artifact(PATH).is_none() {
             return Ok(None);
         }
-        let manifest = clink_engine::job_manifest::read(&self.root.join("job/manifest.json"))
-            .map_err(|e| GraphProblem::Broken(format!("job/manifest.json: {e}")))?;
+        let bytes = self
+            .read_vouched(PATH, clink_engine::job_manifest::MAX_MANIFEST_BYTES)
+            .map_err(|e| GraphProblem::Broken(e.to_string()))?;
+        let manifest = clink_engine::job_manifest::parse(&self.root.join(PATH), &bytes)
+            .map_err(|e| GraphProblem::Broken(format!("{PATH}: {e}")))?;
         parse_job(&manifest.graph.to_string())
             .map(Some)
-            .map_err(|e| GraphProblem::Broken(format!("job/manifest.json: its graph: {e}")))
+            .map_err(|e| GraphProblem::Broken(format!("{PATH}: its graph: {e}")))
+    }
+}
+
+impl Bundle {
+    /// Whether every captured epoch is labelled as what the job graph says
+    /// its operator is: a sink's recorded input (`sink`) or an operator's
+    /// events (`operator`). The label decides which checks read an epoch, so
+    /// one that contradicts the graph would move evidence out of a check:
+    /// `Err` names the first.
+    pub fn check_epoch_roles(&self, graph: Option<&JobGraph>) -> Result<(), String> {
+        for (i, e) in self.manifest.epochs.iter().enumerate() {
+            let op = e.operator_id();
+            let (type_name, kind) = match graph {
+                Some(graph) => {
+                    let Some(planned) = graph.operator(op) else {
+                        return Err(format!("epochs[{i}] ({}): the job graph has no operator {op}", e.path));
+                    };
+                    (planned.spec.type_name.clone(), Some(planned.spec.descriptor.kind()))
+                }
+                // No graph: the captured op.json says what the operator is.
+                None => match self.op_spec(op, e.subtask) {
+                    Ok(spec) => {
+                        let kind = clink_engine::registry::kind_of(&spec.type_name);
+                        (spec.type_name, kind)
+                    }
+                    Err(_) => continue,
+                },
+            };
+            let Some(kind) = kind else { continue };
+            let is_sink = kind == clink_engine::operators::OperatorKind::Sink;
+            let label = if is_sink { "sink" } else { "operator" };
+            if e.role != label {
+                return Err(format!(
+                    "epochs[{i}] ({}) is labelled {:?}, but operator {op} is a {} ({type_name})",
+                    e.path,
+                    e.role,
+                    if is_sink { "sink" } else { "transform" },
+                ));
+            }
+        }
+        Ok(())
     }
 }
