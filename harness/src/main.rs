@@ -48,6 +48,7 @@ enum Command {
     CheckSavepoint(commands::state::CheckSavepointArgs),
     Capabilities(commands::capabilities::CapabilitiesArgs),
     Upgrade(commands::upgrade::UpgradeArgs),
+    Isolation(commands::isolation::IsolationArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +84,7 @@ fn main() -> ExitCode {
         Command::CheckSavepoint(args) => commands::state::check_savepoint(args),
         Command::Capabilities(args) => commands::capabilities::main(args),
         Command::Upgrade(args) => commands::upgrade::main(args),
+        Command::Isolation(args) => commands::isolation::main(args),
     };
     exit.into()
 }

@@ -46,8 +46,10 @@ const TOOLS: &[(&str, &[&str])] = &[
 
 /// Tools a gate needs that its own text does not show, because a program it
 /// runs calls them.
-const INDIRECT: &[(&str, &str, &str)] =
-    &[("incident-gate", "java", "its full-profile verification runs TLC (protocol.conformance) through clink")];
+const INDIRECT: &[(&str, &str, &str)] = &[
+    ("incident-gate", "java", "its full-profile verification runs TLC (protocol.conformance) through clink"),
+    ("network-isolation", "unshare", "`clink isolation prove|run` runs unshare -rn"),
+];
 
 // ---------------------------------------------------------------------------
 // Running nix-instantiate.

@@ -5,13 +5,20 @@
 //! with this build, and comparing the exit code and every check's status
 //! with what the scenario declares.
 //!
-//! A scenario names its builds: `current` (this build), a wrapper of it
-//! (`forgets-restore`, `no-capabilities`: shell scripts in the scenario's
-//! scratch directory that change how the build is driven, never the
-//! engine), or a build the gate provides (`variant:<feature>`,
-//! `release:<name>`) under $CLINK_UPGRADE_BUILDS/<name>/clink. A scenario
-//! whose provided build is absent is not generated; the suite prints which
-//! and why (gates/upgrade-gate builds them and runs every scenario).
+//! A scenario names its builds (baseline, candidate, tools): `current` (this
+//! build), a wrapper of it (`forgets-restore`, `no-capabilities`,
+//! `non-utf8-state-cat`: shell scripts in the scenario's scratch directory
+//! that change how the build is driven, never the engine), or a build the
+//! gate provides (`variant:<feature>`, `release:<name>`) under
+//! $CLINK_UPGRADE_BUILDS/<name>/clink. A scenario whose provided build is
+//! absent is not generated; the suite prints which and why
+//! (gates/upgrade-gate builds them and runs every scenario).
+//!
+//! Tampering either breaks the set (`truncate-input`, `wrong-digest`) or
+//! doctors it and seals it again (`reseal-*`), as whoever doctored it would:
+//! then every hash holds and only what the check reads of the contents can
+//! catch it. Whether this machine can isolate a build is asked of the one
+//! proof, `clink isolation prove`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,15 +47,15 @@ struct Recorded {
     digest: String,
 }
 
-/// Runs `clink upgrade record` with a baseline: its exit code and report.
-fn record(out: &Path, baseline: &Path, job: &str) -> Result<(Option<i32>, Json), String> {
+/// Runs `clink upgrade record` with a baseline and a tools build: its exit code and report.
+fn record(out: &Path, baseline: &Path, job: &str, tools: &Path) -> Result<(Option<i32>, Json), String> {
     let done = Command::new(clink())
         .args(["upgrade", "record", "--json", "--test"])
         .arg(root().join("test.json"))
         .arg("--out")
         .arg(out)
         .arg("--tools-clink")
-        .arg(clink())
+        .arg(tools)
         .arg("--baseline-clink")
         .arg(baseline)
         .arg("--baseline-job")
@@ -62,9 +69,15 @@ fn record(out: &Path, baseline: &Path, job: &str) -> Result<(Option<i32>, Json),
 
 /// Records evidence; `record_exit` is the exit the recording must have (it
 /// publishes the set either way: a baseline already wrong at the cut exits 1).
-fn recorded_by(dir: tempfile::TempDir, baseline: &Path, job: &str, record_exit: i32) -> Result<Recorded, String> {
+fn recorded_by(
+    dir: tempfile::TempDir,
+    baseline: &Path,
+    job: &str,
+    tools: &Path,
+    record_exit: i32,
+) -> Result<Recorded, String> {
     let out = dir.path().join("record");
-    let (code, report) = record(&out, baseline, job)?;
+    let (code, report) = record(&out, baseline, job, tools)?;
     if code != Some(record_exit) {
         return Err(format!("record exited {code:?}: {report:#}"));
     }
@@ -74,9 +87,11 @@ fn recorded_by(dir: tempfile::TempDir, baseline: &Path, job: &str, record_exit: 
 
 fn recorded() -> Result<&'static Recorded, String> {
     static ONCE: OnceLock<Result<Recorded, String>> = OnceLock::new();
-    ONCE.get_or_init(|| recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &clink(), "example.json", 0))
-        .as_ref()
-        .map_err(Clone::clone)
+    ONCE.get_or_init(|| {
+        recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &clink(), "example.json", &clink(), 0)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +120,11 @@ fn wrapper(dir: &Path, kind: &str) -> Result<PathBuf, String> {
         // A build that predates the capabilities report and has no savepoint request.
         "no-capabilities" => format!(
             "#!/bin/sh\nif [ \"$1\" = capabilities ]; then echo \"error: unrecognized subcommand 'capabilities'\" >&2; exit 2; fi\nif [ \"$1\" = --help ]; then \"{real}\" --help | grep -v '^  savepoint'; exit 0; fi\nexec \"{real}\" \"$@\"\n"
+        ),
+        // A tools build whose listing of the check's copy of the evidence is
+        // not text (the recording's own listings are untouched).
+        "non-utf8-state-cat" => format!(
+            "#!/bin/sh\ncase \"$*\" in *state-cat*/work/tools/dataset*) printf 'not text: \\377\\n'; exit 0;; esac\nexec \"{real}\" \"$@\"\n"
         ),
         other => return Err(format!("no wrapper {other:?}")),
     };
@@ -140,6 +160,7 @@ fn tampered(dir: &Path, rec: &Recorded, tamper: &str) -> Result<(PathBuf, String
             std::fs::write(&seg, &text[..text.len() / 2]).map_err(|e| e.to_string())?;
             Ok((copy, rec.digest.clone()))
         }
+        kind if kind.starts_with("reseal-") => reseal(&copy, kind),
         "evidence-version-2" => {
             let index = copy.join("evidence.json");
             let text = std::fs::read_to_string(&index).map_err(|e| e.to_string())?;
@@ -148,6 +169,55 @@ fn tampered(dir: &Path, rec: &Recorded, tamper: &str) -> Result<(PathBuf, String
         }
         other => Err(format!("unknown tampering {other:?}")),
     }
+}
+
+/// A doctored set sealed again, as whoever doctored it would: every file
+/// hashes as its new index says and the new digest is the one given. Only
+/// what the check reads of the contents can catch it.
+fn reseal(copy: &Path, kind: &str) -> Result<(PathBuf, String), String> {
+    use clink_upgrade::evidence::{seal, Index, INDEX};
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let mut index: Index =
+        serde_json::from_slice(&std::fs::read(copy.join(INDEX)).map_err(|x| e(&x))?).map_err(|x| e(&x))?;
+    let edit_file = |rel: &str, f: &dyn Fn(String) -> String| -> Result<(), String> {
+        let path = copy.join(rel);
+        let text = std::fs::read_to_string(&path).map_err(|x| e(&x))?;
+        std::fs::write(&path, f(text)).map_err(|x| e(&x))
+    };
+    match kind {
+        "reseal-record-failed" | "reseal-record-missing" => {
+            let state = |c: &Json| c["name"] == "record.state";
+            if kind == "reseal-record-failed" {
+                index.record_checks.iter_mut().filter(|c| state(c)).for_each(|c| c["status"] = "failed".into());
+            } else {
+                index.record_checks.retain(|c| !state(c));
+            }
+        }
+        "reseal-input" => edit_file("input/segment-0004.txt", &|t| t.replacen("acct-", "acct-9", 1))?,
+        "reseal-input-extra" => std::fs::write(copy.join("input/segment-0099.txt"), "END\n").map_err(|x| e(&x))?,
+        "reseal-reference" => edit_file("reference.json", &|t| {
+            let mut doc: Json = serde_json::from_str(&t).unwrap_or_default();
+            if let Some(rows) = doc["at_end"]["windows"].as_array_mut() {
+                rows.pop();
+            }
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        })?,
+        "reseal-output" => edit_file("output/windows-out/committed.txt", &|t| {
+            let mut lines: Vec<&str> = t.lines().collect();
+            lines.pop();
+            lines.iter().map(|l| format!("{l}\n")).collect()
+        })?,
+        "reseal-watermark" => index.savepoint.last_watermark = index.savepoint.last_watermark.map(|w| w + 1),
+        "reseal-job" => index.savepoint.job = "7".into(),
+        "reseal-checkpoint" => index.savepoint.checkpoint += 1,
+        "reseal-operators" => {
+            index.savepoint.operators.iter_mut().filter(|o| o.uid == "windows").for_each(|o| o.subtasks += 1)
+        }
+        "reseal-tools" => index.tools.clink.sha256 = "0".repeat(64),
+        other => return Err(format!("unknown tampering {other:?}")),
+    }
+    let digest = seal(copy, index)?;
+    Ok((copy.to_path_buf(), digest))
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
@@ -224,6 +294,12 @@ fn compare(
             None => problems.push(format!("{check}: not in the report, expected {want}")),
         }
     }
+    if let Some(needle) = d.get("refusal_contains").and_then(Json::as_str) {
+        let reason = report["reason"].as_str().unwrap_or("");
+        if report["result"] != "refused" || !reason.contains(needle) {
+            problems.push(format!("expected a refusal mentioning {needle:?}: {report}"));
+        }
+    }
     for (check, needle) in d.get("reasons_contain").and_then(Json::as_object).into_iter().flatten() {
         let needle = needle.as_str().unwrap_or("");
         if !statuses.get(check).is_some_and(|(_, why)| why.contains(needle)) {
@@ -246,14 +322,16 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
     let rec = match d.get("record_baseline").and_then(Json::as_str) {
         Some(build) => {
             let baseline = build_path(dir, build)?;
+            let tools = build_path(dir, &get("tools", "current"))?;
             if d.get("expected_record_exit").is_some() {
                 // The scenario is about the recording itself.
-                let (code, report) = record(&dir.join("record"), &baseline, &get("baseline_job", "example.json"))?;
+                let job = get("baseline_job", "example.json");
+                let (code, report) = record(&dir.join("record"), &baseline, &job, &tools)?;
                 return compare(&s.name, code, &report, d, "expected_record_exit", "expected_record");
             }
             let record_exit = d.get("record_exit").and_then(Json::as_i64).unwrap_or(0) as i32;
             let job = get("baseline_job", "example.json");
-            own = recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &baseline, &job, record_exit)?;
+            own = recorded_by(tempfile::tempdir().map_err(|e| e.to_string())?, &baseline, &job, &tools, record_exit)?;
             &own
         }
         None => recorded()?,
@@ -274,7 +352,7 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
         .arg("--out")
         .arg(&out)
         .arg("--tools-clink")
-        .arg(clink())
+        .arg(build_path(dir, &get("tools", "current"))?)
         .arg("--baseline-clink")
         .arg(build_path(dir, &get("baseline", "current"))?)
         .arg("--baseline-job")
@@ -317,19 +395,15 @@ fn run_scenario(s: &Scenario) -> Result<(), Failed> {
     compare(&s.name, done.status.code(), &report, d, "expected_exit", "expected")
 }
 
-/// Whether this machine can isolate a build (the command's own test: `lo`
-/// the only interface, or `unshare -rn` allowed).
+/// Whether this machine can isolate a build: the one proof, `clink isolation prove`.
 fn isolation_possible() -> bool {
-    let only_lo = std::fs::read_to_string("/proc/net/dev")
-        .map(|t| t.lines().skip(2).filter_map(|l| l.split(':').next()).all(|n| n.trim() == "lo"))
-        .unwrap_or(false);
-    only_lo || Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success())
+    Command::new(clink()).args(["isolation", "prove"]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// Where isolation is impossible, recording is not established and runs nothing.
 fn without_isolation() -> Result<(), Failed> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (code, report) = record(&tmp.path().join("record"), &clink(), "example.json")?;
+    let (code, report) = record(&tmp.path().join("record"), &clink(), "example.json", &clink())?;
     let d = serde_json::json!({
         "expected_exit": 3,
         "expected": {"isolation": "unavailable", "builds.capabilities": "unavailable", "record.savepoint": "unavailable"}
@@ -381,7 +455,7 @@ fn main() {
                 continue;
             }
         };
-        let needs: Vec<String> = ["baseline", "candidate", "record_baseline"]
+        let needs: Vec<String> = ["baseline", "candidate", "record_baseline", "tools"]
             .iter()
             .filter_map(|k| doc.get(*k).and_then(Json::as_str))
             .filter(|b| b.starts_with("variant:") || b.starts_with("release:"))

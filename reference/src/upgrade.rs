@@ -55,12 +55,24 @@ fn int(doc: &Json, path: &[&str]) -> Result<i64, ReferenceError> {
     v.as_i64().ok_or_else(|| invalid(format!("{} is not an integer", path.join("."))))
 }
 
-fn positive(doc: &Json, path: &[&str], max: i64) -> Result<u64, ReferenceError> {
+/// An integer in `[min, max]`; one outside is refused, never clamped.
+fn bounded(doc: &Json, path: &[&str], min: i64, max: i64) -> Result<u64, ReferenceError> {
     let v = int(doc, path)?;
-    if v < 1 || v > max {
-        return Err(invalid(format!("{} must be between 1 and {max}", path.join("."))));
+    if v < min || v > max {
+        return Err(invalid(format!("{} is {v}; it must be between {min} and {max}", path.join("."))));
     }
     Ok(v as u64)
+}
+
+fn positive(doc: &Json, path: &[&str], max: i64) -> Result<u64, ReferenceError> {
+    bounded(doc, path, 1, max)
+}
+
+/// The seed: any integer from 0 to 2^64 - 1 (a negative one is refused,
+/// never reinterpreted).
+fn seed(doc: &Json) -> Result<u64, ReferenceError> {
+    let v = doc.get("input").and_then(|i| i.get("seed")).ok_or_else(|| invalid("no field input.seed"))?;
+    v.as_u64().ok_or_else(|| invalid(format!("input.seed is {v}; it must be an integer from 0 to {}", u64::MAX)))
 }
 
 /// Reads the semantics and the input of a definition; another format or
@@ -76,7 +88,7 @@ pub fn semantics(test_json: &[u8]) -> Result<Semantics, ReferenceError> {
     let s = Semantics {
         window_ms: positive(&doc, &["job", "window_ms"], 1 << 40)? as i64,
         idle_timeout_ms: positive(&doc, &["job", "idle_timeout_ms"], 1 << 40)? as i64,
-        seed: int(&doc, &["input", "seed"])? as u64,
+        seed: seed(&doc)?,
         accounts: positive(&doc, &["input", "accounts"], 10_000)?,
         segments: positive(&doc, &["input", "segments"], 1_000)?,
         cut_after: positive(&doc, &["input", "cut_after"], 1_000)?,
@@ -84,7 +96,7 @@ pub fn semantics(test_json: &[u8]) -> Result<Semantics, ReferenceError> {
         start_ms: positive(&doc, &["input", "start_ms"], 1 << 50)? as i64,
         step_ms: positive(&doc, &["input", "step_ms"], 1 << 20)? as i64,
         watermark_every: positive(&doc, &["input", "watermark_every"], 100_000)?,
-        retire_per_segment: int(&doc, &["input", "retire_per_segment"])?.clamp(0, 10_000) as u64,
+        retire_per_segment: bounded(&doc, &["input", "retire_per_segment"], 0, 10_000)?,
     };
     if s.cut_after >= s.segments {
         return Err(invalid("input.cut_after must leave at least one segment for the continuation"));
@@ -333,6 +345,27 @@ mod tests {
         assert!(semantics(DEF.replace("\"version\": 1", "\"version\": 2").as_bytes()).is_err());
         assert!(semantics(DEF.replace("clink-upgrade-test", "other").as_bytes()).is_err());
         assert!(semantics(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_value_out_of_range_is_refused_never_clamped() {
+        for (bad, field) in [
+            ("\"retire_per_segment\": 10001", "input.retire_per_segment"),
+            ("\"retire_per_segment\": -1", "input.retire_per_segment"),
+            ("\"retire_per_segment\": 1.5", "input.retire_per_segment"),
+            ("\"seed\": -7", "input.seed"),
+        ] {
+            let key = bad.split(':').next().unwrap();
+            let original = DEF.split(key).nth(1).unwrap().split([',', '}']).next().unwrap();
+            let doc = DEF.replace(&format!("{key}{original}"), bad);
+            assert_ne!(doc, DEF, "{bad} was not substituted");
+            let err = semantics(doc.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
+        let edge = DEF.replace("\"retire_per_segment\": 1", "\"retire_per_segment\": 10000");
+        assert_eq!(semantics(edge.as_bytes()).unwrap().retire_per_segment, 10_000);
+        let zero = DEF.replace("\"retire_per_segment\": 1", "\"retire_per_segment\": 0");
+        assert_eq!(semantics(zero.as_bytes()).unwrap().retire_per_segment, 0);
     }
 
     #[test]

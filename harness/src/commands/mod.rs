@@ -14,6 +14,7 @@ pub mod incident_reconcile;
 pub mod incident_regress;
 pub mod incident_scope;
 pub mod incident_verify;
+pub mod isolation;
 pub mod job_requests;
 pub mod produce;
 pub mod reference;

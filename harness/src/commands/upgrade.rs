@@ -1,14 +1,17 @@
 //! `clink upgrade record` and `clink upgrade check`: the command line over
-//! `clink_upgrade`. Isolation is established here, before anything runs:
-//! with interfaces besides `lo`, the command re-executes itself once inside
-//! `unshare -rn` and proves the isolation from inside.
+//! `clink_upgrade`. Isolation is established here, before anything runs,
+//! by `clink_isolation` (the proof `clink isolation run` makes): the command
+//! re-executes itself once under the proven isolation, and the process
+//! inside confirms the claim it is handed before it starts any build.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use clink_basics::exit::Exit;
+use clink_isolation::claim::{claimed, confirm_here};
+use clink_isolation::prove::{isolate, Outcome, Probe};
+use clink_isolation::{Proof, Verdict};
 use clink_upgrade::check::{check, CheckArgs};
-use clink_upgrade::isolation::{self, Proof};
 use clink_upgrade::record::{record, RecordArgs};
 use clink_upgrade::{Bounds, Build};
 
@@ -133,31 +136,43 @@ struct CheckCli {
 }
 
 /// Establishes isolation: `Err(exit)` when this process re-executed itself
-/// and the isolated command has finished.
-fn isolate(out: &Output, fresh_out: &std::path::Path) -> Result<Proof, Exit> {
-    if isolation::needs_reexec() {
-        // Refuse bad usage before re-executing, so it is reported once.
-        if fresh_out.exists() {
-            return Err(out.refuse(format!("--out {} exists; give a fresh directory", fresh_out.display())));
-        }
-        return match isolation::reexec_isolated() {
-            Ok(code) => Err(match code {
-                0 => Exit::Passed,
-                1 => Exit::Failed,
-                2 => Exit::Refused,
-                _ => Exit::NotEstablished,
-            }),
-            Err(why) => Ok(Proof::Unavailable(format!("not isolated: {why}"))),
-        };
+/// under it and the isolated command has finished. `Ok(proof)` is the proof
+/// this process runs under: confirmed from inside, or why the command was
+/// not run isolated (the report then says so and no build runs).
+fn isolate_self(out: &Output, fresh_out: &std::path::Path) -> Result<Proof, Exit> {
+    if let Some(claim) = claimed() {
+        return Ok(confirm_here(claim));
     }
-    Ok(isolation::prove_here(isolation::control_port()))
+    // Refuse bad usage before re-executing, so it is reported once.
+    if fresh_out.exists() {
+        return Err(out.refuse(format!("--out {} exists; give a fresh directory", fresh_out.display())));
+    }
+    let command = std::env::current_exe().map(|exe| {
+        let mut c: Vec<std::ffi::OsString> = vec![exe.into()];
+        c.extend(std::env::args_os().skip(1));
+        c
+    });
+    let (probe, command) = match (Probe::this_binary(&["isolation", "probe"]), command) {
+        (Ok(p), Ok(c)) => (p, c),
+        (Err(e), _) => return Ok(Proof::new(Verdict::Unavailable, e)),
+        (_, Err(e)) => return Ok(Proof::new(Verdict::Unavailable, format!("this program's own path: {e}"))),
+    };
+    match isolate(&probe, Some(&command)) {
+        Outcome::Ran { status, .. } => Err(match status {
+            0 => Exit::Passed,
+            1 => Exit::Failed,
+            2 => Exit::Refused,
+            _ => Exit::NotEstablished,
+        }),
+        Outcome::NotRun(proof) | Outcome::Proved(proof) => Ok(proof),
+    }
 }
 
 pub fn main(args: UpgradeArgs) -> Exit {
     match args.command {
         UpgradeCommand::Record(a) => {
             let out = Output::new("upgrade record", a.bounds.json);
-            let proof = match isolate(&out, &a.out) {
+            let proof = match isolate_self(&out, &a.out) {
                 Ok(p) => p,
                 Err(exit) => return exit,
             };
@@ -176,7 +191,7 @@ pub fn main(args: UpgradeArgs) -> Exit {
         }
         UpgradeCommand::Check(a) => {
             let out = Output::new("upgrade check", a.bounds.json);
-            let proof = match isolate(&out, &a.out) {
+            let proof = match isolate_self(&out, &a.out) {
                 Ok(p) => p,
                 Err(exit) => return exit,
             };

@@ -21,12 +21,13 @@ use serde_json::{json, Value as Json};
 use crate::compare::{self, account, LogicalState, Row};
 use crate::definition::Definition;
 use crate::evidence::{self, FileIdentity, Index, Verdict};
-use crate::isolation::Proof;
 use crate::record::{preflight, Outcome};
 use crate::report::{self, Checks, Status, CHECK_TABLE};
 use crate::runner::Runner;
+use crate::sealed::{self, Sealed};
 use crate::steps::{self, RunDirs, StepError};
 use crate::{args, Bounds, Build, UsageError};
+use clink_isolation::Proof;
 
 #[derive(Debug, Clone)]
 pub struct CheckArgs {
@@ -124,6 +125,53 @@ fn unchanged(dir: &Path, digest: &str, index: &Index) -> Result<String, String> 
     Ok(format!("all {} files hash as before the runs", index.files.len() + 1))
 }
 
+/// The evidence verified against its digest, then found fit: its
+/// recording's own checks passed and everything it sealed agrees with the
+/// definition. Decides `evidence.integrity`; nothing has run yet.
+fn evidence_fit(
+    a: &CheckArgs,
+    def: &Definition,
+    checks: &mut Checks,
+    verified: &mut Option<Index>,
+) -> Result<(Index, Sealed), StepError> {
+    let index = match evidence::verify(&a.evidence, &a.digest, &def.sha256, &def.bytes) {
+        Verdict::Verified(index) => *index,
+        Verdict::Failed(why) => {
+            checks.set("evidence.integrity", Status::Failed, &why);
+            return Err(StepError::Failed("the evidence did not verify; nothing was run".into()));
+        }
+        Verdict::Unsupported(why) => {
+            checks.set("evidence.integrity", Status::Unsupported, &why);
+            return Err(StepError::Failed("the evidence is of an unsupported kind; nothing was run".into()));
+        }
+    };
+    *verified = Some(index.clone());
+    if let Err(why) = sealed::recording(&index) {
+        checks.set(
+            "evidence.integrity",
+            Status::Unavailable,
+            format!("the evidence is intact, but {why}: a recording that failed its own checks establishes nothing about a candidate; record the evidence again"),
+        );
+        return Err(StepError::Failed("the evidence's recording failed its own checks; nothing was run".into()));
+    }
+    let sealed = match sealed::contents(&a.evidence, &index, def) {
+        Ok(s) => s,
+        Err(why) => {
+            checks.set("evidence.integrity", Status::Failed, why);
+            return Err(StepError::Failed("the evidence contradicts the test definition; nothing was run".into()));
+        }
+    };
+    checks.set(
+        "evidence.integrity",
+        Status::Passed,
+        format!(
+            "evidence.json has the digest given; {} files hash as recorded; the dataset has its recorded digest; the recording's checks passed; input, reference and committed output are the definition's",
+            index.files.len()
+        ),
+    );
+    Ok((index, sealed))
+}
+
 /// One build's run from the evidence.
 struct Side {
     restored: Option<(u64, LogicalState, PathBuf)>,
@@ -141,33 +189,9 @@ fn run(
     verified: &mut Option<Index>,
 ) -> Result<(), StepError> {
     // Proven (or not) before this command started anything.
-    match &isolation {
-        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
-        Proof::NotIsolated(why) => checks.set("isolation", Status::Failed, why),
-        Proof::Unavailable(why) => checks.set("isolation", Status::Unavailable, why),
-    }
-    // Before anything runs: the evidence against its digest.
-    let index = match evidence::verify(&a.evidence, &a.digest, &def.sha256, &def.bytes) {
-        Verdict::Verified(index) => *index,
-        Verdict::Failed(why) => {
-            checks.set("evidence.integrity", Status::Failed, &why);
-            return Err(StepError::Failed("the evidence did not verify; nothing was run".into()));
-        }
-        Verdict::Unsupported(why) => {
-            checks.set("evidence.integrity", Status::Unsupported, &why);
-            return Err(StepError::Failed("the evidence is of an unsupported kind; nothing was run".into()));
-        }
-    };
-    checks.set(
-        "evidence.integrity",
-        Status::Passed,
-        format!(
-            "evidence.json has the digest given; {} files hash as recorded; the dataset has its recorded digest",
-            index.files.len()
-        ),
-    );
-    *verified = Some(index.clone());
-    if !matches!(isolation, Proof::Proven(_)) {
+    checks.set("isolation", report::isolation_status(&isolation), &isolation.reason);
+    let (index, sealed) = evidence_fit(a, def, checks, verified)?;
+    if !isolation.enforced() {
         return Err(StepError::Failed("isolation was not proven; no build was run".into()));
     }
 
@@ -176,19 +200,10 @@ fn run(
         .map(|p| FileIdentity::of(p));
     let ids: Vec<FileIdentity> = ids.into_iter().collect::<Result<_, _>>().map_err(StepError::Failed)?;
     facts["builds"] = json!({"baseline": {"clink": ids[0], "job": ids[1]}, "candidate": {"clink": ids[2], "job": ids[3]}, "tools": ids[4]});
-    let same_baseline = ids[0].sha256 == index.baseline.clink.sha256 && ids[1].sha256 == index.baseline.job.sha256;
-    checks.pass_or_fail(
-        "builds.identity",
-        same_baseline,
-        if same_baseline {
-            "every file of both builds is hashed; the baseline is the build that recorded the evidence".to_string()
-        } else {
-            format!(
-                "the baseline given (clink {}, job {}) is not the build that recorded the evidence (clink {}, job {})",
-                ids[0].sha256, ids[1].sha256, index.baseline.clink.sha256, index.baseline.job.sha256
-            )
-        },
-    );
+    let ids: [FileIdentity; 5] = ids.try_into().map_err(|_| StepError::Failed("five build files".into()))?;
+    let identity =
+        sealed::identity(&index, &ids, [("--baseline-job", &a.baseline.job), ("--candidate-job", &a.candidate.job)]);
+    checks.pass_or_fail("builds.identity", identity.is_ok(), identity.unwrap_or_else(|e| e));
     let base_caps = steps::capabilities(r, "baseline", &a.baseline.clink)?;
     let cand_caps = steps::capabilities(r, "candidate", &a.candidate.clink)?;
     let tools_caps = steps::capabilities(r, "tools", &a.tools)?;
@@ -230,10 +245,18 @@ fn run(
         &a.tools,
         &args!["checkpoint", "verify", "--dataset", tools_copy.display(), "--digest", index.savepoint.dataset_digest],
     )?;
-    let recorded = match steps::state_cat(r, "tools-state-cat-evidence", &a.tools, &tools_copy)
-        .and_then(|l| compare::logical_state(&l, def).map_err(StepError::Failed))
-    {
-        Ok(s) => s,
+    let listing = steps::state_cat(r, "tools-state-cat-evidence", &a.tools, &tools_copy);
+    let recorded = match listing.and_then(|l| {
+        let state = compare::logical_state(&l, def).map_err(StepError::Failed)?;
+        Ok((l.get("job").and_then(Json::as_str).map(str::to_string), state))
+    }) {
+        Ok((job, state)) => {
+            if let Err(why) = sealed::listing(&index, job.as_deref(), &state) {
+                checks.set("evidence.integrity", Status::Failed, why);
+                return Err(StepError::Failed("the evidence's savepoint is not its dataset".into()));
+            }
+            state
+        }
         Err(StepError::Failed(why)) => {
             checks.set("evidence.readable", Status::Failed, why);
             return Err(StepError::Failed("the evidence's state could not be read".into()));
@@ -283,15 +306,9 @@ fn run(
     let base = side(r, "baseline", &a.baseline, a, def, &index, &recorded, continuation, checks, facts)?;
     let cand = side(r, "candidate", &a.candidate, a, def, &index, &recorded, continuation, checks, facts)?;
 
-    // Behaviour and the reference.
-    let reference: Json = std::fs::read(a.evidence.join("reference.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| StepError::Failed("reference.json does not read".into()))?;
-    let (end_rows, end_state) = compare::reference_part(&reference, "at_end").map_err(StepError::Failed)?;
-    let committed = compare::committed_rows(&a.evidence.join("output"), def).map_err(StepError::Failed)?;
+    // Behaviour and the reference (sealed, and equal to what the reference computes).
+    let Sealed { at_end: (end_rows, end_state), at_cut_rows: cut_rows, committed } = sealed;
     // The continuation's rows the reference expects: END's rows less those committed at the cut.
-    let (cut_rows, _) = compare::reference_part(&reference, "at_cut").map_err(StepError::Failed)?;
     let expected_continuation: Vec<Row> = multiset_diff(cut_rows.iter().cloned(), end_rows.iter().cloned())
         .unexpected
         .into_iter()

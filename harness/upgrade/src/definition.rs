@@ -46,6 +46,21 @@ fn strings(doc: &Json, field: &str, keys: &[&str]) -> Result<BTreeMap<String, St
     Ok(out)
 }
 
+/// The capabilities a build must report: every entry a name, none dropped.
+fn capabilities(doc: &Json) -> Result<Vec<String>, UsageError> {
+    let list = doc
+        .get("capabilities")
+        .and_then(Json::as_array)
+        .ok_or_else(|| UsageError::Bad("test definition: capabilities must be a list of names".into()))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| match c.as_str() {
+            Some(name) if !name.trim().is_empty() => Ok(name.to_string()),
+            _ => Err(UsageError::Bad(format!("test definition: capabilities[{i}] is {c}, not a capability's name"))),
+        })
+        .collect()
+}
+
 impl Definition {
     pub fn read(path: &Path) -> Result<Definition, UsageError> {
         let io = |source| UsageError::Io { path: path.to_path_buf(), source };
@@ -65,11 +80,7 @@ impl Definition {
         let doc: Json = serde_json::from_slice(&bytes).map_err(|e| UsageError::Bad(e.to_string()))?;
         let uids = strings(&doc, "uids", &ROLES)?;
         let sinks = strings(&doc, "sinks", &["windows", "idle"])?;
-        let capabilities = doc
-            .get("capabilities")
-            .and_then(Json::as_array)
-            .map(|a| a.iter().filter_map(Json::as_str).map(str::to_string).collect::<Vec<_>>())
-            .ok_or_else(|| UsageError::Bad("test definition: capabilities must be a list of names".into()))?;
+        let capabilities = capabilities(&doc)?;
         Ok(Definition { sha256: sha256_hex(&bytes), bytes, semantics, uids, sinks, capabilities })
     }
 
@@ -85,6 +96,17 @@ impl Definition {
 
     pub fn cut(&self) -> usize {
         self.semantics.cut_after as usize
+    }
+
+    /// The greatest watermark of the input before the cut: what the
+    /// savepoint at the cut records as its last.
+    pub fn last_watermark_at_cut(&self) -> Option<i64> {
+        self.input()[..self.cut()]
+            .iter()
+            .flat_map(|(_, t)| t.lines())
+            .filter_map(|l| l.strip_prefix("W,"))
+            .filter_map(|t| t.parse().ok())
+            .max()
     }
 }
 
@@ -104,5 +126,14 @@ mod tests {
         assert!(Definition::parse(other.into_bytes()).is_err());
         let bad_uid = FIXTURE.replace("\"idle\": \"idle\"", "\"idle\": \"../x\"");
         assert!(Definition::parse(bad_uid.into_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_capability_that_is_not_a_name_is_refused_never_dropped() {
+        for bad in ["42", "null", "\"\"", "{\"name\": \"job.run\"}"] {
+            let doc = FIXTURE.replace("\"job.run\",", &format!("\"job.run\", {bad},"));
+            let err = Definition::parse(doc.into_bytes()).unwrap_err().to_string();
+            assert!(err.contains("capabilities[1]"), "{bad}: {err}");
+        }
     }
 }

@@ -20,10 +20,10 @@ pub mod compare;
 pub mod definition;
 pub mod evidence;
 pub mod html;
-pub mod isolation;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod sealed;
 pub mod steps;
 
 use std::path::PathBuf;

@@ -16,11 +16,11 @@ use serde_json::json;
 use crate::compare::{self, account};
 use crate::definition::Definition;
 use crate::evidence::{self, FileIdentity, Identity, Index, Savepoint, SavepointOperator};
-use crate::isolation::Proof;
 use crate::report::{self, Checks, Status, RECORD_TABLE};
 use crate::runner::Runner;
 use crate::steps::{self, RunDirs, StepError};
 use crate::{Bounds, Build, UsageError};
+use clink_isolation::Proof;
 
 #[derive(Debug, Clone)]
 pub struct RecordArgs {
@@ -100,16 +100,12 @@ fn run(
     checks: &mut Checks,
     facts: &mut serde_json::Value,
 ) -> Result<Option<String>, StepError> {
-    match &isolation {
-        Proof::Proven(why) => checks.set("isolation", Status::Passed, why),
-        Proof::NotIsolated(why) => {
-            checks.set("isolation", Status::Failed, why);
-            return Err(StepError::Failed("isolation failed; no build was run".into()));
-        }
-        Proof::Unavailable(why) => {
-            checks.set("isolation", Status::Unavailable, why);
-            return Err(StepError::Failed("isolation was not proven; no build was run".into()));
-        }
+    let status = report::isolation_status(&isolation);
+    checks.set("isolation", status, &isolation.reason);
+    match status {
+        Status::Passed => {}
+        Status::Failed => return Err(StepError::Failed("isolation is not enforced; no build was run".into())),
+        _ => return Err(StepError::Failed("isolation was not proven; no build was run".into())),
     }
     let caps = steps::capabilities(r, "baseline", &a.baseline.clink)?;
     let tools_caps = steps::capabilities(r, "tools", &a.tools)?;
@@ -243,12 +239,7 @@ fn run(
             job: job.to_string(),
             checkpoint,
             dataset_digest,
-            last_watermark: input[..cut]
-                .iter()
-                .flat_map(|(_, t)| t.lines())
-                .filter_map(|l| l.strip_prefix("W,"))
-                .filter_map(|t| t.parse().ok())
-                .max(),
+            last_watermark: def.last_watermark_at_cut(),
             operators: state
                 .operators
                 .iter()

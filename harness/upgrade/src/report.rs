@@ -19,6 +19,17 @@ pub const VERSION: u64 = 1;
 
 pub use clink_basics::status::Status;
 
+/// The `isolation` check's status: only enforced isolation passes; a
+/// network reachable under the mechanism fails; the rest is unavailable.
+pub fn isolation_status(proof: &clink_isolation::Proof) -> Status {
+    use clink_isolation::Verdict;
+    match proof.verdict {
+        Verdict::Enforced => Status::Passed,
+        Verdict::NotEnforced => Status::Failed,
+        Verdict::Unavailable | Verdict::Inconclusive => Status::Unavailable,
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub name: &'static str,

@@ -57,6 +57,9 @@ pub enum Stopped {
     Interrupted { name: String },
     #[error("{name}: could not be started: {reason}")]
     Spawn { name: String, reason: String },
+    /// Its output cannot be handed back whole.
+    #[error("{name}: its {stream} {why}")]
+    Unreadable { name: String, stream: &'static str, why: String },
 }
 
 /// One command the run started, for the report.
@@ -140,6 +143,8 @@ pub struct Runner {
     logs: PathBuf,
     bounds: Bounds,
     deadline: Instant,
+    /// The most bytes of one stream handed back.
+    capture_cap: u64,
     pub commands: Vec<CommandRecord>,
 }
 
@@ -165,12 +170,15 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
-fn read_capped(path: &Path) -> String {
-    let mut text = String::new();
-    if let Ok(f) = File::open(path) {
-        let _ = f.take(MAX_CAPTURED).read_to_string(&mut text);
+/// A stream's log, whole and as text, or why it cannot be.
+fn read_capped(path: &Path, cap: u64) -> Result<String, String> {
+    let file = File::open(path).map_err(|e| format!("log could not be read: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| format!("log could not be read: {e}"))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("passed the capture cap of {cap} bytes"));
     }
-    text
+    String::from_utf8(bytes).map_err(|e| format!("is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()))
 }
 
 impl Runner {
@@ -183,8 +191,15 @@ impl Runner {
             logs,
             bounds,
             deadline: Instant::now() + Duration::from_secs(bounds.timeout_s),
+            capture_cap: MAX_CAPTURED,
             commands: Vec::new(),
         })
+    }
+
+    /// The most bytes of one stream handed back (256 MiB unless set).
+    pub fn with_capture_cap(mut self, bytes: u64) -> Runner {
+        self.capture_cap = bytes;
+        self
     }
 
     /// Starts `program args` in its own process group.
@@ -246,12 +261,16 @@ impl Runner {
                     rec.exit_code = status.code();
                     rec.signal = status.signal();
                     rec.seconds = running.started.elapsed().as_secs_f64();
-                    return Ok(Finished {
-                        code: status.code(),
-                        signal: status.signal(),
-                        stdout: read_capped(&self.out.join(&rec.stdout)),
-                        stderr: read_capped(&self.out.join(&rec.stderr)),
-                    });
+                    let stdout = read_capped(&self.out.join(&rec.stdout), self.capture_cap);
+                    let stderr = read_capped(&self.out.join(&rec.stderr), self.capture_cap);
+                    let unreadable = |stream, why| Stopped::Unreadable { name: name.clone(), stream, why };
+                    return match (stdout, stderr) {
+                        (Ok(stdout), Ok(stderr)) => {
+                            Ok(Finished { code: status.code(), signal: status.signal(), stdout, stderr })
+                        }
+                        (Err(why), _) => Err(self.stop(running.index, unreadable("standard output", why))),
+                        (_, Err(why)) => Err(self.stop(running.index, unreadable("standard error", why))),
+                    };
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -341,5 +360,22 @@ mod tests {
         assert!(r.commands[1].stopped.is_some());
         let missing = r.run("missing", Path::new("/nonexistent/clink"), &[]).unwrap_err();
         assert!(matches!(missing, Stopped::Spawn { .. }));
+    }
+
+    #[test]
+    fn output_that_cannot_be_handed_back_whole_is_a_bound_not_a_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Runner::new(dir.path(), Bounds::default()).unwrap().with_capture_cap(16);
+        let fits = r.run("fits", Path::new("/bin/sh"), &args!["-c", "printf 0123456789abcdef"]).unwrap();
+        assert_eq!(fits.stdout, "0123456789abcdef", "exactly the cap is handed back");
+        let over = r.run("over", Path::new("/bin/sh"), &args!["-c", "printf 0123456789abcdefX"]).unwrap_err();
+        assert!(matches!(&over, Stopped::Unreadable { stream: "standard output", .. }), "{over}");
+        assert!(over.to_string().contains("capture cap of 16 bytes"), "{over}");
+        let binary = r.run("binary", Path::new("/bin/sh"), &args!["-c", "printf '{\\377}'"]).unwrap_err();
+        assert!(binary.to_string().contains("standard output is not UTF-8"), "{binary}");
+        let err = r.run("err", Path::new("/bin/sh"), &args!["-c", "printf '\\377' >&2"]).unwrap_err();
+        assert!(err.to_string().contains("standard error is not UTF-8"), "{err}");
+        assert!(r.commands[1].stopped.is_some(), "the report says why the step stopped");
+        assert_eq!(r.commands[1].exit_code, Some(0), "and still how the process ended");
     }
 }
