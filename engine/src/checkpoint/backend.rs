@@ -27,7 +27,7 @@ use clink_basics::ids::{parse_decimal_u64, OperatorId};
 use crate::codec::DecodeError;
 
 /// A sidecar larger than this is refused unread.
-const MAX_META_BYTES: u64 = 1 << 20;
+pub const MAX_META_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Error)]
 pub enum StateError {

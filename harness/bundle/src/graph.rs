@@ -2,12 +2,16 @@
 //! names (recorded with the checkpoints), and the job manifest's graph when
 //! the collection caught the job running. Where both are there they must be
 //! the same job; a source that is there and does not read is an error, never
-//! an absence.
+//! an absence. [`Bundle::job_graph_at`] reads the graph another completed
+//! checkpoint's marker names, every byte vouched for by the manifest.
 
-use clink_engine::checkpoint::graph::read_graph;
-use clink_engine::checkpoint::markers::read_completed;
+use clink_engine::checkpoint::graph::{check_graph_bytes, check_graph_name, read_graph, MAX_GRAPH_BYTES};
+use clink_engine::checkpoint::markers::{
+    check_completed_names, parse_completed_bytes, read_completed, MAX_MARKER_BYTES,
+};
 use clink_engine::checkpoint::CheckpointLayout;
 use clink_engine::job::{parse_job, JobGraph};
+use clink_engine::job_manifest::MAX_MANIFEST_BYTES;
 
 use crate::Bundle;
 
@@ -49,6 +53,46 @@ impl Bundle {
     pub fn job_graph(&self) -> Result<KnownGraph, GraphProblem> {
         let from_marker = self.marker_graph()?;
         let from_manifest = self.manifest_graph()?;
+        self.agreeing(from_marker, from_manifest)
+    }
+
+    fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
+        let layout = CheckpointLayout::new(self.checkpoint_dir(), self.job_id());
+        let checkpoint = self.manifest.selection.checkpoint;
+        let marker = read_completed(&layout, checkpoint)
+            .map_err(|e| GraphProblem::Broken(format!("the selected marker does not read: {e}")))?;
+        let Some(named) = marker.graph else { return Ok(None) };
+        let bytes = read_graph(&layout, &named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| GraphProblem::Broken(format!("the job graph {} is not UTF-8", named.file)))?;
+        parse_job(&text).map(Some).map_err(|e| GraphProblem::Broken(format!("the job graph {}: {e}", named.file)))
+    }
+
+    /// The job graph completed checkpoint `checkpoint`'s marker names: the
+    /// marker and the graph read through [`Bundle::read_vouched`], the graph
+    /// hashed to the name the marker gives. For the selected checkpoint it is
+    /// cross-checked with the job manifest's graph as [`Bundle::job_graph`]
+    /// does; another checkpoint's may be an earlier deploy's, so a marker
+    /// naming none (version 1) leaves it absent.
+    pub fn job_graph_at(&self, checkpoint: u64) -> Result<KnownGraph, GraphProblem> {
+        let from_marker = self.vouched_marker_graph(checkpoint)?;
+        if checkpoint != self.manifest.selection.checkpoint {
+            return match from_marker {
+                Some(graph) => Ok(KnownGraph { graph, source: format!("the job graph COMPLETED-{checkpoint} names") }),
+                None => Err(GraphProblem::Absent(format!(
+                    "COMPLETED-{checkpoint} names no job graph (a version 1 marker), and the job manifest's is the selected checkpoint's"
+                ))),
+            };
+        }
+        let from_manifest = self.vouched_manifest_graph()?;
+        self.agreeing(from_marker, from_manifest)
+    }
+
+    fn agreeing(
+        &self,
+        from_marker: Option<JobGraph>,
+        from_manifest: Option<JobGraph>,
+    ) -> Result<KnownGraph, GraphProblem> {
         match (from_marker, from_manifest) {
             (Some(a), Some(b)) if redacted(&a) != redacted(&b) => Err(GraphProblem::Broken(format!(
                 "the job graph COMPLETED-{} names and the job manifest's graph are different jobs",
@@ -66,16 +110,37 @@ impl Bundle {
         }
     }
 
-    fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
+    fn vouched_marker_graph(&self, checkpoint: u64) -> Result<Option<JobGraph>, GraphProblem> {
+        let broken = |why: String| GraphProblem::Broken(why);
         let layout = CheckpointLayout::new(self.checkpoint_dir(), self.job_id());
-        let checkpoint = self.manifest.selection.checkpoint;
-        let marker = read_completed(&layout, checkpoint)
-            .map_err(|e| GraphProblem::Broken(format!("the selected marker does not read: {e}")))?;
+        let path = layout.completed_marker(checkpoint);
+        let bytes = self
+            .read_vouched_file(&path, MAX_MARKER_BYTES)
+            .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
+        let marker = parse_completed_bytes(&path, &bytes)
+            .and_then(|m| check_completed_names(&path, &m, self.job_id(), checkpoint).map(|()| m))
+            .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
         let Some(named) = marker.graph else { return Ok(None) };
-        let bytes = read_graph(&layout, &named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| GraphProblem::Broken(format!("the job graph {} is not UTF-8", named.file)))?;
-        parse_job(&text).map(Some).map_err(|e| GraphProblem::Broken(format!("the job graph {}: {e}", named.file)))
+        let file = layout.jobs_dir().join(&named.file);
+        check_graph_name(&file, &named).map_err(|e| broken(format!("the job graph: {e}")))?;
+        let bytes =
+            self.read_vouched_file(&file, MAX_GRAPH_BYTES).map_err(|e| broken(format!("the job graph: {e}")))?;
+        check_graph_bytes(&file, &named, &bytes).map_err(|e| broken(format!("the job graph: {e}")))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| broken(format!("the job graph {} is not UTF-8", named.file)))?;
+        parse_job(&text).map(Some).map_err(|e| broken(format!("the job graph {}: {e}", named.file)))
+    }
+
+    fn vouched_manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
+        const PATH: &str = "job/manifest.json";
+        if self.artifact(PATH).is_none() {
+            return Ok(None);
+        }
+        let broken = |why: String| GraphProblem::Broken(format!("{PATH}: {why}"));
+        let bytes = self.read_vouched(PATH, MAX_MANIFEST_BYTES).map_err(|e| broken(e.to_string()))?;
+        let manifest =
+            clink_engine::job_manifest::parse(&self.root.join(PATH), &bytes).map_err(|e| broken(e.to_string()))?;
+        parse_job(&manifest.graph.to_string()).map(Some).map_err(|e| broken(format!("its graph: {e}")))
     }
 
     fn manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
