@@ -443,6 +443,17 @@ impl LogWriter {
     /// `delete` named, unless it exists with exactly that many (another count
     /// is refused: offsets would not mean what the caller thinks).
     pub fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<bool, KafkaClientError> {
+        self.ensure_topic_with(topic, partitions, Some("delete"))
+    }
+
+    /// [`LogWriter::ensure_topic`] with the cleanup policy given, or left to
+    /// the broker (`None`, as another producer may create a topic).
+    pub fn ensure_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        cleanup_policy: Option<&str>,
+    ) -> Result<bool, KafkaClientError> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
@@ -460,7 +471,10 @@ impl LogWriter {
         }
         // The policy is named, not left to the broker's default: a reader
         // that must rule out compacted history can then read it back.
-        let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1)).set("cleanup.policy", "delete");
+        let mut new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        if let Some(policy) = cleanup_policy {
+            new = new.set("cleanup.policy", policy);
+        }
         let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(|e| {
             KafkaClientError::Client {
