@@ -117,15 +117,20 @@ impl Bundle {
         let bytes = self
             .read_vouched_file(&path, MAX_MARKER_BYTES)
             .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
-        let marker = parse_completed_bytes(&path, &bytes)
-            .and_then(|m| check_completed_names(&path, &m, self.job_id(), checkpoint).map(|()| m))
+        // Errors name files by their bundle paths.
+        let named_as =
+            |file: &std::path::Path| self.bundle_path(file).map(std::path::PathBuf::from).unwrap_or_default();
+        let marker_path = named_as(&path);
+        let marker = parse_completed_bytes(&marker_path, &bytes)
+            .and_then(|m| check_completed_names(&marker_path, &m, self.job_id(), checkpoint).map(|()| m))
             .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
         let Some(named) = marker.graph else { return Ok(None) };
         let file = layout.jobs_dir().join(&named.file);
-        check_graph_name(&file, &named).map_err(|e| broken(format!("the job graph: {e}")))?;
+        let graph_path = named_as(&file);
+        check_graph_name(&graph_path, &named).map_err(|e| broken(format!("the job graph: {e}")))?;
         let bytes =
             self.read_vouched_file(&file, MAX_GRAPH_BYTES).map_err(|e| broken(format!("the job graph: {e}")))?;
-        check_graph_bytes(&file, &named, &bytes).map_err(|e| broken(format!("the job graph: {e}")))?;
+        check_graph_bytes(&graph_path, &named, &bytes).map_err(|e| broken(format!("the job graph: {e}")))?;
         let text =
             String::from_utf8(bytes).map_err(|_| broken(format!("the job graph {} is not UTF-8", named.file)))?;
         parse_job(&text).map(Some).map_err(|e| broken(format!("the job graph {}: {e}", named.file)))
