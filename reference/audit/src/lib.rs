@@ -429,6 +429,25 @@ mod tests {
         main_with(["--bootstrap", "127.0.0.1:9", "--deadline-ms", "1"].iter().chain(args).map(Into::into).collect())
     }
 
+    /// `refused_options` for a record-wise reference given `ALL=0` over the scope at `scope`.
+    fn offsets_given(scope: &Path, out: &str) -> Result<(), Failure> {
+        let scope_arg = scope.to_str().unwrap();
+        let argv = [
+            "x",
+            "--scope",
+            scope_arg,
+            "--bootstrap",
+            "b",
+            "--transform",
+            "credits",
+            "--out",
+            out,
+            "--run-start-offset",
+            "ALL=0",
+        ];
+        refused_options(&Args::try_parse_from(argv).unwrap(), &scope::parse(&std::fs::read(scope).unwrap()).unwrap())
+    }
+
     #[test]
     fn options_the_scope_gives_no_use_for_are_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -443,40 +462,10 @@ mod tests {
             ["--scope", scope, "--transform", "credits", "--out", out, "--state-out", state.to_str().unwrap()];
         assert_eq!(exit(&state_out), 2, "--state-out with --transform credits");
         assert!(!std::path::Path::new(out).exists() && !state.exists(), "a refusal writes nothing");
-        let refused = refused_options(
-            &Args::try_parse_from([
-                "x",
-                "--scope",
-                scope,
-                "--bootstrap",
-                "b",
-                "--transform",
-                "credits",
-                "--out",
-                out,
-                "--run-start-offset",
-                "ALL=0",
-            ])
-            .unwrap(),
-            &scope::parse(&std::fs::read(&from_checkpoint).unwrap()).unwrap(),
-        );
+        let refused = offsets_given(&from_checkpoint, out);
         assert!(matches!(refused, Err(Failure::Usage(why)) if why.contains("partition 0's range from offset 5")));
         // From the run's start, the offsets are needed and taken.
         let from_start = scope_file(dir.path(), None);
-        let args = Args::try_parse_from([
-            "x",
-            "--scope",
-            from_start.to_str().unwrap(),
-            "--bootstrap",
-            "b",
-            "--transform",
-            "credits",
-            "--out",
-            out,
-            "--run-start-offset",
-            "ALL=0",
-        ])
-        .unwrap();
-        assert!(refused_options(&args, &scope::parse(&std::fs::read(&from_start).unwrap()).unwrap()).is_ok());
+        assert!(offsets_given(&from_start, out).is_ok());
     }
 }
