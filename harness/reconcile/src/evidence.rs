@@ -12,9 +12,11 @@
 //!
 //! What an artifact may be refused for or missing is said in [`Unread`]: the
 //! caller turns `Absent` and `Unreadable` into checks that cannot decide,
-//! and `Refused` into a refusal. Nothing here judges what it read.
+//! and `Refused` into a refusal. Errors name files by their bundle paths.
+//! Nothing here judges what it read.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use clink_basics::ids::OperatorId;
 use clink_bundle::{Bundle, VouchError};
@@ -79,7 +81,7 @@ fn layout(bundle: &Bundle) -> CheckpointLayout {
 }
 
 /// The bundle path of a file the engine's layout names.
-fn bundle_path(bundle: &Bundle, file: &std::path::Path) -> Result<String, Unread> {
+fn bundle_path(bundle: &Bundle, file: &Path) -> Result<String, Unread> {
     bundle.bundle_path(file).map_err(|e| Unread::Refused(e.to_string()))
 }
 
@@ -98,22 +100,24 @@ pub fn completed_ids(bundle: &Bundle) -> Result<BTreeSet<u64>, Unread> {
 
 /// COMPLETED marker `checkpoint`, vouched for and naming this job and checkpoint.
 pub fn completed(bundle: &Bundle, checkpoint: u64) -> Result<CompletedMarker, Unread> {
-    let file = layout(bundle).completed_marker(checkpoint);
-    let bytes = vouched(bundle, &bundle_path(bundle, &file)?, MAX_MARKER_BYTES)?;
-    let marker = parse_completed_bytes(&file, &bytes).map_err(|e| Unread::Refused(e.to_string()))?;
-    check_completed_names(&file, &marker, bundle.job_id(), checkpoint).map_err(|e| Unread::Refused(e.to_string()))?;
+    let path = bundle_path(bundle, &layout(bundle).completed_marker(checkpoint))?;
+    let bytes = vouched(bundle, &path, MAX_MARKER_BYTES)?;
+    let named = Path::new(&path);
+    let marker = parse_completed_bytes(named, &bytes).map_err(|e| Unread::Refused(e.to_string()))?;
+    check_completed_names(named, &marker, bundle.job_id(), checkpoint).map_err(|e| Unread::Refused(e.to_string()))?;
     Ok(marker)
 }
 
 /// The RESTORED record, if the manifest lists one, vouched for and of this job.
 pub fn restored(bundle: &Bundle) -> Result<Option<RestoredRecord>, Unread> {
-    let file = layout(bundle).jobs_dir().join(RESTORED_NAME);
-    let path = bundle_path(bundle, &file)?;
+    let path = bundle_path(bundle, &layout(bundle).jobs_dir().join(RESTORED_NAME))?;
     if bundle.artifact(&path).is_none() {
         return Ok(None);
     }
     let bytes = vouched(bundle, &path, MAX_MARKER_BYTES)?;
-    parse_restored_bytes(&file, &bytes, bundle.job_id()).map(Some).map_err(|e| Unread::Refused(e.to_string()))
+    parse_restored_bytes(Path::new(&path), &bytes, bundle.job_id())
+        .map(Some)
+        .map_err(|e| Unread::Refused(e.to_string()))
 }
 
 /// A participant's snapshot of `checkpoint` and its sidecar, both vouched
@@ -126,13 +130,14 @@ pub fn snapshot(
     checkpoint: u64,
 ) -> Result<VerifiedSnapshot, Unread> {
     let layout = layout(bundle);
-    let snap = layout.snapshot(generation, participant, checkpoint);
-    let meta = layout.snapshot_meta(generation, participant, checkpoint);
-    let meta_bytes = vouched(bundle, &bundle_path(bundle, &meta)?, MAX_META_BYTES)?;
-    let snap_bytes = vouched(bundle, &bundle_path(bundle, &snap)?, MAX_SNAPSHOT_BYTES)?;
-    let sidecar = parse_snapshot_meta(&meta, &meta_bytes).map_err(|e| Unread::Unreadable(e.to_string()))?;
-    let verified = verify_snapshot_bytes(&snap, &snap_bytes, sidecar).map_err(|e| Unread::Unreadable(e.to_string()))?;
-    check_snapshot_names(&verified, &snap, &meta, bundle.job_id(), participant, checkpoint)
+    let snap = bundle_path(bundle, &layout.snapshot(generation, participant, checkpoint))?;
+    let meta = bundle_path(bundle, &layout.snapshot_meta(generation, participant, checkpoint))?;
+    let meta_bytes = vouched(bundle, &meta, MAX_META_BYTES)?;
+    let snap_bytes = vouched(bundle, &snap, MAX_SNAPSHOT_BYTES)?;
+    let (snap, meta) = (Path::new(&snap), Path::new(&meta));
+    let sidecar = parse_snapshot_meta(meta, &meta_bytes).map_err(|e| Unread::Unreadable(e.to_string()))?;
+    let verified = verify_snapshot_bytes(snap, &snap_bytes, sidecar).map_err(|e| Unread::Unreadable(e.to_string()))?;
+    check_snapshot_names(&verified, snap, meta, bundle.job_id(), participant, checkpoint)
         .map_err(|e| Unread::Refused(e.to_string()))?;
     Ok(verified)
 }
@@ -162,8 +167,7 @@ impl SinkPlace<'_> {
 pub fn sink_evidence(bundle: &Bundle, place: &SinkPlace<'_>) -> Result<SinkEvidence, Unread> {
     let path = place.evidence_path();
     let bytes = vouched(bundle, &path, MAX_DOC_BYTES)?;
-    let evidence =
-        SinkEvidence::parse(&bundle.root.join(&path), &bytes).map_err(|e| Unread::Unreadable(e.to_string()))?;
+    let evidence = SinkEvidence::parse(Path::new(&path), &bytes).map_err(|e| Unread::Unreadable(e.to_string()))?;
     let named = (&evidence.job, &evidence.operator, evidence.uid.as_str(), evidence.subtask, evidence.epoch);
     let placed = (&bundle.job_id().to_string(), &place.sink.to_string(), place.uid, place.subtask, place.epoch);
     if named != placed {
