@@ -1429,12 +1429,16 @@ fn graph_of_the_checkpoint(env: &BTreeMap<String, String>) -> Result<(), Failed>
             format!("incident-scope of checkpoint 2 exited {code} naming table {}", doc["sink"]["table"]).into()
         );
     }
-    // The resumed run's first interval is the redeployed graph's.
-    let r = s.reconcile(&bundle, 3, &[])?;
+    // The resumed run's first checkpoint is the redeployed graph's (3, or
+    // later when the killed run had begun 3 before it died).
+    let resumed = *s.completed()?.iter().find(|c| **c > 2).ok_or("no checkpoint after the restore")?;
+    let r = s.reconcile(&bundle, resumed, &[])?;
     r.expect(0, &with_bundle(&[("reconcile.scope", P), ("reconcile.destination", P), ("reconcile.rows", P)]))?;
     let observed = r.report["destination"]["observed_table"].as_str().unwrap_or_default().to_string();
     if !observed.contains(&s.table) {
-        return Err(format!("checkpoint 3 was reconciled against {observed}, not the redeployed {}", s.table).into());
+        return Err(
+            format!("checkpoint {resumed} was reconciled against {observed}, not the redeployed {}", s.table).into()
+        );
     }
     // The graph COMPLETED-2 names, changed and vouched for again: its hash is checked.
     let marker: Json = serde_json::from_slice(&std::fs::read(bundle.join("checkpoint/_jobs/21/COMPLETED-2"))?)?;
@@ -1446,7 +1450,7 @@ fn graph_of_the_checkpoint(env: &BTreeMap<String, String>) -> Result<(), Failed>
     let r = s.reconcile(&copy, 2, &[])?;
     refused_or_broken(&r, "the marker vouches for")?;
     println!(
-        "records graph of the checkpoint: checkpoint 2 against {before}, 3 against {} (a bundle of {last}); its graph changed: exit {}, {}",
+        "records graph of the checkpoint: checkpoint 2 against {before}, {resumed} against {} (a bundle of {last}); its graph changed: exit {}, {}",
         s.table, r.code, r.report["reason"]
     );
     Ok(())
