@@ -1,23 +1,36 @@
 {
-  # clink for machines with Nix: the `clink` package, an app per gate with
-  # the tools that gate needs, a dev shell with all of them, and a check that
-  # runs the repository's own shape test (harness/tests/flake_shape.rs).
+  # clink for machines with Nix: the `clink` package (bin/clink,
+  # bin/clink-reference-audit and bin/clink-kafka-mock, built from Cargo.lock), an app per gate that
+  # runs that package's binaries with the gate's tools on PATH, a dev shell
+  # with all of them, and a check that runs the flake's own tests in the
+  # build sandbox.
   #
-  # Our own machines have no Nix network: there the flake is only parsed
-  # (nix-instantiate --parse, by the shape test in CI); nothing in it has
-  # been evaluated or built. Every gate also runs without Nix.
-  #
-  # Known before any real run: nixos-24.05's Rust is older than the
-  # workspace's rust-version (1.89) and Cargo.lock format 4, so building clink
-  # at this pin (the package, the check, the gates' cargo build) fails until
-  # the lock moves to a nixpkgs with Rust 1.89 or newer (README, "With Nix").
+  # What has run here (README, "With Nix"): CI parses this file
+  # (harness/tests/flake_shape.rs) and evaluates `outputs` against a stand-in
+  # package set (harness/tests/flake_eval.rs). Nothing in it has been built
+  # or run against the real nixpkgs. Every gate also runs without Nix.
   #
   # The TLA+ jar is not taken from nixpkgs (its tlaplus is another TLC):
   # apps with `fetch = true` run gates/fetch-tools first, which installs the
   # jar formal/tools.env pins by SHA-256.
   description = "clink-rs: a verification harness and gate framework for a streaming engine";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-24.05";
+  # The Rust the pinned revision ships, as the `rust-at-pin:` line below
+  # records it for the revision flake.lock pins. harness/tests/min_rust.rs
+  # reads that line: it fails when the workspace or a locked dependency
+  # needs a newer Rust (cargo metadata), and when the line names another
+  # branch or revision than flake.lock, so moving the lock means reading the
+  # Rust of the new revision again. Where 1.91.1 comes from (read with the
+  # public code and issue search, not by evaluating nixpkgs here):
+  #   - nixpkgs pkgs/development/compilers/rust/1_91.nix: rustcVersion
+  #     "1.91.1" (a stored copy, not read at the pinned revision;
+  #     NixOS/nixpkgs#460575, rust 1.91.0 -> 1.91.1, 2025-11-11); the next
+  #     bump, #470993 to 1.92.0 (2025-12-15), is no 25.11 backport, and none
+  #     to 25.11 was found;
+  #   - anthrofract/majjit#10 (2026-04-24, two weeks before the pinned
+  #     revision): a user of NixOS 25.11 has "only rustc 1.91.1 available".
+  # rust-at-pin: 1.91.1 nixos-25.11 8fd9daa3db09ced9700431c5b7ad0e8ba199b575
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 
   outputs = { self, nixpkgs }:
     let
@@ -26,14 +39,16 @@
       version = (builtins.fromTOML (builtins.readFile ./Cargo.toml)).workspace.package.version;
 
       # On PATH for every app and in the dev shell: the gates are bash
-      # scripts that build clink with cargo (gcc is the linker).
-      common = pkgs: with pkgs; [ bash coreutils gnugrep gnused cargo rustc gcc git ];
+      # scripts (gates/lib.sh reads Cargo.toml with awk), and the ones that
+      # build test or defect variants (formal, bench, upgrade,
+      # regression-sensitivity) build them with cargo (gcc is the linker).
+      common = pkgs: with pkgs; [ bash coreutils gawk gnugrep gnused cargo rustc gcc git ];
 
       # One line per gate a user runs. The app of the same name runs
-      # gates/<name> from the repository root with `common` and `tools` on
-      # PATH; `fetch = true` runs gates/fetch-tools first. The shape test
-      # reads this table, so keep it a plain attribute set of literals.
-      # Every gate a user runs has its line here.
+      # gates/<name> from the flake's source in the store, with `common` and
+      # `tools` on PATH; `fetch = true` runs gates/fetch-tools first. The
+      # shape test reads this table, so keep it a plain attribute set of
+      # literals. Every gate a user runs has its line here.
       gates = pkgs: with pkgs; {
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
@@ -46,35 +61,50 @@
         reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
       };
 
+      # An app runs the packaged binaries (CLINK_BIN, CLINK_REFERENCE_AUDIT_BIN:
+      # each gate checks that they run and are not test builds) and the gates,
+      # fixtures and formal files of the flake's own source (`self`), so it
+      # works from any directory. Nothing is written under that read-only
+      # source: each gate works in a `mktemp -d` directory, and cargo, for the
+      # gates that build variants, in CARGO_TARGET_DIR.
       app = pkgs: name: gate: {
         type = "app";
         program = toString (pkgs.writeShellScript "clink-${name}" ''
           set -eu
-          if [ ! -x ./gates/${name} ]; then
-            echo "clink-${name}: run this from the root of a clink-rs checkout" >&2
-            exit 2
-          fi
           # The pinned tools first; the caller's PATH after them, for anything
           # a gate uses that the table does not name.
           export PATH=${pkgs.lib.makeBinPath (common pkgs ++ gate.tools)}:$PATH
-          ${pkgs.lib.optionalString gate.fetch "./gates/fetch-tools"}
-          exec ./gates/${name} "$@"
+          export CLINK_BIN=${package pkgs}/bin/clink
+          export CLINK_REFERENCE_AUDIT_BIN=${package pkgs}/bin/clink-reference-audit
+          export CLINK_KAFKA_MOCK_BIN=${package pkgs}/bin/clink-kafka-mock
+          export CARGO_TARGET_DIR="''${CARGO_TARGET_DIR:-''${XDG_CACHE_HOME:-$HOME/.cache}/clink-rs/nix-target}"
+          # Snapshots are compared, never written: the source is the store's.
+          export INSTA_UPDATE=no
+          ${pkgs.lib.optionalString gate.fetch "${self}/gates/fetch-tools"}
+          exec ${self}/gates/${name} "$@"
         '');
       };
 
-      # clink itself, from Cargo.lock. Its tests run in CI and in
-      # checks.flake-shape, not in the package build.
+      # clink itself, from Cargo.lock: the command line, the independent
+      # reference audit the reconcile gate runs, and the transactional Kafka
+      # mock gates/services starts. Its tests run in CI, not in
+      # the package build; checks.flake-shape runs the flake's own tests.
       clink = pkgs: extra: pkgs.rustPlatform.buildRustPackage ({
         pname = "clink";
         inherit version;
-        src = ./.;
+        src = self;
         cargoLock.lockFile = ./Cargo.lock;
-        cargoBuildFlags = [ "-p" "clink-harness" "--bin" "clink" ];
+        cargoBuildFlags = [
+          "-p" "clink-harness" "--bin" "clink"
+          "-p" "clink-reference-audit" "--bin" "clink-reference-audit"
+          "-p" "clink-kafka-mock" "--bin" "clink-kafka-mock"
+        ];
         doCheck = false;
         meta.mainProgram = "clink";
       } // extra);
+      package = pkgs: clink pkgs { };
     in {
-      packages = forAll (pkgs: { default = clink pkgs { }; });
+      packages = forAll (pkgs: { default = package pkgs; });
 
       apps = forAll (pkgs: pkgs.lib.mapAttrs (app pkgs) (gates pkgs));
 
@@ -85,12 +115,14 @@
       });
 
       checks = forAll (pkgs: {
-        # The shape test in the build sandbox: it only parses (nix-instantiate
-        # --parse with the dummy store), so it needs no network and no daemon.
+        # The flake's tests in the build sandbox: the shape test parses and
+        # the evaluation test evaluates against its stand-in package set
+        # (nix-instantiate with the dummy store), so neither needs network or
+        # a daemon.
         flake-shape = clink pkgs {
           pname = "clink-flake-shape";
           doCheck = true;
-          cargoTestFlags = [ "-p" "clink-harness" "--test" "flake_shape" ];
+          cargoTestFlags = [ "-p" "clink-harness" "--test" "flake_shape" "--test" "flake_eval" ];
           nativeCheckInputs = [ pkgs.nix ];
           preCheck = "export HOME=$TMPDIR";
         };

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clink_basics::digest::sha256_hex;
+use clink_engine::capture::format::{encode_capture, read_capture};
+use clink_engine::checkpoint::{CheckpointLayout, FileStateBackend};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value as Json;
 
@@ -217,6 +219,96 @@ fn apply(dir: &Path, action: &Json) {
             m[action["list"].as_str().unwrap()].as_array_mut().unwrap().push(action["note"].clone());
             save_manifest(dir, &m);
         }
+        "add_copy" => {
+            // Copies a picked artifact to another path (`{name}`: its file
+            // name) and lists the copy with a role and its own hash.
+            let from = match action["prefix"].as_str() {
+                // The first artifact of the role whose file name starts so.
+                Some(prefix) => m["artifacts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|a| a["role"] == action["role"])
+                    .map(|a| a["path"].as_str().unwrap().to_string())
+                    .find(|p| p.rsplit('/').next().unwrap().starts_with(prefix))
+                    .unwrap_or_else(|| panic!("no {prefix}* artifact")),
+                None => pick_for(&m, action),
+            };
+            let name = from.rsplit('/').next().unwrap().to_string();
+            // `{pid}`: the process of a trace file name (`<role>-<pid>-<start>.ndjson`).
+            let pid = name.split('-').nth(1).unwrap_or_default().to_string();
+            let to = placed(&m, &action["to"].as_str().unwrap().replace("{name}", &name).replace("{pid}", &pid));
+            fs::create_dir_all(dir.join(&to).parent().unwrap()).unwrap();
+            fs::copy(dir.join(&from), dir.join(&to)).unwrap();
+            let mut m = m;
+            let role = action["as"].as_str().unwrap_or_else(|| action["role"].as_str().unwrap());
+            m["artifacts"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"path": to, "role": role, "size": 0, "sha256": ""}));
+            save_manifest(dir, &m);
+            revouch(dir, &to);
+        }
+        "set_role" => {
+            // Relabels a picked artifact (or one named by path): only what the
+            // manifest says the file is changes.
+            let rel = match action["path"].as_str() {
+                Some(p) => placed(&m, p),
+                None => pick_for(&m, action),
+            };
+            let mut m = m;
+            for a in m["artifacts"].as_array_mut().unwrap() {
+                if a["path"] == rel.as_str() {
+                    a["role"] = action["to"].clone();
+                }
+            }
+            save_manifest(dir, &m);
+        }
+        "rewrite_snapshot" => {
+            // Cuts the last byte off one slot of a participant's snapshot of
+            // the selected checkpoint and writes it back with a sidecar that
+            // agrees (the engine's own writer), both re-vouched: every hash
+            // holds, the state does not decode.
+            let participant = action["participant"].as_str().unwrap();
+            let job: u64 = m["job"]["id"].as_str().unwrap().parse().unwrap();
+            let checkpoint = m["selection"]["checkpoint"].as_u64().unwrap();
+            let backend = FileStateBackend::new(CheckpointLayout::new(dir.join("checkpoint"), job));
+            let mut snapshot = backend.read(1, participant, checkpoint).unwrap();
+            let slot = snapshot.slots.0.get_mut(action["slot"].as_str().unwrap()).unwrap();
+            slot.bytes.pop();
+            backend.write(participant, &snapshot.header, &snapshot.slots).unwrap();
+            let base = format!("checkpoint/_state/{job}/v1/{participant}/checkpoint-{checkpoint}.snap");
+            revouch(dir, &base);
+            revouch(dir, &format!("{base}.meta"));
+        }
+        "capture_header" => {
+            // Re-encodes a capture with a header naming another job, re-vouched.
+            let rel = placed(&m, action["path"].as_str().unwrap());
+            let capture = read_capture(&fs::read(dir.join(&rel)).unwrap()).unwrap();
+            let mut header = capture.header.clone();
+            header.job = action["job"].as_u64().unwrap();
+            fs::write(dir.join(&rel), encode_capture(&header, &capture.events)).unwrap();
+            revouch(dir, &rel);
+        }
+        "swap_marker_and_broadcast" => {
+            // In the first coordinator trace, the first COMPLETED marker and
+            // the commit broadcast after it exchange places (seq and ts kept),
+            // re-vouched: a well-formed trace the protocol forbids.
+            let rel = trace_files(&m, "first", &[Json::from("coordinator")]).pop().unwrap();
+            let mut lines: Vec<Json> =
+                fs::read_to_string(dir.join(&rel)).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let marker = lines.iter().position(|l| l["event"] == "WriteCompleted").unwrap();
+            assert_eq!(lines[marker + 1]["event"], "Broadcast");
+            let (a, b) = (lines[marker].clone(), lines[marker + 1].clone());
+            for (at, from) in [(marker, b), (marker + 1, a)] {
+                let (seq, ts) = (lines[at]["seq"].clone(), lines[at]["ts"].clone());
+                lines[at] = from;
+                lines[at]["seq"] = seq;
+                lines[at]["ts"] = ts;
+            }
+            fs::write(dir.join(&rel), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+            revouch(dir, &rel);
+        }
         other => panic!("unknown action {other}"),
     }
 }
@@ -336,6 +428,12 @@ fn run_case(case: &Case) -> Result<(), Failed> {
     let text = matches!(&case.recipe, Some(Ok(r)) if r["text"] == true);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clink"));
     cmd.args(["incident-verify", "--profile", &profile]).arg(&bundle);
+    // A recipe may select epochs (or pass other options) as a user would.
+    if let Some(Ok(recipe)) = &case.recipe {
+        for arg in recipe["args"].as_array().into_iter().flatten() {
+            cmd.arg(arg.as_str().unwrap_or_default());
+        }
+    }
     if !text {
         cmd.arg("--json");
     }

@@ -9,8 +9,9 @@
 //! kind `nix`, never passed. Each check also runs against deliberately broken
 //! inputs (`selftest::…`), so a check that cannot fail shows up as a failure.
 //!
-//! This file uses only std, serde_json, which and libtest-mimic: no harness
-//! internals, so it moves with the package that holds it.
+//! This file uses only std, serde_json, which and libtest-mimic (and the
+//! gates list it shares with flake_eval.rs, support/flake_gates.rs): no
+//! harness internals, so it moves with the package that holds it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -20,26 +21,12 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 
+#[path = "support/flake_gates.rs"]
+mod flake_gates;
+use flake_gates::{is_internal, read_bounded, read_gates, Gate};
+
 // ---------------------------------------------------------------------------
 // What the checks know about the repository.
-
-/// Scripts under gates/ that users do not run directly, so they need no app.
-const INTERNAL: &[&str] = &[
-    // A step of incident-gate: it proves
-    // isolation before a verification relies on it.
-    "network-isolation",
-    // Re-records traces/ for developers; its output is committed.
-    "record-traces",
-    // Builds the prior release that upgrade-gate compares against.
-    "build-release",
-    // Installs the services with apt and cargo on machines without Nix;
-    // under Nix the services app takes them from nixpkgs.
-    "install-services",
-    // Sourced by the gates, never run.
-    "lib.sh",
-];
-/// Prefixes of internal scripts: refresh-* re-make committed fixtures.
-const INTERNAL_PREFIXES: &[&str] = &["refresh-"];
 
 /// The commands a gate may call that the flake must provide, and the nixpkgs
 /// attributes (as written in flake.nix, under `with pkgs`) that provide each.
@@ -54,15 +41,13 @@ const TOOLS: &[(&str, &[&str])] = &[
     ("kafka", &["apacheKafka"]),
     ("cargo", &["cargo"]),
     ("git", &["git"]),
+    ("awk", &["gawk"]),
 ];
 
 /// Tools a gate needs that its own text does not show, because a program it
 /// runs calls them.
 const INDIRECT: &[(&str, &str, &str)] =
     &[("incident-gate", "java", "its full-profile verification runs TLC (protocol.conformance) through clink")];
-
-/// Largest file the test reads (gates, flake.nix, flake.lock).
-const MAX_FILE: u64 = 1 << 20;
 
 // ---------------------------------------------------------------------------
 // Running nix-instantiate.
@@ -1163,12 +1148,23 @@ fn check_outputs(flake: &Expr) -> Result<(), String> {
         }),
         "the `clink` binding is not a rustPlatform.buildRustPackage with cargoLock.lockFile and doCheck",
     );
-    need(out("packages").is_some_and(|p| p.uses("clink")), "packages are not built by `clink`");
+    need(
+        out("packages").is_some_and(|p| p.uses("package")) && binding("package").is_some_and(|p| p.uses("clink")),
+        "packages are not built by `package` (which calls `clink`)",
+    );
     need(out("apps").is_some_and(|a| a.uses("gates") && a.uses("app")), "apps are not built from the `gates` table");
     need(binding("app").is_some_and(|a| a.uses("common")), "the `app` builder does not put `common` on PATH");
     need(
         binding("app").is_some_and(|a| a.has_string("gates/fetch-tools")),
         "the `app` builder never runs gates/fetch-tools",
+    );
+    need(
+        binding("app").is_some_and(|a| a.uses("self") && a.uses("package") && a.has_string("CLINK_BIN=")),
+        "the `app` builder does not run the gates of `self` with CLINK_BIN from `package`",
+    );
+    need(
+        binding("app").is_some_and(|a| !a.has_string("./gates")),
+        "the `app` builder runs ./gates, which only works from a checkout's root",
     );
     need(
         out("devShells").is_some_and(|d| d.binds_somewhere("default") && d.uses("gates") && d.uses("common")),
@@ -1418,42 +1414,6 @@ fn read_table(flake: &Expr) -> Result<Table, String> {
     Ok(Table { common, apps })
 }
 
-/// A script under gates/.
-#[derive(Clone, Debug)]
-struct Gate {
-    executable: bool,
-    text: String,
-}
-
-fn read_gates(dir: &Path) -> Result<BTreeMap<String, Gate>, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut gates = BTreeMap::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        if !meta.is_file() {
-            continue;
-        }
-        let name = entry.file_name().into_string().map_err(|n| format!("gates/{n:?}: not a UTF-8 name"))?;
-        gates.insert(name, Gate { executable: meta.permissions().mode() & 0o100 != 0, text: read_bounded(&path)? });
-    }
-    Ok(gates)
-}
-
-fn read_bounded(path: &Path) -> Result<String, String> {
-    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    if len > MAX_FILE {
-        return Err(format!("{}: {len} bytes, more than this test reads", path.display()));
-    }
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn is_internal(gate: &str) -> bool {
-    INTERNAL.contains(&gate) || INTERNAL_PREFIXES.iter().any(|p| gate.starts_with(p))
-}
-
 /// Every app runs a gate that exists under gates/ and is executable.
 fn check_apps_name_gates(table: &Table, gates: &BTreeMap<String, Gate>) -> Result<(), String> {
     let problems: Vec<String> = table
@@ -1480,7 +1440,7 @@ fn check_gates_have_apps(table: &Table, gates: &BTreeMap<String, Gate>) -> Resul
         .map(|g| {
             format!(
                 "gates/{g} has no app: add `{g} = {{ fetch = …; tools = [ … ]; }};` to the `gates` table in \
-                 flake.nix, or, if no user runs it directly, list it in INTERNAL in harness/tests/flake_shape.rs"
+                 flake.nix, or, if no user runs it directly, list it in INTERNAL in harness/tests/support/flake_gates.rs"
             )
         })
         .collect();
@@ -1723,6 +1683,14 @@ fn st_outputs_no_check(ctx: &Ctx) -> Result<(), String> {
     let broken = ctx.edited(r#""--test" "flake_shape""#, r#""--test" "formal""#)?;
     expect_failure(broken.and_then(|f| check_outputs(&f)), &["flake-shape does not run the flake_shape test"])
 }
+fn st_outputs_app_from_cwd(ctx: &Ctx) -> Result<(), String> {
+    let broken = ctx.edited(r#"exec ${self}/gates/${name} "$@""#, r#"exec ./gates/${name} "$@""#)?;
+    expect_failure(broken.and_then(|f| check_outputs(&f)), &["runs ./gates"])
+}
+fn st_outputs_app_builds_its_own(ctx: &Ctx) -> Result<(), String> {
+    let broken = ctx.edited("export CLINK_BIN=${package pkgs}/bin/clink\n", "")?;
+    expect_failure(broken.and_then(|f| check_outputs(&f)), &["with CLINK_BIN from `package`"])
+}
 fn lock_against(ctx: &Ctx, from: &str, to: &str) -> Result<Result<(), String>, String> {
     let inputs = declared_inputs(ctx.flake()?)?;
     Ok(check_lock(&inputs, &edit(&ctx.lock_text()?, from, to)?))
@@ -1741,8 +1709,8 @@ fn st_lock_rev(ctx: &Ctx) -> Result<(), String> {
 }
 fn st_lock_unpinned_input(ctx: &Ctx) -> Result<(), String> {
     let flake = ctx.edited(
-        "inputs.nixpkgs.url = \"github:NixOS/nixpkgs/nixos-24.05\";",
-        "inputs.nixpkgs.url = \"github:NixOS/nixpkgs/nixos-24.05\";\n  inputs.rust.url = \"github:oxalica/rust-overlay\";",
+        "inputs.nixpkgs.url = \"github:NixOS/nixpkgs/nixos-25.11\";",
+        "inputs.nixpkgs.url = \"github:NixOS/nixpkgs/nixos-25.11\";\n  inputs.rust.url = \"github:oxalica/rust-overlay\";",
     )??;
     expect_failure(check_lock(&declared_inputs(&flake)?, &ctx.lock_text()?), &["input `rust`", "does not pin"])
 }
@@ -1751,8 +1719,8 @@ fn st_lock_undeclared_argument(ctx: &Ctx) -> Result<(), String> {
     expect_failure(check_lock(&declared_inputs(&flake)?, &ctx.lock_text()?), &["input `utils`", "does not pin"])
 }
 fn st_lock_stale_ref(ctx: &Ctx) -> Result<(), String> {
-    let flake = ctx.edited("github:NixOS/nixpkgs/nixos-24.05", "github:NixOS/nixpkgs/nixos-25.05")??;
-    expect_failure(check_lock(&declared_inputs(&flake)?, &ctx.lock_text()?), &["nixos-25.05", "stale"])
+    let flake = ctx.edited("github:NixOS/nixpkgs/nixos-25.11", "github:NixOS/nixpkgs/nixos-26.05")??;
+    expect_failure(check_lock(&declared_inputs(&flake)?, &ctx.lock_text()?), &["nixos-26.05", "stale"])
 }
 fn st_lock_stale_node(ctx: &Ctx) -> Result<(), String> {
     let broken = lock_against(ctx, r#""nixpkgs": "nixpkgs""#, r#""nixpkgs": "nixpkgs", "old": "nixpkgs""#)?;
@@ -1844,6 +1812,8 @@ const TRIALS: &[(&str, Check)] = &[
     ("selftest::parses::outputs_not_a_function", st_parse_outputs_shape),
     ("selftest::outputs::apps_by_hand", st_outputs_apps_by_hand),
     ("selftest::outputs::check_runs_another_test", st_outputs_no_check),
+    ("selftest::outputs::app_runs_gates_from_cwd", st_outputs_app_from_cwd),
+    ("selftest::outputs::app_without_clink_bin", st_outputs_app_builds_its_own),
     ("selftest::lock::version_6", st_lock_version),
     ("selftest::lock::not_json", st_lock_not_json),
     ("selftest::lock::no_nar_hash", st_lock_nar_hash),

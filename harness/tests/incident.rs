@@ -664,3 +664,49 @@ fn incident_regress_refuses_an_epoch_whose_op_spec_contradicts_the_job_graph() {
         .unwrap();
     assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
 }
+
+/// Two jobs writing into one capture directory leave each other's files at
+/// the same paths (a capture's path names no job). Collecting job 1 must
+/// take none of job 2's: each capture's header, op.json and sink evidence
+/// must name the job, operator, subtask and epoch its path says, or it is
+/// left out and said to be absent, so a bundle never mixes two jobs.
+#[test]
+fn a_capture_directory_two_jobs_share_gives_a_bundle_only_its_own_jobs_captures() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    // Job 2: the same graph under another id, its own checkpoints, the same captures.
+    let text = std::fs::read_to_string(job("example")).unwrap().replace("\"job_id\": \"1\"", "\"job_id\": \"2\"");
+    let job2 = live.path("job2.json");
+    std::fs::write(&job2, text).unwrap();
+    let ran = clink()
+        .args(["run", "--quiet", "--checkpoint-every-records", "500", "--job"])
+        .arg(&job2)
+        .arg("--input-dir")
+        .arg(live.path("input"))
+        .arg("--output-dir")
+        .arg(live.path("out2"))
+        .arg("--checkpoint-dir")
+        .arg(live.path("ck2"))
+        .arg("--capture-dir")
+        .arg(live.path("capture"))
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let out = live.path("b");
+    let collected = live.collect(&out, &["--epochs", "1,2,3,4"]).output().unwrap();
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
+    let manifest: Json = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    // Every capture the bundle holds is job 1's, by its own header.
+    for e in manifest["epochs"].as_array().unwrap() {
+        let bytes = std::fs::read(out.join(e["path"].as_str().unwrap())).unwrap();
+        let header = clink_engine::capture::format::read_capture_header(&bytes).unwrap();
+        assert_eq!(header.job, 1, "{} is job {}'s capture", e["path"], header.job);
+    }
+    // Job 2 wrote every operator's files last: none is collected, each is named absent.
+    assert!(manifest["epochs"].as_array().unwrap().is_empty(), "{}", manifest["epochs"]);
+    let absent = manifest["absent"].to_string();
+    assert!(absent.contains("another job's files"), "{absent}");
+    // And the bundle's replay checks do not pass on nothing.
+    let verified = clink().args(["incident-verify", "--json", "--profile", "replay"]).arg(&out).output().unwrap();
+    assert_ne!(verified.status.code(), Some(0), "{}", String::from_utf8_lossy(&verified.stdout));
+}

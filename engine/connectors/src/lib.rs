@@ -13,6 +13,7 @@
 
 pub mod clickhouse;
 pub mod kafka;
+pub mod kafka_txn;
 
 /// A value the client could read, or why it could not.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -355,10 +355,17 @@ fn decode_event_v2(r: &mut Reader<'_>, version: u32) -> Result<Event, DecodeErro
     }
 }
 
-/// Reads a capture: the header must be whole; the events are read until the
-/// header's count or the first that does not decode.
-pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
-    let mut r = Reader::new(bytes);
+/// The most bytes a capture header takes: what [`read_capture_header`] needs.
+pub const MAX_HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 8 + 8 + 1 + 8 + 8 + 8;
+
+/// Reads only a capture's header (from at least its first
+/// [`MAX_HEADER_BYTES`] bytes, or the whole file if shorter): what a reader
+/// checks a file's names with before it takes the file as evidence.
+pub fn read_capture_header(bytes: &[u8]) -> Result<CaptureHeader, CaptureError> {
+    read_header_from(&mut Reader::new(bytes))
+}
+
+fn read_header_from(r: &mut Reader<'_>) -> Result<CaptureHeader, CaptureError> {
     if r.take(8).map_err(|_| CaptureError::NotACapture)? != CAPTURE_MAGIC {
         return Err(CaptureError::NotACapture);
     }
@@ -368,7 +375,7 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
         v if v > CAPTURE_VERSION => return Err(CaptureError::NewerVersion(v)),
         v => return Err(CaptureError::UnknownVersion(v)),
     }
-    let header = (|| {
+    (|| {
         Ok::<_, DecodeError>(CaptureHeader {
             version,
             job: r.u64()?,
@@ -382,7 +389,15 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
             stored_events: r.u64()?,
         })
     })()
-    .map_err(CaptureError::Header)?;
+    .map_err(CaptureError::Header)
+}
+
+/// Reads a capture: the header must be whole; the events are read until the
+/// header's count or the first that does not decode.
+pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let mut r = Reader::new(bytes);
+    let header = read_header_from(&mut r)?;
+    let version = header.version;
     let mut events = Vec::new();
     let mut cut_short = false;
     let mut decoder = EventDecoder::default();

@@ -2,16 +2,11 @@
 //! names (recorded with the checkpoints), and the job manifest's graph when
 //! the collection caught the job running. Where both are there they must be
 //! the same job; a source that is there and does not read is an error, never
-//! an absence. [`Bundle::job_graph_at`] reads the graph another completed
-//! checkpoint's marker names, every byte vouched for by the manifest.
+//! an absence. Every source is read from the bytes the manifest vouched for.
+//! [`Bundle::job_graph_at`] is the graph another completed checkpoint's
+//! marker names (a redeploy may have changed the job since).
 
-use clink_engine::checkpoint::graph::{check_graph_bytes, check_graph_name, read_graph, MAX_GRAPH_BYTES};
-use clink_engine::checkpoint::markers::{
-    check_completed_names, parse_completed_bytes, read_completed, MAX_MARKER_BYTES,
-};
-use clink_engine::checkpoint::CheckpointLayout;
 use clink_engine::job::{parse_job, JobGraph};
-use clink_engine::job_manifest::MAX_MANIFEST_BYTES;
 
 use crate::Bundle;
 
@@ -53,46 +48,6 @@ impl Bundle {
     pub fn job_graph(&self) -> Result<KnownGraph, GraphProblem> {
         let from_marker = self.marker_graph()?;
         let from_manifest = self.manifest_graph()?;
-        self.agreeing(from_marker, from_manifest)
-    }
-
-    fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
-        let layout = CheckpointLayout::new(self.checkpoint_dir(), self.job_id());
-        let checkpoint = self.manifest.selection.checkpoint;
-        let marker = read_completed(&layout, checkpoint)
-            .map_err(|e| GraphProblem::Broken(format!("the selected marker does not read: {e}")))?;
-        let Some(named) = marker.graph else { return Ok(None) };
-        let bytes = read_graph(&layout, &named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| GraphProblem::Broken(format!("the job graph {} is not UTF-8", named.file)))?;
-        parse_job(&text).map(Some).map_err(|e| GraphProblem::Broken(format!("the job graph {}: {e}", named.file)))
-    }
-
-    /// The job graph completed checkpoint `checkpoint`'s marker names: the
-    /// marker and the graph read through [`Bundle::read_vouched`], the graph
-    /// hashed to the name the marker gives. For the selected checkpoint it is
-    /// cross-checked with the job manifest's graph as [`Bundle::job_graph`]
-    /// does; another checkpoint's may be an earlier deploy's, so a marker
-    /// naming none (version 1) leaves it absent.
-    pub fn job_graph_at(&self, checkpoint: u64) -> Result<KnownGraph, GraphProblem> {
-        let from_marker = self.vouched_marker_graph(checkpoint)?;
-        if checkpoint != self.manifest.selection.checkpoint {
-            return match from_marker {
-                Some(graph) => Ok(KnownGraph { graph, source: format!("the job graph COMPLETED-{checkpoint} names") }),
-                None => Err(GraphProblem::Absent(format!(
-                    "COMPLETED-{checkpoint} names no job graph (a version 1 marker), and the job manifest's is the selected checkpoint's"
-                ))),
-            };
-        }
-        let from_manifest = self.vouched_manifest_graph()?;
-        self.agreeing(from_marker, from_manifest)
-    }
-
-    fn agreeing(
-        &self,
-        from_marker: Option<JobGraph>,
-        from_manifest: Option<JobGraph>,
-    ) -> Result<KnownGraph, GraphProblem> {
         match (from_marker, from_manifest) {
             (Some(a), Some(b)) if redacted(&a) != redacted(&b) => Err(GraphProblem::Broken(format!(
                 "the job graph COMPLETED-{} names and the job manifest's graph are different jobs",
@@ -110,52 +65,94 @@ impl Bundle {
         }
     }
 
-    fn vouched_marker_graph(&self, checkpoint: u64) -> Result<Option<JobGraph>, GraphProblem> {
-        let broken = |why: String| GraphProblem::Broken(why);
-        let layout = CheckpointLayout::new(self.checkpoint_dir(), self.job_id());
-        let path = layout.completed_marker(checkpoint);
-        let bytes = self
-            .read_vouched_file(&path, MAX_MARKER_BYTES)
-            .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
-        // Errors name files by their bundle paths.
-        let named_as =
-            |file: &std::path::Path| self.bundle_path(file).map(std::path::PathBuf::from).unwrap_or_default();
-        let marker_path = named_as(&path);
-        let marker = parse_completed_bytes(&marker_path, &bytes)
-            .and_then(|m| check_completed_names(&marker_path, &m, self.job_id(), checkpoint).map(|()| m))
-            .map_err(|e| broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
-        let Some(named) = marker.graph else { return Ok(None) };
-        let file = layout.jobs_dir().join(&named.file);
-        let graph_path = named_as(&file);
-        check_graph_name(&graph_path, &named).map_err(|e| broken(format!("the job graph: {e}")))?;
-        let bytes =
-            self.read_vouched_file(&file, MAX_GRAPH_BYTES).map_err(|e| broken(format!("the job graph: {e}")))?;
-        check_graph_bytes(&graph_path, &named, &bytes).map_err(|e| broken(format!("the job graph: {e}")))?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| broken(format!("the job graph {} is not UTF-8", named.file)))?;
-        parse_job(&text).map(Some).map_err(|e| broken(format!("the job graph {}: {e}", named.file)))
+    /// The job graph completed checkpoint `checkpoint`'s marker names. For
+    /// the selected checkpoint it is [`Bundle::job_graph`], cross-checked with
+    /// the job manifest's; another checkpoint's may be an earlier deploy's,
+    /// so it is its marker's alone, and a marker naming none (version 1)
+    /// leaves it absent.
+    pub fn job_graph_at(&self, checkpoint: u64) -> Result<KnownGraph, GraphProblem> {
+        if checkpoint == self.manifest.selection.checkpoint {
+            return self.job_graph();
+        }
+        match self.graph_of_marker(checkpoint)? {
+            Some(graph) => Ok(KnownGraph { graph, source: format!("the job graph COMPLETED-{checkpoint} names") }),
+            None => Err(GraphProblem::Absent(format!(
+                "COMPLETED-{checkpoint} names no job graph (a version 1 marker), and the job manifest's is the selected checkpoint's"
+            ))),
+        }
     }
 
-    fn vouched_manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
+    fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
+        self.graph_of_marker(self.manifest.selection.checkpoint)
+    }
+
+    /// The job graph COMPLETED-`checkpoint` names, read from vouched bytes and
+    /// checked against the hash the marker names; `None` for a version 1
+    /// marker, which names none.
+    pub fn graph_of_marker(&self, checkpoint: u64) -> Result<Option<JobGraph>, GraphProblem> {
+        let marker = self
+            .completed_marker(checkpoint)
+            .map_err(|e| GraphProblem::Broken(format!("COMPLETED-{checkpoint} does not read: {e}")))?;
+        let Some(named) = marker.graph else { return Ok(None) };
+        let bytes = self.graph_bytes(&named).map_err(|e| GraphProblem::Broken(format!("the job graph: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| GraphProblem::Broken(format!("the job graph {} is not UTF-8", named.file)))?;
+        parse_job(&text).map(Some).map_err(|e| GraphProblem::Broken(format!("the job graph {}: {e}", named.file)))
+    }
+
+    fn manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
         const PATH: &str = "job/manifest.json";
         if self.artifact(PATH).is_none() {
             return Ok(None);
         }
-        let broken = |why: String| GraphProblem::Broken(format!("{PATH}: {why}"));
-        let bytes = self.read_vouched(PATH, MAX_MANIFEST_BYTES).map_err(|e| broken(e.to_string()))?;
-        let manifest =
-            clink_engine::job_manifest::parse(&self.root.join(PATH), &bytes).map_err(|e| broken(e.to_string()))?;
-        parse_job(&manifest.graph.to_string()).map(Some).map_err(|e| broken(format!("its graph: {e}")))
-    }
-
-    fn manifest_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {
-        if self.artifact("job/manifest.json").is_none() {
-            return Ok(None);
-        }
-        let manifest = clink_engine::job_manifest::read(&self.root.join("job/manifest.json"))
-            .map_err(|e| GraphProblem::Broken(format!("job/manifest.json: {e}")))?;
+        let bytes = self
+            .read_vouched(PATH, clink_engine::job_manifest::MAX_MANIFEST_BYTES)
+            .map_err(|e| GraphProblem::Broken(e.to_string()))?;
+        let manifest = clink_engine::job_manifest::parse(&self.root.join(PATH), &bytes)
+            .map_err(|e| GraphProblem::Broken(format!("{PATH}: {e}")))?;
         parse_job(&manifest.graph.to_string())
             .map(Some)
-            .map_err(|e| GraphProblem::Broken(format!("job/manifest.json: its graph: {e}")))
+            .map_err(|e| GraphProblem::Broken(format!("{PATH}: its graph: {e}")))
+    }
+}
+
+impl Bundle {
+    /// Whether every captured epoch is labelled as what the job graph says
+    /// its operator is: a sink's recorded input (`sink`) or an operator's
+    /// events (`operator`). The label decides which checks read an epoch, so
+    /// one that contradicts the graph would move evidence out of a check:
+    /// `Err` names the first.
+    pub fn check_epoch_roles(&self, graph: Option<&JobGraph>) -> Result<(), String> {
+        for (i, e) in self.manifest.epochs.iter().enumerate() {
+            let op = e.operator_id();
+            let (type_name, kind) = match graph {
+                Some(graph) => {
+                    let Some(planned) = graph.operator(op) else {
+                        return Err(format!("epochs[{i}] ({}): the job graph has no operator {op}", e.path));
+                    };
+                    (planned.spec.type_name.clone(), Some(planned.spec.descriptor.kind()))
+                }
+                // No graph: the captured op.json says what the operator is.
+                None => match self.op_spec(op, e.subtask) {
+                    Ok(spec) => {
+                        let kind = clink_engine::registry::kind_of(&spec.type_name);
+                        (spec.type_name, kind)
+                    }
+                    Err(_) => continue,
+                },
+            };
+            let Some(kind) = kind else { continue };
+            let is_sink = kind == clink_engine::operators::OperatorKind::Sink;
+            let label = if is_sink { "sink" } else { "operator" };
+            if e.role != label {
+                return Err(format!(
+                    "epochs[{i}] ({}) is labelled {:?}, but operator {op} is a {} ({type_name})",
+                    e.path,
+                    e.role,
+                    if is_sink { "sink" } else { "transform" },
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! clink-bundle: incident bundles. The manifest and its reader ([`manifest`]),
 //! the path rules ([`paths`]), the reader of what the manifest vouched for
-//! ([`vouched`]), and the collector ([`collect`]).
+//! ([`vouched`]) and the typed evidence read from it ([`evidence`]), and the
+//! collector ([`collect`]).
 //!
 //! A bundle keeps the engine's own layout under `checkpoint/` and `capture/`,
 //! so the engine's readers (markers, the restore rule, snapshots, captures) run
@@ -16,10 +17,12 @@
 //! ```
 
 pub mod collect;
+pub mod evidence;
 pub mod graph;
 pub mod manifest;
 pub mod paths;
 pub mod vouched;
 
+pub use evidence::{EvidenceError, Markers};
 pub use manifest::{read_bundle, Artifact, Bundle, EpochEntry, IncidentManifest, ManifestError};
 pub use vouched::VouchError;

@@ -20,7 +20,7 @@ use thiserror::Error;
 
 use clink_engine::checkpoint::layout::{parse_participant_name, participant_name};
 
-use super::paths::{check_form, link_on_path};
+use super::paths::{check_form, kind_of, link_on_path};
 
 pub const FORMAT: &str = "clink-incident-bundle";
 pub const VERSION: u64 = 1;
@@ -298,15 +298,50 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<IncidentManifest, ManifestError> {
         excluded: root.objects("excluded", note)?,
     };
     refuse_duplicates(&manifest)?;
-    for (i, a) in manifest.artifacts.iter().enumerate() {
-        if a.role == "capture" && parse_capture_path(&a.path).is_none() {
+    check_kinds(&manifest)?;
+    Ok(manifest)
+}
+
+/// Every artifact is what its path says: a path no collector writes, a role
+/// the path contradicts, or another job's path is malformed. The checks find
+/// evidence by path, so a label can never hide a file from them or pass one
+/// off as another.
+fn check_kinds(m: &IncidentManifest) -> Result<(), ManifestError> {
+    let job = parse_decimal_u64(&m.job.id);
+    for (i, a) in m.artifacts.iter().enumerate() {
+        let Some(kind) = kind_of(&a.path) else {
             return Err(refuse(
                 format!("artifacts[{i}].path"),
-                format!("capture {:?} is not at capture/op-<id>/subtask-<s>/epoch-<n>.cap", a.path),
+                format!("{:?} is not a path the collector writes (the engine's layout under checkpoint/ and capture/, traces/<role>-<pid>-<start>.ndjson, job/manifest.json)", a.path),
+            ));
+        };
+        if !kind.roles().contains(&a.role.as_str()) {
+            return Err(refuse(
+                format!("artifacts[{i}].role"),
+                format!(
+                    "{:?} is listed as {:?}, but its path says it is a {} ({})",
+                    a.path,
+                    a.role,
+                    kind.roles()[0],
+                    kind.roles().join(" or ")
+                ),
             ));
         }
+        if let Some(named) = kind.job() {
+            if Some(named) != job {
+                return Err(refuse(
+                    format!("artifacts[{i}].path"),
+                    format!("{:?} is a path of job {named}; the bundle is of job {}", a.path, m.job.id),
+                ));
+            }
+        }
     }
-    Ok(manifest)
+    for (i, e) in m.epochs.iter().enumerate() {
+        if m.artifacts.iter().all(|a| a.path != e.path) {
+            return Err(refuse(format!("epochs[{i}].path"), format!("{:?} is not a listed artifact", e.path)));
+        }
+    }
+    Ok(())
 }
 
 /// A list that names one thing twice is malformed: which entry counts would be a guess.

@@ -3,6 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use clink_basics::ids::{parse_decimal_u64, OperatorId};
+use clink_engine::checkpoint::graph::parse_graph_file_name;
+use clink_engine::checkpoint::layout;
+
 /// The directories evidence may sit in.
 pub const EVIDENCE_DIRS: [&str; 4] = ["checkpoint", "capture", "traces", "job"];
 
@@ -64,6 +68,167 @@ pub fn resolve(root: &Path, path: &str) -> PathBuf {
     path.split('/').fold(root.to_path_buf(), |at, c| at.join(c))
 }
 
+/// What a bundle path is, read from the path alone: the engine's layout
+/// under `checkpoint/` and `capture/`, the collector's under `traces/` and
+/// `job/`. An artifact's role is a label; its kind is what the path says, and
+/// the reader requires the two to agree, so relabelling a file cannot move it
+/// out of the checks that read its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArtifactKind {
+    CompletedMarker {
+        job: u64,
+        checkpoint: u64,
+    },
+    ConfirmedMarker {
+        job: u64,
+        checkpoint: u64,
+    },
+    RestoredRecord {
+        job: u64,
+    },
+    JobGraph {
+        job: u64,
+        sha256: String,
+    },
+    Snapshot {
+        job: u64,
+        generation: u32,
+        participant: String,
+        checkpoint: u64,
+    },
+    SnapshotMeta {
+        job: u64,
+        generation: u32,
+        participant: String,
+        checkpoint: u64,
+    },
+    OpSpec {
+        operator: OperatorId,
+        subtask: u32,
+    },
+    Capture {
+        operator: OperatorId,
+        subtask: u32,
+        epoch: u64,
+    },
+    SinkEvidence {
+        operator: OperatorId,
+        subtask: u32,
+        epoch: u64,
+    },
+    /// `traces/<role>-<pid>-<start>.ndjson`, directly under `traces/`.
+    Trace {
+        file: String,
+    },
+    JobManifest,
+}
+
+impl ArtifactKind {
+    /// The manifest roles an artifact of this kind may carry. A snapshot is
+    /// collected as the selected checkpoint's (`snapshot`) or as one that
+    /// bounds a sink interval or starts an epoch (`interval_state`); either
+    /// way it is the same file and read by the same checks.
+    pub fn roles(&self) -> &'static [&'static str] {
+        match self {
+            ArtifactKind::CompletedMarker { .. } => &["completed_marker"],
+            ArtifactKind::ConfirmedMarker { .. } => &["confirmed_marker"],
+            ArtifactKind::RestoredRecord { .. } => &["restored_record"],
+            ArtifactKind::JobGraph { .. } => &["job_graph"],
+            ArtifactKind::Snapshot { .. } => &["snapshot", "interval_state"],
+            ArtifactKind::SnapshotMeta { .. } => &["snapshot_meta", "interval_state"],
+            ArtifactKind::OpSpec { .. } => &["op_spec"],
+            ArtifactKind::Capture { .. } => &["capture"],
+            ArtifactKind::SinkEvidence { .. } => &["sink_evidence"],
+            ArtifactKind::Trace { .. } => &["trace"],
+            ArtifactKind::JobManifest => &["job_manifest"],
+        }
+    }
+
+    /// The job the path names, where it names one.
+    pub fn job(&self) -> Option<u64> {
+        match self {
+            ArtifactKind::CompletedMarker { job, .. }
+            | ArtifactKind::ConfirmedMarker { job, .. }
+            | ArtifactKind::RestoredRecord { job }
+            | ArtifactKind::JobGraph { job, .. }
+            | ArtifactKind::Snapshot { job, .. }
+            | ArtifactKind::SnapshotMeta { job, .. } => Some(*job),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of a bundle path, or `None` for a path no collector writes.
+/// Every number in a path must be canonical decimal text, so one file has
+/// one name.
+pub fn kind_of(path: &str) -> Option<ArtifactKind> {
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.as_slice() {
+        ["checkpoint", "_jobs", job, name] => {
+            let job = parse_decimal_u64(job)?;
+            if let Some(checkpoint) = layout::parse_completed_marker_name(name) {
+                Some(ArtifactKind::CompletedMarker { job, checkpoint })
+            } else if let Some(checkpoint) = layout::parse_confirmed_marker_name(name) {
+                Some(ArtifactKind::ConfirmedMarker { job, checkpoint })
+            } else if *name == layout::RESTORED_NAME {
+                Some(ArtifactKind::RestoredRecord { job })
+            } else {
+                let sha256 = parse_graph_file_name(name)?.to_string();
+                Some(ArtifactKind::JobGraph { job, sha256 })
+            }
+        }
+        ["checkpoint", "_state", job, generation, participant, name] => {
+            let job = parse_decimal_u64(job)?;
+            let generation = u32::try_from(parse_decimal_u64(generation.strip_prefix('v')?)?).ok()?;
+            let (op, subtask) = layout::parse_participant_name(participant)?;
+            if layout::participant_name(op, subtask) != *participant {
+                return None;
+            }
+            let participant = participant.to_string();
+            match name.strip_suffix(".meta") {
+                Some(snap) => {
+                    let checkpoint = layout::parse_snapshot_name(snap)?;
+                    Some(ArtifactKind::SnapshotMeta { job, generation, participant, checkpoint })
+                }
+                None => {
+                    let checkpoint = layout::parse_snapshot_name(name)?;
+                    Some(ArtifactKind::Snapshot { job, generation, participant, checkpoint })
+                }
+            }
+        }
+        ["capture", op, subtask, name] => {
+            let operator = OperatorId::parse(op.strip_prefix("op-")?)?;
+            let subtask = u32::try_from(parse_decimal_u64(subtask.strip_prefix("subtask-")?)?).ok()?;
+            if format!("op-{operator}") != *op {
+                return None;
+            }
+            if *name == "op.json" {
+                return Some(ArtifactKind::OpSpec { operator, subtask });
+            }
+            if let Some(epoch) = clink_engine::capture::parse_epoch_file_name(name) {
+                return Some(ArtifactKind::Capture { operator, subtask, epoch });
+            }
+            let epoch = parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?)?;
+            Some(ArtifactKind::SinkEvidence { operator, subtask, epoch })
+        }
+        ["traces", file] => parse_trace_file_name(file).map(|_| ArtifactKind::Trace { file: file.to_string() }),
+        ["job", "manifest.json"] => Some(ArtifactKind::JobManifest),
+        _ => None,
+    }
+}
+
+/// The role, pid and start stamp of a trace file name
+/// `<coordinator|worker>-<pid>-<start>.ndjson`, each number canonical.
+pub fn parse_trace_file_name(name: &str) -> Option<(&str, u64, u64)> {
+    let stem = name.strip_suffix(".ndjson")?;
+    let mut parts = stem.split('-');
+    let (role, pid, start) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !matches!(role, "coordinator" | "worker") {
+        return None;
+    }
+    Some((role, parse_decimal_u64(pid)?, parse_decimal_u64(start)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +261,48 @@ mod tests {
         assert!(link_on_path(dir.path(), "capture/real/f").is_none());
         assert!(link_on_path(dir.path(), "capture/link/f").is_some());
         assert!(link_on_path(dir.path(), "capture/missing/f").is_none());
+    }
+
+    #[test]
+    fn a_path_says_what_it_is() {
+        let graph = format!("checkpoint/_jobs/1/graph-{}.json", "a".repeat(64));
+        let cases: Vec<(&str, ArtifactKind)> = vec![
+            ("checkpoint/_jobs/1/COMPLETED-3", ArtifactKind::CompletedMarker { job: 1, checkpoint: 3 }),
+            ("checkpoint/_jobs/1/RESTORED", ArtifactKind::RestoredRecord { job: 1 }),
+            (&graph, ArtifactKind::JobGraph { job: 1, sha256: "a".repeat(64) }),
+            (
+                "checkpoint/_state/1/v1/op-4-0/checkpoint-2.snap.meta",
+                ArtifactKind::SnapshotMeta { job: 1, generation: 1, participant: "op-4-0".into(), checkpoint: 2 },
+            ),
+            (
+                "capture/op-3/subtask-1/epoch-7.cap",
+                ArtifactKind::Capture { operator: OperatorId(3), subtask: 1, epoch: 7 },
+            ),
+            (
+                "capture/op-3/subtask-1/epoch-7.sink.json",
+                ArtifactKind::SinkEvidence { operator: OperatorId(3), subtask: 1, epoch: 7 },
+            ),
+            ("traces/worker-12-34.ndjson", ArtifactKind::Trace { file: "worker-12-34.ndjson".into() }),
+            ("job/manifest.json", ArtifactKind::JobManifest),
+        ];
+        for (path, kind) in cases {
+            assert_eq!(kind_of(path), Some(kind), "{path}");
+        }
+        for other in [
+            "checkpoint/_jobs/01/COMPLETED-3",
+            "checkpoint/_jobs/1/COMPLETED-03",
+            "checkpoint/_jobs/1/notes.txt",
+            "checkpoint/_state/1/v01/op-4-0/checkpoint-2.snap",
+            "checkpoint/_state/1/v1/op-04-0/checkpoint-2.snap",
+            "capture/op-3/subtask-01/epoch-7.cap",
+            "capture/op-3/worker-12-34.ndjson",
+            "traces/sub/worker-12-34.ndjson",
+            "traces/worker-012-34.ndjson",
+            "traces/worker-12-34-copy.ndjson",
+            "traces/notes.ndjson",
+            "job/other.json",
+        ] {
+            assert_eq!(kind_of(other), None, "{other}");
+        }
     }
 }

@@ -101,11 +101,20 @@ pub fn read_tools_env(formal_dir: &Path) -> Result<ToolsEnv, ToolsError> {
 
 /// The repository's formal directory: the argument, else `CLINK_FORMAL_DIR`,
 /// else the `formal/` of the workspace this binary was built from.
+/// A relative path is taken against the working directory now, once: TLC
+/// runs in other directories, where a relative path would name another place.
 pub fn formal_dir(explicit: Option<&Path>) -> PathBuf {
-    explicit
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(FORMAL_DIR_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../formal"))
+    absolute(
+        explicit
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(FORMAL_DIR_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../formal")),
+    )
+}
+
+/// `path` against the working directory (unchanged when that cannot be read).
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// What `java -version` says (stderr), without `Picked up ...` lines: the
@@ -205,16 +214,17 @@ pub fn locate(formal: Option<&Path>, tools_dir: Option<&Path>) -> Result<FormalT
     let formal_dir = formal_dir(formal);
     let pins = read_tools_env(&formal_dir)?;
     let java = which::which("java").map_err(|_| ToolsError::NoJava)?;
-    let dir = tools_dir
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(TOOLS_DIR_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| {
-            let prefix = std::env::var_os(DEPS_PREFIX_ENV)
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".clink-deps")))
-                .unwrap_or_else(|| PathBuf::from(".clink-deps"));
-            prefix.join(&pins.install_subdir)
-        });
+    let dir = absolute(
+        tools_dir.map(Path::to_path_buf).or_else(|| std::env::var_os(TOOLS_DIR_ENV).map(PathBuf::from)).unwrap_or_else(
+            || {
+                let prefix = std::env::var_os(DEPS_PREFIX_ENV)
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".clink-deps")))
+                    .unwrap_or_else(|| PathBuf::from(".clink-deps"));
+                prefix.join(&pins.install_subdir)
+            },
+        ),
+    );
     let jar = dir.join(&pins.jar_name);
     let bytes = std::fs::read(&jar).map_err(|error| ToolsError::NoJar { jar: jar.clone(), error })?;
     let digest = sha256_hex(&bytes);

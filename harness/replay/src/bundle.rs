@@ -1,21 +1,20 @@
 //! One captured epoch of an incident bundle, loaded for replay: its operator
 //! spec, its capture, and the snapshot it started from, all read from the
-//! bundle's copies with the engine's readers and the engine's rule for where
-//! an epoch starts.
+//! bundle's copies (the bytes the manifest vouched for) with the engine's
+//! readers and the engine's rule for where an epoch starts.
 
 use std::collections::BTreeSet;
 
 use clink_basics::ids::OperatorId;
-use clink_basics::ndjson::read_objects;
-use clink_bundle::paths::resolve;
-use clink_bundle::{Bundle, EpochEntry};
+use clink_basics::ndjson::parse_objects;
+use clink_bundle::{Bundle, EpochEntry, EvidenceError};
 use clink_engine::capture::spec::Neighbour;
-use clink_engine::capture::OpSpecFile;
-use clink_engine::checkpoint::{epoch_start, participant_name, CheckpointLayout, FileStateBackend, StartPoint};
+use clink_engine::capture::{read_capture, Capture, OpSpecFile};
+use clink_engine::checkpoint::{epoch_start_from, participant_name, StartPoint};
 use clink_engine::job::JobGraph;
 use serde_json::Value as Json;
 
-use super::{check_capture_names, read_capture_file, replayable, EpochEvidence, EpochRef, ReplayError, StartState};
+use super::{check_capture_names, replayable, EpochEvidence, EpochRef, ReplayError, StartState, MAX_CAPTURE_BYTES};
 
 /// Operators that call out to other systems are never replayed offline.
 pub fn calls_out(type_name: &str) -> bool {
@@ -46,11 +45,12 @@ pub fn known_restores(bundle: &Bundle) -> Restores {
         known.insert((r.restored_from, r.next));
     }
     let job = bundle.job_id();
-    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
-        let lines = match read_objects(&resolve(&bundle.root, &a.path), MAX_TRACE_BYTES) {
+    for a in bundle.trace_artifacts() {
+        let read = bundle.read_vouched(&a.path, MAX_TRACE_BYTES).map_err(|e| e.to_string());
+        let lines = match read.and_then(|bytes| parse_objects(&bytes).map_err(|e| format!("{}: {e}", a.path))) {
             Ok(lines) => lines,
             Err(e) => {
-                unread.push(format!("{}: {e}", a.path));
+                unread.push(e);
                 continue;
             }
         };
@@ -141,10 +141,7 @@ pub fn load_bundle_epoch(
     let op = entry.operator_id();
     let at = EpochRef { operator: op, subtask: entry.subtask, epoch: entry.epoch };
     let spec_rel = format!("capture/op-{op}/subtask-{}/op.json", entry.subtask);
-    if bundle.artifact(&spec_rel).is_none() {
-        return Err(ReplayError::Unavailable(format!("{spec_rel} is not in the bundle")));
-    }
-    let spec = OpSpecFile::read(&resolve(&bundle.root, &spec_rel)).map_err(|e| ReplayError::Refused(e.to_string()))?;
+    let spec = bundle.op_spec(op, entry.subtask).map_err(|e| evidence_error(e, &spec_rel))?;
     if let Some(graph) = graph {
         spec_agrees_with_graph(&spec, graph, entry.subtask).map_err(|why| {
             ReplayError::Refused(format!("{spec_rel} and the job graph name different things: {why}"))
@@ -157,12 +154,10 @@ pub fn load_bundle_epoch(
         )));
     }
     replayable(&spec)?;
-    let capture =
-        read_capture_file(&resolve(&bundle.root, &entry.path)).map_err(|e| ReplayError::Refused(e.to_string()))?;
-    check_capture_names(&capture, bundle.job_id(), &at)?;
-    let layout = CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
-    let start =
-        epoch_start(&layout, entry.epoch, &restores.known).map_err(|e| ReplayError::Unavailable(e.to_string()))?;
+    let capture = read_bundle_capture(bundle, &at)?;
+    let markers = bundle.markers().map_err(|e| ReplayError::Unavailable(format!("the markers: {e}")))?;
+    let start = epoch_start_from(&markers.completed, markers.restored.as_ref(), entry.epoch, &restores.known)
+        .map_err(|e| ReplayError::Unavailable(e.to_string()))?;
     let placed_by_a_restore = restores.known.iter().any(|&(_, next)| next == entry.epoch);
     if !restores.unread.is_empty() && !placed_by_a_restore && entry.epoch > 1 {
         return Err(ReplayError::Unavailable(format!(
@@ -178,14 +173,37 @@ pub fn load_bundle_epoch(
             let generation = bundle.manifest.selection.generation;
             let rel =
                 format!("checkpoint/_state/{}/v{generation}/{participant}/checkpoint-{c}.snap", bundle.manifest.job.id);
-            if bundle.artifact(&rel).is_none() || bundle.artifact(&format!("{rel}.meta")).is_none() {
-                return Err(ReplayError::Unavailable(format!("the starting state ({rel}) is not in the bundle")));
-            }
-            let snapshot = FileStateBackend::new(layout)
-                .read(generation, &participant, c)
-                .map_err(|e| ReplayError::Refused(format!("the starting state: {e}")))?;
+            let snapshot = bundle.snapshot(generation, &participant, c).map_err(|e| match e {
+                e if e.is_unlisted() => {
+                    ReplayError::Unavailable(format!("the starting state ({rel}) is not in the bundle"))
+                }
+                e => ReplayError::Refused(format!("the starting state: {e}")),
+            })?;
             StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
         }
     };
     Ok(EpochEvidence { at, spec, capture, start })
+}
+
+/// A captured epoch of the bundle, from the bytes the manifest vouched for,
+/// its header naming the job, operator, subtask and epoch its path says.
+pub fn read_bundle_capture(bundle: &Bundle, at: &EpochRef) -> Result<Capture, ReplayError> {
+    let rel = clink_bundle::manifest::capture_path(at.operator, at.subtask, at.epoch);
+    let bytes = bundle
+        .capture_bytes(at.operator, at.subtask, at.epoch, MAX_CAPTURE_BYTES)
+        .map_err(|e| evidence_error(e, &rel))?;
+    let capture = read_capture(&bytes).map_err(|e| ReplayError::Refused(format!("{rel}: {e}")))?;
+    check_capture_names(&capture, bundle.job_id(), at)?;
+    Ok(capture)
+}
+
+/// What a piece of evidence that cannot be read means for a replay: absent is
+/// unavailable, there and not what the manifest vouches for (or not reading)
+/// is refused.
+fn evidence_error(e: EvidenceError, what: &str) -> ReplayError {
+    if e.is_unlisted() {
+        ReplayError::Unavailable(format!("{what} is not in the bundle"))
+    } else {
+        ReplayError::Refused(e.to_string())
+    }
 }

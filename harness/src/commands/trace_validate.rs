@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use clink_basics::exit::Exit;
-use clink_formal::trace::{merge, read_and_merge, read_run, read_vocabulary, validate_trace, Verdict};
+use clink_formal::trace::{merge, read_run, read_vocabulary, validate_trace, ValidationError, Verdict};
 use clink_html::trace_validation::{trace_validation_page, TraceOutcome};
 use serde_json::json;
 
@@ -16,8 +16,10 @@ use super::{decimal_u64, write_html, FormalArgs, Output};
 /// Merges the run's per-process files (CLINK_PROTOCOL_TRACE_DIR), keeps one
 /// job, generates the trace modules and runs TLC on formal/ExactlyOnce.tla.
 /// Exit 0 accepted; 1 rejected (naming the first event no step could produce);
-/// 3 when Java or the pinned jar is missing; 2 on bad usage or a trace that
-/// cannot be read. With --html, the verdict and a timeline of the trace (the
+/// 3 when Java or the pinned jar is missing, or TLC did not finish (a timeout,
+/// a crash); 2 on bad usage or a trace that cannot be read (a directory
+/// holding a link, a non-regular file or an unreadable entry is refused, with
+/// its name). Every path is taken against the working directory. With --html, the verdict and a timeline of the trace (the
 /// first diverging event highlighted) are also written as one self-contained
 /// HTML file, also when TLC is missing (exit 3).
 #[derive(Args, Debug)]
@@ -42,35 +44,37 @@ pub struct TraceValidateArgs {
 pub fn main(args: TraceValidateArgs) -> Exit {
     let out = Output::new("trace-validate", args.json);
     let shown = args.trace.display().to_string();
+    // The trace is read (and refused when it does not read) before anything
+    // is asked of TLC: a malformed trace is bad input whatever tools are here.
+    let formal_dir = clink_formal::tools::formal_dir(args.formal.formal_dir.as_deref());
+    let trace = read_vocabulary(&formal_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|v| read_run(&v, &args.trace).map_err(String::from))
+        .and_then(|lines| merge(lines, args.job).map_err(String::from));
+    let trace = match trace {
+        Ok(trace) => trace,
+        Err(e) => return out.refuse(format!("{shown}: {e}")),
+    };
     let tools = match args.formal.locate() {
         Ok(t) => t,
         Err(why) => {
-            // Without TLC the trace can still be drawn: read with the vocabulary
-            // of the formal directory, if that is there.
+            // Without TLC the trace can still be drawn.
             if let Some(path) = &args.html {
-                let trace = read_vocabulary(&clink_formal::tools::formal_dir(args.formal.formal_dir.as_deref()))
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| read_run(&v, &args.trace).map_err(String::from))
-                    .and_then(|lines| merge(lines, args.job).map_err(String::from));
-                match trace {
-                    Ok(trace) => {
-                        let page = trace_validation_page(&shown, &trace, TraceOutcome::Unavailable(why.to_string()));
-                        if let Err(e) = write_html(path, &clink_html::render(&page)) {
-                            return out.refuse(e);
-                        }
-                    }
-                    Err(e) => return out.refuse(format!("{shown}: {e}")),
+                let page = trace_validation_page(&shown, &trace, TraceOutcome::Unavailable(why.to_string()));
+                if let Err(e) = write_html(path, &clink_html::render(&page)) {
+                    return out.refuse(e);
                 }
             }
             return out.stop(Exit::NotEstablished, format!("trace validation unavailable: {why}"));
         }
     };
-    let trace = match read_and_merge(&tools, &args.trace, args.job) {
-        Ok(t) => t,
-        Err(e) => return out.refuse(format!("{shown}: {e}")),
-    };
     let validation = match validate_trace(&tools, &trace) {
         Ok(v) => v,
+        // The trace read; the tools did not finish (TLC timed out, crashed or
+        // could not start, or no scratch space): nothing was established.
+        Err(e @ (ValidationError::Tlc(_) | ValidationError::Scratch { .. })) => {
+            return out.stop(Exit::NotEstablished, format!("{shown}: trace validation did not finish: {e}"))
+        }
         Err(e) => return out.refuse(format!("{shown}: {e}")),
     };
     for tie in &validation.ties {
@@ -121,11 +125,10 @@ pub fn main(args: TraceValidateArgs) -> Exit {
         ),
         Verdict::Error(e) => {
             let kept = modules.as_ref().map(|d| format!("; the generated modules and TLC's output are kept in {d}"));
-            return out.refuse(format!(
-                "{}: TLC did not check the trace: {e}{}",
-                args.trace.display(),
-                kept.unwrap_or_default()
-            ));
+            return out.stop(
+                Exit::NotEstablished,
+                format!("{}: TLC did not check the trace: {e}{}", args.trace.display(), kept.unwrap_or_default()),
+            );
         }
     };
     let mut doc = json!({

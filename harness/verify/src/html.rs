@@ -6,8 +6,7 @@
 //! for a person, never a verdict. Files that do not read are named in a note;
 //! a bundle whose artifacts failed their hashes says so above the timeline.
 
-use clink_basics::ndjson::read_objects;
-use clink_bundle::paths::resolve;
+use clink_basics::ndjson::parse_objects;
 use clink_bundle::Bundle;
 use clink_formal::trace::{merge, TraceLine};
 use clink_html::{Check, Outcome, Page, Timeline, Verdict};
@@ -84,7 +83,7 @@ pub fn check(c: &CheckResult) -> Check {
 fn timeline(report: &Report, bundle: &Bundle) -> Option<Timeline> {
     let mut lines = Vec::new();
     let mut notes = Vec::new();
-    let traces: Vec<_> = bundle.manifest.artifacts.iter().filter(|a| a.role == "trace").collect();
+    let traces = bundle.trace_artifacts();
     if traces.is_empty() {
         return None;
     }
@@ -93,7 +92,8 @@ fn timeline(report: &Report, bundle: &Bundle) -> Option<Timeline> {
         let file = a.path.rsplit('/').next().unwrap_or(&a.path).to_string();
         // `<role>-<pid>-<start>.ndjson`: the process is `<pid>-<start>`, as the validator reads it.
         let process = file.trim_end_matches(".ndjson").split_once('-').map_or(file.as_str(), |(_, p)| p).to_string();
-        match read_objects(&resolve(&bundle.root, &a.path), MAX_TRACE_BYTES) {
+        let read = bundle.read_vouched(&a.path, MAX_TRACE_BYTES).map_err(|e| e.to_string());
+        match read.and_then(|bytes| parse_objects(&bytes).map_err(|e| e.to_string())) {
             Ok(objects) => {
                 let mut skipped = 0;
                 for (_, fields) in objects {

@@ -133,11 +133,10 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
     for e in &m.epochs {
         need(e.path.clone(), "a captured epoch the manifest lists");
     }
-    let has_role = |role: &str| m.artifacts.iter().any(|a| a.role == role);
     if m.contents.captures && m.epochs.is_empty() {
         missing.push("captured epochs (the manifest says captures are included and lists none)".into());
     }
-    if m.contents.traces && !has_role("trace") {
+    if m.contents.traces && bundle.trace_artifacts().is_empty() {
         missing.push("trace files (the manifest says traces are included)".into());
     }
     if m.contents.job_manifest && bundle.artifact("job/manifest.json").is_none() {

@@ -304,8 +304,18 @@ pub fn verify_observed(
         )
         .next("collect the bundle again, or find the copy that matches its manifest")
     };
+    // The traces say where epochs start (replay) and what the protocol did
+    // (full): two files claiming one process would make either a guess.
+    if intact && profile.includes(Profile::Replay) {
+        protocol::refuse_shared_processes(bundle)?;
+    }
     // What the job is, read once; the checks cross-check against it.
     let graph = bundle.job_graph();
+    if intact && profile.includes(Profile::Replay) {
+        bundle
+            .check_epoch_roles(graph.as_ref().ok().map(|k| &k.graph))
+            .map_err(|why| UsageError(format!("the bundle is malformed: {why}")))?;
+    }
     if profile.includes(Profile::Consistency) {
         if intact {
             checks.run("checkpoint.marker", || state::marker(bundle, &graph));

@@ -12,13 +12,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use clink_basics::ndjson::{read_objects, Line};
-use clink_bundle::paths::resolve;
+use clink_basics::ndjson::{parse_objects, Line};
+use clink_bundle::paths::parse_trace_file_name;
 use clink_bundle::Bundle;
 use clink_formal::{trace, FormalTools};
 use serde_json::Value as Json;
 
-use super::{CheckResult, Status};
+use super::{CheckResult, Status, UsageError};
 
 /// A trace file larger than this is refused unread.
 const MAX_TRACE_BYTES: u64 = 256 << 20;
@@ -34,25 +34,40 @@ impl TraceFile {
         self.lines.iter().map(|(_, v)| (v.get("event").and_then(Json::as_str).unwrap_or(""), v))
     }
 
-    /// `coordinator` or `worker`, and the process's key (pid and start), from the file's name.
-    fn role_and_process(&self) -> Option<(&str, &str)> {
-        let name = self.path.rsplit('/').next()?.strip_suffix(".ndjson")?;
-        name.split_once('-')
+    /// `coordinator` or `worker`, its pid and its start stamp, from the file's name.
+    fn name(&self) -> Option<(&str, u64, u64)> {
+        parse_trace_file_name(self.path.strip_prefix("traces/")?)
+    }
+
+    /// `coordinator` or `worker`, and the process's key (`<pid>-<start>`).
+    fn role_and_process(&self) -> Option<(&str, String)> {
+        self.name().map(|(role, pid, start)| (role, format!("{pid}-{start}")))
+    }
+
+    /// The first and last stamp of the file: the span the process it claims was alive.
+    fn span(&self) -> (u64, u64) {
+        let ts = |l: Option<&Line>| l.and_then(|(_, v)| v.get("ts")?.as_u64()).unwrap_or(0);
+        (ts(self.lines.first()), ts(self.lines.last()))
     }
 }
 
-/// Reads every trace file of the bundle; `Err` lists every file that does
+/// Reads every trace file of the bundle, found by its path (`traces/<file>`),
+/// from the bytes the manifest vouched for; `Err` lists every file that does
 /// not read or is malformed, with the line.
 fn read_traces(bundle: &Bundle) -> Result<Vec<TraceFile>, Vec<String>> {
     let mut files = Vec::new();
     let mut problems = Vec::new();
-    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
-        match read_objects(&resolve(&bundle.root, &a.path), MAX_TRACE_BYTES) {
-            Ok(lines) => match check_lines(&lines) {
+    for a in bundle.trace_artifacts() {
+        let lines = bundle
+            .read_vouched(&a.path, MAX_TRACE_BYTES)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| parse_objects(&bytes).map_err(|e| format!("{}: {e}", a.path)));
+        match lines {
+            Ok(lines) => match check_lines(&lines).and_then(|()| check_named_process(&a.path, &lines)) {
                 Ok(()) => files.push(TraceFile { path: a.path.clone(), lines }),
                 Err(e) => problems.push(format!("{}: {e}", a.path)),
             },
-            Err(e) => problems.push(format!("{}: {e}", a.path)),
+            Err(e) => problems.push(e),
         }
     }
     if problems.is_empty() {
@@ -60,6 +75,44 @@ fn read_traces(bundle: &Bundle) -> Result<Vec<TraceFile>, Vec<String>> {
     } else {
         Err(problems)
     }
+}
+
+/// A trace file's name and its lines both say which process wrote it
+/// (`worker-<pid>-<start>.ndjson`, `"proc": "worker:<pid>"`): they must agree.
+fn check_named_process(path: &str, lines: &[Line]) -> Result<(), String> {
+    let name = path.strip_prefix("traces/").and_then(parse_trace_file_name);
+    let Some((role, pid, _)) = name else {
+        return Err("not named <coordinator|worker>-<pid>-<start>.ndjson".into());
+    };
+    let named = format!("{role}:{pid}");
+    match lines.iter().find(|(_, v)| v.get("proc").and_then(Json::as_str) != Some(named.as_str())) {
+        Some((at, v)) => Err(format!("line {at}: proc {:?}, but the file's name says {named:?}", v.get("proc"))),
+        None => Ok(()),
+    }
+}
+
+/// Two trace files that claim one process: the same role and pid, alive at
+/// once. One process writes one file per role, so the bundle would hold two
+/// accounts of one history, and which one a check read would decide the
+/// verdict: a malformed bundle, refused with both named.
+pub fn refuse_shared_processes(bundle: &Bundle) -> Result<(), UsageError> {
+    let Ok(files) = read_traces(bundle) else {
+        // A file that does not read is reported by the checks themselves.
+        return Ok(());
+    };
+    for (i, a) in files.iter().enumerate() {
+        for b in &files[i + 1..] {
+            let (Some((role_a, pid_a, _)), Some((role_b, pid_b, _))) = (a.name(), b.name()) else { continue };
+            let ((a0, a1), (b0, b1)) = (a.span(), b.span());
+            if (role_a, pid_a) == (role_b, pid_b) && a0 <= b1 && b0 <= a1 {
+                return Err(UsageError(format!(
+                    "the bundle is malformed: {} and {} both claim {role_a} process {pid_a} over the same time; one process writes one trace file per role",
+                    a.path, b.path
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One file's lines: `seq` from 1 without a gap, `ts` strictly increasing,
@@ -89,7 +142,7 @@ fn check_lines(lines: &[Line]) -> Result<(), String> {
 
 pub fn trace_structure(bundle: &Bundle) -> CheckResult {
     let name = "protocol.trace_structure";
-    let count = bundle.manifest.artifacts.iter().filter(|a| a.role == "trace").count();
+    let count = bundle.trace_artifacts().len();
     if count == 0 {
         return CheckResult::new(name, Status::Unavailable, "the bundle holds no protocol trace")
             .next("run the job with CLINK_PROTOCOL_TRACE_DIR and collect with --trace-dir");
@@ -139,7 +192,7 @@ fn trace_notes(bundle: &Bundle) -> Option<String> {
 pub fn conformance(bundle: &Bundle, tools: Option<&FormalTools>) -> CheckResult {
     let name = "protocol.conformance";
     let unavailable = |why: String| CheckResult::new(name, Status::Unavailable, why);
-    if !bundle.manifest.artifacts.iter().any(|a| a.role == "trace") {
+    if bundle.trace_artifacts().is_empty() {
         return unavailable("the bundle holds no protocol trace".into())
             .next("run the job with CLINK_PROTOCOL_TRACE_DIR and collect with --trace-dir");
     }
@@ -181,7 +234,7 @@ fn incomplete(files: &[TraceFile], job: u64) -> Option<String> {
         return Some(format!("it holds no event of job {job}, only of jobs {jobs:?}"));
     }
     // Every process that deployed (a Redeploy) or triggered has a worker file.
-    let mut roles: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut roles: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
     for f in files {
         match f.role_and_process() {
             Some((role, process)) => {
@@ -193,7 +246,7 @@ fn incomplete(files: &[TraceFile], job: u64) -> Option<String> {
     for f in files {
         let Some(("coordinator", process)) = f.role_and_process() else { continue };
         let deployed = f.events().any(|(e, _)| matches!(e, "Redeploy" | "Trigger"));
-        if deployed && !roles.get(process).is_some_and(|r| r.contains("worker")) {
+        if deployed && !roles.get(&process).is_some_and(|r| r.contains("worker")) {
             return Some(format!("process {process}'s coordinator deployed subtasks, but its worker file is missing"));
         }
     }
@@ -238,9 +291,20 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
         Ok(d) => d,
         Err(e) => return unavailable(format!("no temporary directory: {e}")),
     };
-    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "trace") {
-        let file = a.path.rsplit('/').next().unwrap_or("trace.ndjson");
-        if let Err(e) = std::fs::copy(resolve(&bundle.root, &a.path), copy.path().join(file)) {
+    // Each file's vouched bytes, under its own name: trace paths are
+    // `traces/<file>` (the reader refuses any other), so names are unique.
+    for a in bundle.trace_artifacts() {
+        let file = match a.path.strip_prefix("traces/") {
+            Some(file) if !file.contains('/') => file,
+            _ => return unavailable(format!("{} is not directly under traces/", a.path)),
+        };
+        let bytes = match bundle.read_vouched(&a.path, MAX_TRACE_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return unavailable(format!("{e}: nothing is validated on bytes the manifest does not vouch for"))
+            }
+        };
+        if let Err(e) = std::fs::write(copy.path().join(file), bytes) {
             return unavailable(format!("copying {}: {e}", a.path));
         }
     }
@@ -317,7 +381,6 @@ fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clink_basics::ndjson::parse_objects;
     use proptest::prelude::*;
 
     fn line(seq: u64, ts: u64, proc_: &str) -> String {

@@ -17,14 +17,13 @@ use clink_basics::ids::OperatorId;
 use clink_basics::multiset::multiset_diff;
 use clink_bundle::graph::{GraphProblem, KnownGraph};
 use clink_bundle::manifest::capture_path;
-use clink_bundle::paths::resolve;
 use clink_bundle::{Bundle, EpochEntry};
 use clink_engine::event::Event;
 use clink_engine::routing::Route;
 use clink_engine::value::{row_bytes, value_from_json, Row};
-use clink_replay::bundle::{known_restores, load_bundle_epoch, Restores};
+use clink_replay::bundle::{known_restores, load_bundle_epoch, read_bundle_capture, Restores};
 use clink_replay::compare::keyed_order_diff;
-use clink_replay::{read_capture_file, verify, EpochEvidence, EpochRef, ReplayError};
+use clink_replay::{verify, EpochEvidence, EpochRef, ReplayError};
 use serde_json::Value as Json;
 
 use super::{CheckResult, Counts, Selection, Status, UsageError};
@@ -122,10 +121,10 @@ fn describe(e: &EpochEntry) -> String {
 /// A listing that fails is never read as "none completed": the caller makes
 /// every replay check unavailable with the reason.
 fn completed_checkpoints(bundle: &Bundle) -> Result<BTreeSet<u64>, String> {
-    let layout = clink_engine::checkpoint::CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id());
-    clink_engine::checkpoint::markers::list_completed(&layout)
-        .map(|c| c.into_iter().collect())
-        .map_err(|e| format!("the bundle's COMPLETED markers could not be listed: {e}"))
+    bundle
+        .markers()
+        .map(|m| m.completed.into_iter().collect())
+        .map_err(|e| format!("the bundle's markers could not be read: {e}"))
 }
 
 /// Every replay check, unavailable: which epochs are whole is not known.
@@ -327,9 +326,13 @@ fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -
             if bundle.artifact(&rel).is_none() {
                 return EpochStatus::Unavailable(format!("{at}: the downstream capture {rel} is not in the bundle"));
             }
-            let capture = match read_capture_file(&resolve(&bundle.root, &rel)) {
+            // Vouched bytes, and a header naming the job, consumer, subtask and
+            // epoch its path says: another job's capture at this path never
+            // stands in for production's output.
+            let downstream = EpochRef { operator: consumer_op, subtask: target, epoch: at.epoch };
+            let capture = match read_bundle_capture(bundle, &downstream) {
                 Ok(c) => c,
-                Err(e) => return EpochStatus::Failed(format!("{at}: {rel}: {e}")),
+                Err(e) => return EpochStatus::Failed(format!("{at}: the downstream capture: {e}")),
             };
             if !capture.is_whole() {
                 return EpochStatus::Unavailable(format!(

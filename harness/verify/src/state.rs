@@ -4,29 +4,26 @@
 //! restore runs). Where two pieces of evidence name the same thing (the
 //! marker and the manifest, a snapshot's header and its path and sidecar, the
 //! marker's participants and the job graph), the check requires them to agree.
+//! Every file is read through the bundle's vouched readers: the bytes decided
+//! on are the bytes the manifest lists, found by their path.
 
 use std::collections::BTreeSet;
 
 use clink_basics::digest::sha256_hex;
 use clink_basics::ids::OperatorId;
 use clink_bundle::graph::{GraphProblem, KnownGraph};
+use clink_bundle::paths::ArtifactKind;
 use clink_bundle::Bundle;
-use clink_engine::capture::OpSpecFile;
 use clink_engine::checkpoint::layout::{parse_participant_name, participant_name};
-use clink_engine::checkpoint::markers::read_completed;
-use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, FileStateBackend, RestoreRule};
+use clink_engine::checkpoint::{restore_point_from, RestoreRule};
 use clink_engine::job::{JobGraph, PlannedOperator};
 
 use super::{CheckResult, Status};
 
-fn layout(bundle: &Bundle) -> CheckpointLayout {
-    CheckpointLayout::new(bundle.checkpoint_dir(), bundle.job_id())
-}
-
 pub fn marker(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let sel = &bundle.manifest.selection;
     let name = "checkpoint.marker";
-    let m = match read_completed(&layout(bundle), sel.checkpoint) {
+    let m = match bundle.completed_marker(sel.checkpoint) {
         Ok(m) => m,
         Err(e) => return CheckResult::new(name, Status::Failed, format!("the selected marker is not valid: {e}"))
             .next(
@@ -91,8 +88,8 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         .next("collect again without --checkpoint, or with the rule known");
     };
     let rule = RestoreRule::for_confirmation(confirmation);
-    let point = match restore_point_on_disk_by(&layout(bundle), rule) {
-        Ok(p) => p,
+    let point = match bundle.markers() {
+        Ok(m) => restore_point_from(m.completed, m.confirmed, m.restored, rule),
         Err(e) => return CheckResult::new(name, Status::Failed, format!("the markers cannot be read: {e}")),
     };
     let mut evidence = vec![
@@ -174,14 +171,14 @@ pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -
             .next("collect from a checkpoint directory written by a build whose markers name the job graph")
         }
     }
-    let backend = FileStateBackend::new(layout(bundle));
     let mut verified = 0;
     for p in &sel.participants {
-        // The same readers the engine's restore runs: every name checked against the path.
+        // The same rules the engine's restore runs, on the vouched bytes:
+        // every name checked against the path.
         let read = if bundle.manifest.contents.state {
-            backend.read(sel.generation, p, sel.checkpoint).map(|_| verified += 1)
+            bundle.snapshot(sel.generation, p, sel.checkpoint).map(|_| verified += 1)
         } else {
-            backend.read_meta(sel.generation, p, sel.checkpoint).map(|_| ())
+            bundle.snapshot_meta(sel.generation, p, sel.checkpoint).map(|_| ())
         };
         if let Err(e) = read {
             problems.push(format!("{p}: {e}"));
@@ -213,8 +210,7 @@ fn operator_for(bundle: &Bundle, graph: Option<&JobGraph>, op: OperatorId, subta
     if let Some(graph) = graph {
         return graph.operator(op).cloned();
     }
-    let spec = clink_engine::capture::subtask_dir(&bundle.capture_dir(), op, subtask).join("op.json");
-    OpSpecFile::read(&spec).ok()?.plan().ok()
+    bundle.op_spec(op, subtask).ok()?.plan().ok()
 }
 
 pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
@@ -231,25 +227,21 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
         return CheckResult::new(name, Status::Failed, format!("the job graph does not hold: {why}"));
     }
     let graph = graph.as_ref().ok().map(|k| &k.graph);
-    let backend = FileStateBackend::new(layout(bundle));
-    let sel = &bundle.manifest.selection;
     let mut decoded = Vec::new();
     let mut problems = Vec::new();
     let mut unknown = Vec::new();
-    for a in bundle.manifest.artifacts.iter().filter(|a| a.role == "snapshot") {
-        let Some((participant, checkpoint)) = snapshot_of(&a.path, &bundle.manifest.job.id, sel.generation) else {
-            problems.push(format!("{}: not at _state/<job>/v<generation>/<participant>/checkpoint-<id>.snap", a.path));
-            continue;
-        };
-        let verified = match backend.read(sel.generation, &participant, checkpoint) {
+    for (generation, participant, checkpoint) in snapshots_to_decode(bundle) {
+        let at = bundle.layout().snapshot(generation, &participant, checkpoint);
+        let at = bundle.bundle_path(&at).unwrap_or_else(|_| at.display().to_string());
+        let verified = match bundle.snapshot(generation, &participant, checkpoint) {
             Ok(v) => v,
             Err(e) => {
-                problems.push(format!("{}: {e}", a.path));
+                problems.push(e.to_string());
                 continue;
             }
         };
         let Some((op, subtask)) = parse_participant_name(&participant) else {
-            problems.push(format!("{}: participant {participant:?} is not a participant name", a.path));
+            problems.push(format!("{at}: participant {participant:?} is not a participant name"));
             continue;
         };
         let Some(planned) = operator_for(bundle, graph, op, subtask) else {
@@ -258,7 +250,7 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
             } else {
                 "no job graph or op.json says what operator"
             };
-            unknown.push(format!("{}: {why} {op}", a.path));
+            unknown.push(format!("{at}: {why} {op}"));
             continue;
         };
         match planned.decode_state(&verified.slots) {
@@ -275,7 +267,7 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
                     slots.join(", ")
                 ));
             }
-            Err(e) => problems.push(format!("{}: {} does not restore: {e}", a.path, planned.spec.type_name)),
+            Err(e) => problems.push(format!("{at}: {} does not restore: {e}", planned.spec.type_name)),
         }
     }
     if !problems.is_empty() {
@@ -296,11 +288,18 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
         .details(decoded)
 }
 
-/// The participant and checkpoint a snapshot artifact's path names.
-fn snapshot_of(path: &str, job: &str, generation: u32) -> Option<(String, u64)> {
-    let rest = path.strip_prefix(&format!("checkpoint/_state/{job}/v{generation}/"))?;
-    let (participant, file) = rest.split_once('/')?;
-    let checkpoint = clink_engine::checkpoint::layout::parse_snapshot_name(file)?;
-    (parse_participant_name(participant).map(|(o, s)| participant_name(o, s)).as_deref() == Some(participant))
-        .then(|| (participant.to_string(), checkpoint))
+/// The snapshots state.decode decodes, found by path, whatever their role
+/// says: every participant's snapshot of the selected checkpoint (which the
+/// profile requires, listed or not: one missing is a problem, never a
+/// smaller selection), and every other snapshot the bundle lists.
+fn snapshots_to_decode(bundle: &Bundle) -> BTreeSet<(u32, String, u64)> {
+    let sel = &bundle.manifest.selection;
+    let mut wanted: BTreeSet<(u32, String, u64)> =
+        sel.participants.iter().map(|p| (sel.generation, p.clone(), sel.checkpoint)).collect();
+    for (_, kind) in bundle.artifacts_of_kind(|k| matches!(k, ArtifactKind::Snapshot { .. })) {
+        if let ArtifactKind::Snapshot { generation, participant, checkpoint, .. } = kind {
+            wanted.insert((generation, participant, checkpoint));
+        }
+    }
+    wanted
 }

@@ -74,6 +74,13 @@ pub(super) fn gather_captures(
                     continue;
                 }
             };
+            // A capture directory two jobs share holds both jobs' files at
+            // one path: only what names this job, operator and subtask is its
+            // evidence.
+            if let Some(why) = spec_names_another(&spec, options.job, op, subtask) {
+                b.absent.push(Note { what: format!("{rel_dir}: every capture"), why });
+                continue;
+            }
             let mut spec_doc = serde_json::to_value(&spec).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
             redact(&mut spec_doc);
             let bytes = serde_json::to_vec_pretty(&spec_doc).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
@@ -97,14 +104,25 @@ pub(super) fn gather_captures(
                     continue;
                 }
                 let rel = capture_path(op, subtask, epoch);
+                if let Some(why) = capture_names_another(&dir.join(&name), options.job, op, subtask, epoch) {
+                    b.absent.push(Note { what: rel, why });
+                    continue;
+                }
                 if !b.copy(&dir.join(&name), &rel, "capture", Need::Optional)? {
                     continue;
                 }
                 let evidence = clink_engine::capture::sink_evidence_name(epoch);
-                if dir.join(&evidence).exists()
+                let evidence_doc = SinkEvidence::read(&dir.join(&evidence));
+                let evidence_of_another = match &evidence_doc {
+                    Ok(doc) => evidence_names_another(doc, &spec, epoch),
+                    Err(_) => None,
+                };
+                if let Some(why) = evidence_of_another {
+                    b.absent.push(Note { what: format!("{rel_dir}/{evidence}"), why });
+                } else if dir.join(&evidence).exists()
                     && b.copy(&dir.join(&evidence), &format!("{rel_dir}/{evidence}"), "sink_evidence", Need::Optional)?
                 {
-                    if let Ok(doc) = SinkEvidence::read(&dir.join(&evidence)) {
+                    if let Ok(doc) = &evidence_doc {
                         intervals.insert(epoch, doc.previous_barrier);
                     }
                 }
@@ -264,4 +282,46 @@ fn starting_state(
         b.copy(&path, &rel, role, Need::Optional)?;
     }
     Ok(())
+}
+
+/// Why an op.json is not this job's operator and subtask, if it is not.
+fn spec_names_another(spec: &OpSpecFile, job: u64, op: OperatorId, subtask: u32) -> Option<String> {
+    let named = (spec.job_id(), spec.operator_id(), spec.subtask);
+    (named != (job, op.0, subtask)).then(|| {
+        format!(
+            "its op.json names job {} operator {} subtask {}, not job {job} operator {op} subtask {subtask}: the capture directory holds another job's files",
+            named.0, named.1, named.2
+        )
+    })
+}
+
+/// Why a capture file's header does not name the job, operator, subtask and
+/// epoch its path says, if it does not (a file that does not read is left to
+/// the copy and the checks, which report it as it is).
+fn capture_names_another(path: &std::path::Path, job: u64, op: OperatorId, subtask: u32, epoch: u64) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(clink_engine::capture::format::MAX_HEADER_BYTES);
+    let file = std::fs::File::open(path).ok()?;
+    file.take(clink_engine::capture::format::MAX_HEADER_BYTES as u64).read_to_end(&mut head).ok()?;
+    let h = clink_engine::capture::format::read_capture_header(&head).ok()?;
+    let named = (h.job, h.operator, h.subtask, h.epoch);
+    (named != (job, op.0, subtask, epoch)).then(|| {
+        format!(
+            "its header names job {} operator {} subtask {} epoch {}, not what its path says (job {job} operator {op} subtask {subtask} epoch {epoch}): the capture directory holds another job's files",
+            named.0, named.1, named.2, named.3
+        )
+    })
+}
+
+/// Why a sink's interval evidence is not this sink's, if it is not: its job,
+/// operator, uid, subtask and epoch against the op.json beside it.
+fn evidence_names_another(doc: &SinkEvidence, spec: &OpSpecFile, epoch: u64) -> Option<String> {
+    let named = (doc.job.as_str(), doc.operator.as_str(), doc.uid.as_str(), doc.subtask, doc.epoch);
+    let expected = (spec.job.as_str(), spec.id.as_str(), spec.uid.as_str(), spec.subtask, epoch);
+    (named != expected).then(|| {
+        format!(
+            "it names job {} operator {} uid {:?} subtask {} epoch {}, not job {} operator {} uid {:?} subtask {} epoch {epoch}",
+            named.0, named.1, named.2, named.3, named.4, expected.0, expected.1, expected.2, expected.3
+        )
+    })
 }

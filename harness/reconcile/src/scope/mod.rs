@@ -216,8 +216,7 @@ impl Scope {
     /// The scope of `request.checkpoint` in `bundle`, whose integrity the
     /// caller checked. Its job graph is the one checkpoint N's marker names.
     pub fn compute(bundle: &Bundle, request: ScopeRequest) -> Result<Scope, ScopeError> {
-        let completed = evidence::completed_ids(bundle).map_err(refused("the bundle's markers"))?;
-        let restored = evidence::restored(bundle).map_err(refused("the RESTORED record"))?;
+        let (completed, restored) = evidence::markers(bundle).map_err(refused("the bundle's markers"))?;
         let n = request.checkpoint;
         let passed_over = |c: u64| restored.as_ref().is_some_and(|r| r.passes_over(c));
         if !completed.contains(&n) {
