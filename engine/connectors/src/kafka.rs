@@ -18,7 +18,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::Known;
@@ -34,7 +34,7 @@ pub enum KafkaClientError {
 }
 
 /// How a reader sees transactional writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
     ReadCommitted,
@@ -60,13 +60,67 @@ impl Isolation {
 
 /// Which log a reader reads: enough to tell, later, whether offsets still
 /// name the same records.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogIdentity {
     pub topic: String,
     pub partitions: u32,
     pub cluster_id: Known,
     pub topic_id: Known,
     pub isolation: Isolation,
+}
+
+/// Whether two records of a log name one log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SameLog {
+    /// The same topic, partitions, cluster id and topic id.
+    Same,
+    /// Another log: what differs.
+    Different(String),
+    /// Nothing differs, but what would show them one log is not known: why.
+    Unknown(String),
+}
+
+impl LogIdentity {
+    /// Whether `self` and `other` name one log. A topic deleted and created
+    /// again keeps its name, its partition count and its cluster, and only
+    /// its topic id tells the two apart; so without both ids (a client that
+    /// cannot show them, an all-zero id) the answer is unknown, never "the
+    /// same log".
+    pub fn same_log(&self, other: &LogIdentity) -> SameLog {
+        if self.topic != other.topic {
+            return SameLog::Different(format!("the topic was {:?}, then {:?}", self.topic, other.topic));
+        }
+        if self.partitions != other.partitions {
+            return SameLog::Different(format!("it had {} partitions, then {}", self.partitions, other.partitions));
+        }
+        let mut unknown = Vec::new();
+        for (what, a, b) in
+            [("cluster id", &self.cluster_id, &other.cluster_id), ("topic id", &self.topic_id, &other.topic_id)]
+        {
+            match (a.identity(), b.identity()) {
+                (Some(x), Some(y)) if x != y => return SameLog::Different(format!("its {what} was {x:?}, then {y:?}")),
+                (Some(_), Some(_)) => {}
+                _ => unknown.push(format!("the {what} is not known at both ends ({})", unknown_why(a, b))),
+            }
+        }
+        if unknown.is_empty() {
+            SameLog::Same
+        } else {
+            SameLog::Unknown(unknown.join("; "))
+        }
+    }
+}
+
+/// Why an identifier is not known at one end or the other.
+fn unknown_why(a: &Known, b: &Known) -> String {
+    [a, b]
+        .into_iter()
+        .find(|k| k.identity().is_none())
+        .map(|k| match k {
+            Known::Unavailable(why) => why.clone(),
+            Known::Value(v) => format!("{v:?} identifies nothing"),
+        })
+        .unwrap_or_default()
 }
 
 /// Why the topic's id is not recorded: librdkafka learns it only through
@@ -385,10 +439,21 @@ impl LogWriter {
         }
     }
 
-    /// Creates `topic` with `partitions` partitions, unless it exists with
-    /// exactly that many (another count is refused: offsets would not mean
-    /// what the caller thinks).
+    /// Creates `topic` with `partitions` partitions and the cleanup policy
+    /// `delete` named, unless it exists with exactly that many (another count
+    /// is refused: offsets would not mean what the caller thinks).
     pub fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<bool, KafkaClientError> {
+        self.ensure_topic_with(topic, partitions, Some("delete"))
+    }
+
+    /// [`LogWriter::ensure_topic`] with the cleanup policy given, or left to
+    /// the broker (`None`, as another producer may create a topic).
+    pub fn ensure_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        cleanup_policy: Option<&str>,
+    ) -> Result<bool, KafkaClientError> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
@@ -404,7 +469,12 @@ impl LogWriter {
                 message: format!("it exists with {existing} partitions, not {partitions}"),
             });
         }
-        let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        // The policy is named, not left to the broker's default: a reader
+        // that must rule out compacted history can then read it back.
+        let mut new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        if let Some(policy) = cleanup_policy {
+            new = new.set("cleanup.policy", policy);
+        }
         let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(|e| {
             KafkaClientError::Client {
@@ -457,6 +527,37 @@ mod tests {
         }
         assert_eq!(Isolation::parse("READ_COMMITTED"), None);
         assert_eq!(Isolation::parse(""), None);
+    }
+
+    fn log(cluster: Known, topic_id: Known) -> LogIdentity {
+        LogIdentity {
+            topic: "t".into(),
+            partitions: 3,
+            cluster_id: cluster,
+            topic_id,
+            isolation: Isolation::ReadCommitted,
+        }
+    }
+
+    #[test]
+    fn a_topic_id_the_client_cannot_show_leaves_the_same_log_unknown() {
+        let cluster = Known::Value("c1".into());
+        let invisible = Known::Unavailable(TOPIC_ID_UNAVAILABLE.into());
+        let a = log(cluster.clone(), invisible.clone());
+        match a.same_log(&a) {
+            SameLog::Unknown(why) => assert!(why.contains("topic id") && why.contains("DescribeTopics"), "{why}"),
+            other => panic!("two logs whose topic ids are unknown were found {other:?}"),
+        }
+        let zero = log(cluster.clone(), Known::Value("AAAAAAAAAAAAAAAAAAAAAA".into()));
+        assert!(matches!(zero.same_log(&zero), SameLog::Unknown(_)), "an all-zero topic id identifies nothing");
+        let id1 = log(cluster.clone(), Known::Value("Vt0TBgEfS2q3mS2kDN7kYw".into()));
+        let id2 = log(cluster.clone(), Known::Value("q3mS2kDN7kYwVt0TBgEfS2".into()));
+        assert_eq!(id1.same_log(&id1), SameLog::Same);
+        assert!(matches!(id1.same_log(&id2), SameLog::Different(why) if why.contains("topic id")));
+        let elsewhere = log(Known::Value("c2".into()), invisible);
+        assert!(matches!(a.same_log(&elsewhere), SameLog::Different(why) if why.contains("cluster id")));
+        let round_trip: LogIdentity = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(round_trip, a);
     }
 
     #[test]

@@ -92,6 +92,32 @@ impl CaptureHeader {
     pub fn holds_control_events(&self) -> bool {
         self.version != CAPTURE_VERSION_RECORDS_ONLY
     }
+
+    /// Whether the header names the job, operator, subtask and epoch its
+    /// place says (`capture/op-<operator>/subtask-<s>/epoch-<n>.cap` of a
+    /// bundle or capture directory of `job`). A capture directory holds no
+    /// job id in its paths, so two jobs sharing one are told apart only here.
+    pub fn check_names(&self, job: u64, operator: u64, subtask: u32, epoch: u64) -> Result<(), CaptureNameMismatch> {
+        let named = (self.job, self.operator, self.subtask, self.epoch);
+        if named == (job, operator, subtask, epoch) {
+            return Ok(());
+        }
+        Err(CaptureNameMismatch { named, placed: (job, operator, subtask, epoch) })
+    }
+}
+
+/// A capture whose header names another job, operator, subtask or epoch than
+/// its place.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "the capture's header names job {} operator {} subtask {} epoch {}; its place says job {} operator {} subtask {} epoch {}",
+    .named.0, .named.1, .named.2, .named.3, .placed.0, .placed.1, .placed.2, .placed.3
+)]
+pub struct CaptureNameMismatch {
+    /// (job, operator, subtask, epoch) as the header names them.
+    pub named: (u64, u64, u32, u64),
+    /// The same, as the file's place says.
+    pub placed: (u64, u64, u32, u64),
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -434,6 +460,17 @@ mod tests {
             true_events: events.len() as u64,
             true_records: events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64,
             stored_events: events.len() as u64,
+        }
+    }
+
+    #[test]
+    fn a_header_naming_another_job_operator_subtask_or_epoch_than_its_place_is_told() {
+        let h = header(CAPTURE_VERSION, &[]);
+        assert_eq!(h.check_names(1, 3, 1, 7), Ok(()));
+        for placed in [(2, 3, 1, 7), (1, 4, 1, 7), (1, 3, 0, 7), (1, 3, 1, 8)] {
+            let e = h.check_names(placed.0, placed.1, placed.2, placed.3).unwrap_err();
+            assert_eq!((e.named, e.placed), ((1, 3, 1, 7), placed));
+            assert!(e.to_string().contains("names job 1 operator 3 subtask 1 epoch 7"), "{e}");
         }
     }
 

@@ -15,7 +15,9 @@ pub mod format;
 pub mod recorder;
 pub mod spec;
 
-pub use format::{read_capture, Capture, CaptureError, CaptureHeader, CapturedEvent, CAPTURE_VERSION};
+pub use format::{
+    read_capture, Capture, CaptureError, CaptureHeader, CaptureNameMismatch, CapturedEvent, CAPTURE_VERSION,
+};
 pub use recorder::{CaptureOptions, EpochRecorder};
 pub use spec::{OpSpecFile, SinkEvidence};
 

@@ -42,6 +42,7 @@ fn invalid(path: &Path, reason: impl Into<String>) -> SpecError {
 pub const OP_SPEC_FORMAT: &str = "clink-op-spec";
 pub const SINK_EVIDENCE_FORMAT: &str = "clink-sink-evidence";
 pub const DOC_VERSION: u64 = 1;
+/// An op.json or sink evidence document larger than this is refused unread.
 pub const MAX_DOC_BYTES: u64 = 4 << 20;
 
 /// One neighbour of a captured operator.

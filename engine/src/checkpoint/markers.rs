@@ -26,6 +26,7 @@ pub const RESTORED_FORMAT: &str = "clink-restored-record";
 /// COMPLETED markers: version 2 names the job graph (version 1, read still, does not).
 pub const COMPLETED_VERSION: u64 = 2;
 pub const RESTORED_VERSION: u64 = 1;
+/// A marker or record larger than this is refused unread.
 pub const MAX_MARKER_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Error)]

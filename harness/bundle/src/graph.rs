@@ -3,6 +3,8 @@
 //! the collection caught the job running. Where both are there they must be
 //! the same job; a source that is there and does not read is an error, never
 //! an absence. Every source is read from the bytes the manifest vouched for.
+//! [`Bundle::job_graph_at`] is the graph another completed checkpoint's
+//! marker names (a redeploy may have changed the job since).
 
 use clink_engine::job::{parse_job, JobGraph};
 
@@ -60,6 +62,23 @@ impl Bundle {
                 "the selected marker names no job graph (a version 1 marker) and the bundle holds no job manifest"
                     .into(),
             )),
+        }
+    }
+
+    /// The job graph completed checkpoint `checkpoint`'s marker names. For
+    /// the selected checkpoint it is [`Bundle::job_graph`], cross-checked with
+    /// the job manifest's; another checkpoint's may be an earlier deploy's,
+    /// so it is its marker's alone, and a marker naming none (version 1)
+    /// leaves it absent.
+    pub fn job_graph_at(&self, checkpoint: u64) -> Result<KnownGraph, GraphProblem> {
+        if checkpoint == self.manifest.selection.checkpoint {
+            return self.job_graph();
+        }
+        match self.graph_of_marker(checkpoint)? {
+            Some(graph) => Ok(KnownGraph { graph, source: format!("the job graph COMPLETED-{checkpoint} names") }),
+            None => Err(GraphProblem::Absent(format!(
+                "COMPLETED-{checkpoint} names no job graph (a version 1 marker), and the job manifest's is the selected checkpoint's"
+            ))),
         }
     }
 

@@ -13,6 +13,14 @@
 //! delivery), the reference with the table; and for a windowed job, the
 //! window rules, the recorded watermarks and finality ([`window`]).
 //!
+//! Everything decided on is read after the bundle's integrity checks through
+//! [`evidence`]: by its exact bundle path, hashed as read against the
+//! manifest, and held to what its path names (job, operator, uid, subtask,
+//! epoch, checkpoint). The job graph is the one the audited checkpoint's
+//! marker names. The reconciliation's steps live apart (the audit module:
+//! options, destination identity, reads, delivery, reference, coverage), so
+//! each rule has one place.
+//!
 //! This crate never writes to a destination, never connects anywhere but
 //! the server it is handed, and never runs or loads anything a bundle or an
 //! artifact names. Verdicts and exit codes are incident-verify's (0 passed,
@@ -29,10 +37,12 @@
 pub mod artifact;
 pub mod cells;
 pub mod compare;
+pub mod evidence;
 pub mod html;
 pub mod read;
 pub mod report;
 pub mod scope;
+pub mod scope_command;
 pub mod shape;
 pub mod window;
 
@@ -41,70 +51,3 @@ mod audit;
 pub use audit::{reconcile, Coverage, Options, Quiet, ReconcileProgress, Refusal};
 pub use report::{render_json, render_text, Report};
 pub use scope::{Scope, ScopeError, ScopeKind, ScopeRequest};
-
-/// `incident-scope`: the scope document of a bundle's checkpoint.
-pub mod scope_command {
-    use clink_bundle::Bundle;
-    use clink_verify::Status;
-    use serde_json::Value as Json;
-
-    use crate::scope::{Scope, ScopeError, ScopeKind, ScopeRequest};
-
-    /// What incident-scope concluded.
-    pub enum Outcome {
-        /// The document, whole (exit 0).
-        Whole(Json),
-        /// The document, with evidence or positions not whole (exit 3).
-        NotWhole(Json, Vec<String>),
-        /// The job's shape is not supported: nothing is written (exit 3).
-        Unsupported(String),
-        /// The request does not fit the bundle (exit 2).
-        Refused(String),
-    }
-
-    /// The scope document of `checkpoint`, from the bundle alone, its
-    /// integrity checked first.
-    pub fn scope_document(bundle: &Bundle, checkpoint: u64, since: Option<u64>, from_run_start: bool) -> Outcome {
-        let failed: Vec<String> = clink_verify::integrity_checks(bundle)
-            .into_iter()
-            .filter(|c| c.status == Status::Failed)
-            .map(|c| format!("{}: {}", c.name, c.reason))
-            .collect();
-        if !failed.is_empty() {
-            return Outcome::Refused(format!("the bundle's integrity checks failed: {}", failed.join("; ")));
-        }
-        let graph = match bundle.job_graph() {
-            Ok(g) => g.graph,
-            Err(e) => return Outcome::Refused(format!("the bundle names no usable job graph: {e}")),
-        };
-        let shape = match crate::shape::shape(&graph) {
-            Ok(s) => s,
-            Err(why) => return Outcome::Unsupported(why.to_string()),
-        };
-        if let Some(why) = shape.unsupported() {
-            return Outcome::Unsupported(why.to_string());
-        }
-        let kind = match (since, from_run_start || shape.windowed().is_some()) {
-            (Some(base), _) if shape.windowed().is_none() => {
-                return Outcome::Refused(format!(
-                    "--since {base}: increments are for windowed jobs; a record-wise scope is one interval (or --from-run-start)"
-                ))
-            }
-            (Some(base), _) => ScopeKind::Increment { base },
-            (None, true) => ScopeKind::Lineage,
-            (None, false) => ScopeKind::Interval,
-        };
-        match Scope::compute(bundle, ScopeRequest { checkpoint, kind }) {
-            Ok(scope) => {
-                let doc = scope.document();
-                if scope.whole() {
-                    Outcome::Whole(doc)
-                } else {
-                    Outcome::NotWhole(doc, scope.problems.clone())
-                }
-            }
-            Err(ScopeError::Refused(why)) => Outcome::Refused(why),
-            Err(ScopeError::Unsupported(why)) => Outcome::Unsupported(why),
-        }
-    }
-}

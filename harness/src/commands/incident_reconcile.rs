@@ -30,12 +30,18 @@ pub enum CoverageArg {
 /// with the table's mutations before and after, and compared with the sink's
 /// recorded input as whole rows, multisets, key by key.
 ///
+/// The scope, the job graph (the one checkpoint N's marker names) and every
+/// artifact decided on are read from the bundle as its manifest vouched for
+/// them, each naming the place its path says.
+///
 /// Exit 0 every check passed; 1 one failed; 3 none failed but one is
 /// unavailable or unsupported (a bound reached, a mutation in progress, a
-/// key read differently twice, evidence not whole); 2 refused: another job,
-/// a checkpoint the bundle does not hold as completed, another database,
-/// table or server than the evidence's, or a malformed reference artifact or
-/// one bound to another scope.
+/// key read differently twice, evidence not whole, a DateTime64 key column);
+/// 2 refused: --since with --from-run-start, another job, a checkpoint the
+/// bundle does not hold as completed, evidence that changed since it was
+/// vouched for or names another job or place, another database, table or
+/// server than the evidence's, or a malformed reference artifact or one
+/// bound to another scope.
 #[derive(Args, Debug)]
 pub struct IncidentReconcileArgs {
     /// The bundle directory.
@@ -53,7 +59,7 @@ pub struct IncidentReconcileArgs {
     /// A windowed job's increment from this earlier completed checkpoint.
     #[arg(long, value_name = "M", value_parser = decimal_u64)]
     since: Option<u64>,
-    /// A record-wise scope spanning the run from its start.
+    /// A record-wise scope spanning the run from its start; not with --since.
     #[arg(long)]
     from_run_start: bool,
     /// The ClickHouse server's HTTP interface: HOST:PORT or an http:// URL.

@@ -19,10 +19,16 @@ use super::{decimal_u64, Output};
 /// --from-run-start); a windowed job's is its lineage (version 2), or one
 /// increment of it with --since (version 3).
 ///
+/// The job graph is the one checkpoint N's marker names, and every artifact
+/// is read as the manifest vouched for it and must name the place its path
+/// says (job, operator, uid, subtask, epoch).
+///
 /// Exit 0 the document is written whole; 3 the scope's evidence or source
 /// positions are not whole (the document is written, saying what is
 /// missing), or the job is not one the audit supports (nothing is written);
-/// 2 bad usage or a request the bundle does not fit.
+/// 2 bad usage or a request the bundle does not fit: --since with
+/// --from-run-start, a checkpoint not completed, evidence that changed since
+/// the manifest vouched for it or names another job or place.
 #[derive(Args, Debug)]
 pub struct IncidentScopeArgs {
     /// The bundle directory.
@@ -33,7 +39,7 @@ pub struct IncidentScopeArgs {
     /// A windowed job's increment: from this earlier completed checkpoint of the lineage.
     #[arg(long, value_name = "M", value_parser = decimal_u64)]
     since: Option<u64>,
-    /// A record-wise scope spanning the run from its start (through restores).
+    /// A scope spanning the run from its start (through restores); not with --since.
     #[arg(long)]
     from_run_start: bool,
     /// Where to write the scope document.

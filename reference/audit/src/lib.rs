@@ -151,6 +151,23 @@ fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Options the scope gives no use for are refused, never dropped.
+fn refused_options(args: &Args, scope: &scope::ScopeDoc) -> Result<(), Failure> {
+    if let (Some(_), Some(r)) = (&args.run_start_offset, scope.ranges.iter().find(|r| r.from.is_some())) {
+        return Err(Failure::Usage(format!(
+            "--run-start-offset: the scope gives partition {}'s range from offset {}; run-start offsets are for a scope from the run's start, whose offsets the checkpoints do not record",
+            r.partition,
+            r.from.unwrap_or_default()
+        )));
+    }
+    if args.state_out.is_some() && args.transform == Transform::Credits {
+        return Err(Failure::Usage(
+            "--state-out is for a windowed reference (--transform windows): the record-wise one keeps no state".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `ALL=0` or `0=12,1=40`.
 fn run_start_offsets(text: Option<&str>) -> Result<(Option<i64>, BTreeMap<i32, i64>), Failure> {
     let mut all = None;
@@ -192,6 +209,7 @@ fn run(args: &Args) -> Result<(bool, String), Failure> {
         }
         _ => {}
     }
+    refused_options(args, &scope)?;
     let (all, each) = run_start_offsets(args.run_start_offset.as_deref())?;
     let mut ranges = Vec::new();
     let mut supplied = BTreeMap::new();
@@ -387,4 +405,67 @@ fn write_beside(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A record-wise scope whose one range starts at `from` (none: the run's start).
+    fn scope_file(dir: &Path, from: Option<i64>) -> PathBuf {
+        let doc = json!({
+            "format": "clink-audit-scope", "version": 1, "scope_sha256": "x", "checkpoint": 3, "complete": true,
+            "sources": [{"topic": "t", "isolation": "read_committed", "partitions": [{"partition": 0, "from": from, "to": 9}]}],
+        });
+        let path = dir.join("scope.json");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        path
+    }
+
+    /// The exit code of a run refused before any broker is asked (the
+    /// address is one nothing listens on).
+    fn exit(args: &[&str]) -> u8 {
+        main_with(["--bootstrap", "127.0.0.1:9", "--deadline-ms", "1"].iter().chain(args).map(Into::into).collect())
+    }
+
+    /// `refused_options` for a record-wise reference given `ALL=0` over the scope at `scope`.
+    fn offsets_given(scope: &Path, out: &str) -> Result<(), Failure> {
+        let scope_arg = scope.to_str().unwrap();
+        let argv = [
+            "x",
+            "--scope",
+            scope_arg,
+            "--bootstrap",
+            "b",
+            "--transform",
+            "credits",
+            "--out",
+            out,
+            "--run-start-offset",
+            "ALL=0",
+        ];
+        refused_options(&Args::try_parse_from(argv).unwrap(), &scope::parse(&std::fs::read(scope).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn options_the_scope_gives_no_use_for_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.ndjson");
+        let out = out.to_str().unwrap();
+        let from_checkpoint = scope_file(dir.path(), Some(5));
+        let scope = from_checkpoint.to_str().unwrap();
+        let given = ["--scope", scope, "--transform", "credits", "--out", out, "--run-start-offset", "ALL=0"];
+        assert_eq!(exit(&given), 2, "--run-start-offset over a scope that has its from offsets");
+        let state = dir.path().join("state.json");
+        let state_out =
+            ["--scope", scope, "--transform", "credits", "--out", out, "--state-out", state.to_str().unwrap()];
+        assert_eq!(exit(&state_out), 2, "--state-out with --transform credits");
+        assert!(!std::path::Path::new(out).exists() && !state.exists(), "a refusal writes nothing");
+        let refused = offsets_given(&from_checkpoint, out);
+        assert!(matches!(refused, Err(Failure::Usage(why)) if why.contains("partition 0's range from offset 5")));
+        // From the run's start, the offsets are needed and taken.
+        let from_start = scope_file(dir.path(), None);
+        assert!(offsets_given(&from_start, out).is_ok());
+    }
 }

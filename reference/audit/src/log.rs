@@ -2,7 +2,11 @@
 //!
 //! Before reading, the log must be the one the scope recorded: the cluster's
 //! id and the topic's partition count (the topic's id where the client can
-//! see it; this client cannot, and says so). A range is complete only once
+//! see it; this client cannot, and records it as unverified, never as the
+//! same log), and a cleanup policy that does not compact. Where the scope
+//! records no cluster id or partition count, or the broker does not name the
+//! policy, the read is incomplete with that reason: a difference from the
+//! job's rows could then be the log's, and is never blamed on the job. A range is complete only once
 //! a record at or past its end was delivered, or the partition's end was
 //! reached at or past it: under read_committed, transaction markers and
 //! aborted records hold offsets that are never delivered, so a range's span
@@ -91,7 +95,12 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
         (Some(want), None) => {
             return Err(format!("an error: the broker named no cluster id (the scope recorded {want:?})"))
         }
-        (None, _) => out.unverified.push("the cluster's id: the scope records none".into()),
+        (None, _) => {
+            return Err(
+                "the log's identity cannot be read: the scope records no cluster id, so another cluster could not be told apart"
+                    .into(),
+            )
+        }
     }
     let metadata = consumer
         .fetch_metadata(Some(r.topic), REQUEST_TIMEOUT)
@@ -108,7 +117,9 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
             return Err(format!("a recreated topic or another log: it has {count} partitions, the scope recorded {n}"))
         }
         Some(n) => out.verified.push(format!("the topic has the recorded {n} partitions")),
-        None => out.unverified.push("the partition count: the scope records none".into()),
+        None => {
+            return Err("the log's identity cannot be read: the scope records no partition count for the log".into())
+        }
     }
     out.unverified.push(
         "the topic's id: this client (the rdkafka crate) cannot see it, so a topic deleted and created again is told apart only by its offsets".into(),
@@ -120,8 +131,19 @@ fn read_into(r: &Request<'_>, out: &mut ReadLog) -> Result<(), String> {
         ))
         }
         Ok(Some(policy)) => out.verified.push(format!("the topic does not compact (cleanup.policy {policy:?})")),
-        Ok(None) => out.unverified.push("the topic's cleanup.policy: the broker did not name it".into()),
-        Err(why) => out.unverified.push(format!("the topic's cleanup.policy: {why}")),
+        // Without the policy, a compacted log's missing records would read as
+        // the job's defect: the reference cannot vouch for the range.
+        Ok(None) => {
+            return Err(
+                "the topic's cleanup policy cannot be read: the broker did not name its cleanup.policy, so compacted history could not be ruled out"
+                    .into(),
+            )
+        }
+        Err(why) => {
+            return Err(format!(
+                "the topic's cleanup policy cannot be read ({why}), so compacted history could not be ruled out"
+            ))
+        }
     }
     // Expired history and a log that ends early, before reading.
     let mut list = TopicPartitionList::new();

@@ -84,6 +84,17 @@ fn point(v: &Json, field: &str) -> Result<LineagePoint, Failure> {
     })
 }
 
+/// The isolation level the job read with: the reference reads with the
+/// same, so a scope that does not say is refused, never assumed.
+fn isolation(source: &Json) -> Result<String, Failure> {
+    let field = "sources[0].isolation";
+    match source.get("isolation") {
+        None | Some(Json::Null) => Err(bad(field, "missing: the isolation level the job read with is never assumed")),
+        Some(Json::String(level)) if level == "read_committed" || level == "read_uncommitted" => Ok(level.clone()),
+        Some(other) => Err(bad(field, &format!("{other} is not read_committed or read_uncommitted"))),
+    }
+}
+
 pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
     let raw: Json =
         serde_json::from_slice(bytes).map_err(|e| Failure::Usage(format!("the scope document is not JSON: {e}")))?;
@@ -148,7 +159,7 @@ pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
             .ok_or_else(|| bad("sources[0].topic", "missing"))?
             .to_string(),
         cluster_id: source.pointer("/cluster_id/value").and_then(Json::as_str).map(str::to_string),
-        isolation: source.get("isolation").and_then(Json::as_str).unwrap_or("read_committed").to_string(),
+        isolation: isolation(source)?,
         partitions_in_log: source.pointer("/log_at_end/partitions").and_then(Json::as_u64),
         ranges,
         complete: raw.get("complete").and_then(Json::as_bool).unwrap_or(false),
@@ -158,4 +169,32 @@ pub fn parse(bytes: &[u8]) -> Result<ScopeDoc, Failure> {
         finality_watermark: watermark(raw.pointer("/finality/watermark"), "finality.watermark")?,
         raw,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope(isolation: Option<Json>) -> Vec<u8> {
+        let mut source = json!({"topic": "t", "partitions": [{"partition": 0, "from": 5, "to": 9}]});
+        if let Some(i) = isolation {
+            source["isolation"] = i;
+        }
+        json!({"format": "clink-audit-scope", "version": 1, "scope_sha256": "x", "checkpoint": 3, "sources": [source]})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_scope_without_a_known_isolation_level_is_refused_not_assumed() {
+        assert_eq!(parse(&scope(Some(json!("read_committed")))).unwrap().isolation, "read_committed");
+        assert_eq!(parse(&scope(Some(json!("read_uncommitted")))).unwrap().isolation, "read_uncommitted");
+        for bad in [None, Some(Json::Null), Some(json!("READ_COMMITTED")), Some(json!(1))] {
+            match parse(&scope(bad.clone())) {
+                Err(Failure::Usage(why)) => assert!(why.contains("sources[0].isolation"), "{bad:?}: {why}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
 }

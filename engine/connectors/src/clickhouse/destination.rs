@@ -5,7 +5,8 @@
 //! Capabilities are asked, never assumed: what `system.tables` holds, whether
 //! `serverUUID()` exists, which settings the server knows. What a server does
 //! not have is recorded as unavailable with the reason, so an old server and
-//! a current one are described in the same shape. Every statement here is a
+//! a current one are described in the same shape. An empty or nil UUID is
+//! recorded as unavailable too: it identifies no server and no table. Every statement here is a
 //! read under `readonly = 2`.
 
 use std::collections::BTreeSet;
@@ -210,7 +211,11 @@ fn describe_by(read: &Read<'_>, database: &str, table: &str) -> Result<Destinati
             Known::Unavailable(format!("this server's system.tables has no {name} column"))
         }
     };
-    let table_uuid = field("uuid");
+    // A table of a database without UUIDs reports the nil UUID: that names no table.
+    let table_uuid = match field("uuid") {
+        Known::Value(uuid) => Known::identifier(Some(uuid), "table UUID"),
+        unavailable => unavailable,
+    };
     let engine_full = field("engine_full");
     let create_table_query = field("create_table_query");
     let data_path = field("data_path");
@@ -259,10 +264,8 @@ fn server_uuid(read: &Read<'_>) -> Result<Known, ClickHouseError> {
         return Ok(Known::Unavailable("this server has no serverUUID() function".into()));
     }
     let rows = read.select("the server's UUID", "SELECT serverUUID()")?;
-    Ok(match rows.into_iter().next().and_then(|r| r.into_iter().next()).flatten() {
-        Some(uuid) => Known::Value(uuid),
-        None => Known::Unavailable("serverUUID() returned no row".into()),
-    })
+    let uuid = rows.into_iter().next().and_then(|r| r.into_iter().next()).flatten();
+    Ok(Known::identifier(uuid, "server UUID (serverUUID())"))
 }
 
 fn column_names(read: &Read<'_>, database: &str, table: &str) -> Result<BTreeSet<String>, ClickHouseError> {

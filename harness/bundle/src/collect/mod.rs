@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clink_basics::ids::OperatorId;
-use clink_engine::checkpoint::layout::RESTORED_NAME;
+use clink_engine::checkpoint::layout::{parse_completed_marker_name, RESTORED_NAME};
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
 use crate::manifest::{
@@ -289,6 +289,16 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             false
         }
     };
+
+    // The graphs the other collected markers name, where a redeploy changed
+    // the job: a scope of an earlier checkpoint reads its own marker's.
+    let mut graphs: std::collections::BTreeSet<String> = marker.graph.iter().map(|g| g.file.clone()).collect();
+    for id in markers_before.keys().filter_map(|n| parse_completed_marker_name(n)).filter(|id| *id != selected) {
+        let Some(g) = job::read_marker(&layout, id).ok().and_then(|m| m.graph) else { continue };
+        if graphs.insert(g.file.clone()) {
+            b.copy(&layout.jobs_dir().join(&g.file), &format!("{jobs_rel}/{}", g.file), "job_graph", Need::Optional)?;
+        }
+    }
 
     // Every participant's sidecar (and snapshot) of the selected checkpoint.
     b.progress.phase("state");
