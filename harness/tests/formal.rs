@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use clink_formal::pins::parse_pins;
 use clink_formal::suite::{
-    check_example, check_model, check_mutant, check_mutant_unguarded, check_recorded, configs, module_record,
+    check_example, check_model_pinned, check_mutant, check_mutant_unguarded, check_recorded, configs, module_record,
     read_trace_expectation, subdirs, TraceExpectation,
 };
 use clink_formal::tlc::{parse_expected, Expectation};
@@ -184,8 +185,25 @@ fn main() {
         Err(e) => trials.push(Trial::test("vocabulary::pending", move || Err(e.into()))),
     }
 
-    for name in configs(&formal.join("models")) {
-        trials.push(tlc_trial(format!("model::{name}"), &tools, move |t| check_model(t, &name).map(|_| ())));
+    // Every model's search is pinned: a change in what TLC enumerates fails.
+    let pins = std::fs::read_to_string(formal.join("models/expected.txt"))
+        .map_err(|e| format!("formal/models/expected.txt: {e}"))
+        .and_then(|t| parse_pins(&t).map_err(|e| e.to_string()));
+    match pins {
+        Err(e) => trials.push(Trial::test("model::expected.txt", move || Err(e.into()))),
+        Ok(pins) => {
+            let models = configs(&formal.join("models"));
+            for stale in pins.keys().filter(|p| !models.contains(p)) {
+                let e = format!("formal/models/expected.txt pins {stale}, which has no configuration");
+                trials.push(Trial::test(format!("model::{stale}"), move || Err(e.into())));
+            }
+            for name in models {
+                let pin = pins.get(&name).copied();
+                trials.push(tlc_trial(format!("model::{name}"), &tools, move |t| {
+                    check_model_pinned(t, &name, pin.as_ref()).map(|_| ())
+                }));
+            }
+        }
     }
 
     let mutants = repo().join("mutants");

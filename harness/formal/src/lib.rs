@@ -4,7 +4,8 @@
 //! runs TLC and judges its verdicts by exit status and message together
 //! ([`tlc`]), merges a run's per-process protocol traces and validates them
 //! against the specification ([`trace`]), and enumerates the models, mutants
-//! and recorded traces of the formal suite ([`suite`]).
+//! and recorded traces of the formal suite ([`suite`]), each model held to
+//! the distinct states and depth pinned for it ([`pins`]).
 //!
 //! It never downloads (`gates/fetch-tools` is the only downloader), never
 //! reads a bundle (the verifier hands it trace files), and never decides a
@@ -15,6 +16,7 @@
 //! let validation = clink_formal::trace::validate_run(&tools, std::path::Path::new("traces/happy-path"), None);
 //! ```
 
+pub mod pins;
 pub mod suite;
 pub mod tlc;
 pub mod tools;

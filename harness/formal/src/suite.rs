@@ -20,6 +20,12 @@ pub enum SuiteError {
     /// A model TLC did not pass.
     #[error("model {name}: {outcome} (after {seconds:.1}s)")]
     Model { name: String, outcome: Outcome, seconds: f64 },
+    /// A model passed with another search than `formal/models/expected.txt` pins.
+    #[error("model {name}: {mismatch}")]
+    ModelPin { name: String, mismatch: super::pins::PinMismatch },
+    /// A model has no line in `formal/models/expected.txt`.
+    #[error("model {name} has no pinned search in formal/models/expected.txt")]
+    ModelUnpinned { name: String },
     /// A mutant's outcome is not its expected verdict.
     #[error("mutant {name}: {mismatch}")]
     Mutant { name: String, mismatch: Mismatch },
@@ -99,6 +105,20 @@ pub fn check_model(tools: &FormalTools, name: &str) -> Result<Outcome, SuiteErro
         (ok @ Outcome::NoError { .. }, _) => Ok(ok),
         (outcome, seconds) => Err(SuiteError::Model { name: name.to_string(), outcome, seconds }),
     }
+}
+
+/// Runs one model and holds its search to its pin: it passes only when TLC
+/// finds no error with exactly the pinned distinct states and depth.
+pub fn check_model_pinned(
+    tools: &FormalTools,
+    name: &str,
+    pin: Option<&super::pins::ModelPin>,
+) -> Result<Outcome, SuiteError> {
+    let pin = pin.ok_or_else(|| SuiteError::ModelUnpinned { name: name.to_string() })?;
+    let outcome = check_model(tools, name)?;
+    super::pins::matches_pin(pin, &outcome)
+        .map(|()| outcome)
+        .map_err(|mismatch| SuiteError::ModelPin { name: name.to_string(), mismatch })
 }
 
 /// Runs one mutant and judges it against its expectation, both ways.
