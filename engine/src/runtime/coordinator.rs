@@ -15,7 +15,7 @@
 //! `savepoint` and whose snapshots this run never prunes; a stop raises the
 //! run's stop signal. Before anything is written, every restore (from the
 //! directory's own history or from a dataset) is mapped onto the job
-//! ([`crate::checkpoint::compat`]): state the job would leave behind refuses
+//! ([`crate::state_map`]): state the job would leave behind refuses
 //! the run unless dropping it was asked for.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use crate::checkpoint::compat::{map_state, CompatError, StateMap};
 use crate::checkpoint::dataset::{self, Dataset};
 use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::fence::{self, Fence, FenceError};
@@ -35,6 +34,7 @@ use crate::checkpoint::{
 };
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::OperatorKind;
+use crate::state_map::{map_state, CompatError, StateMap};
 use crate::trace_event;
 
 use super::deploy::{self, Deployment, Participant};
