@@ -246,7 +246,6 @@ fn the_reader_sees_imports_and_ignores_comments_and_strings() {
 }
 
 #[test]
-#[ignore = "coordinator.rs and protocol.rs are split next"]
 fn no_engine_source_file_is_over_600_lines_outside_its_tests() {
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
