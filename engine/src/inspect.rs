@@ -25,7 +25,6 @@ use clink_basics::digest::sha256_hex;
 use clink_basics::ids::OperatorId;
 
 use crate::checkpoint::backend::FileStateBackend;
-use crate::checkpoint::compat::{map_state, slots_hold_state, CompatError};
 use crate::checkpoint::dataset::Dataset;
 use crate::checkpoint::graph::read_graph;
 use crate::checkpoint::layout::parse_participant_name;
@@ -36,6 +35,7 @@ use crate::keys::{key_of_values, key_values, subtask_for_key};
 use crate::operators::driver::TIMERS_SLOT;
 use crate::operators::idle::{self, TimerKey};
 use crate::operators::{segment_source, staged_sink, window};
+use crate::state_map::{map_state, slots_hold_state, CompatError};
 use crate::timers::{Clock, Timer, TimerService, NO_WATERMARK};
 use crate::value::{ColumnType, Decimal, Value};
 

@@ -25,6 +25,7 @@ pub mod operators;
 pub mod registry;
 pub mod routing;
 pub mod runtime;
+pub mod state_map;
 pub mod timers;
 pub mod trace;
 pub mod value;

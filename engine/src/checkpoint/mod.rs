@@ -8,7 +8,6 @@
 //! whose size, hash or contents do not match what its writer vouched for.
 
 pub mod backend;
-pub mod compat;
 pub mod dataset;
 pub mod durable;
 pub mod fence;

@@ -14,12 +14,12 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
-use crate::checkpoint::compat::StateMap;
 use crate::checkpoint::{participant_name, FileStateBackend, GENERATION};
 use crate::job::PlannedOperator;
 use crate::operators::driver::Driver;
 use crate::operators::{OperatorError, OperatorKind};
 use crate::routing::Route;
+use crate::state_map::StateMap;
 
 use super::frames::{DataFrame, ToCoordinator, ToTask};
 use super::gates::{InputGate, OutputEdge, OutputGate};

@@ -15,38 +15,37 @@
 //! `savepoint` and whose snapshots this run never prunes; a stop raises the
 //! run's stop signal. Before anything is written, every restore (from the
 //! directory's own history or from a dataset) is mapped onto the job
-//! ([`crate::checkpoint::compat`]): state the job would leave behind refuses
+//! ([`crate::state_map`]): state the job would leave behind refuses
 //! the run unless dropping it was asked for.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use crate::checkpoint::compat::{map_state, CompatError, StateMap};
 use crate::checkpoint::dataset::{self, Dataset};
-use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
-use crate::checkpoint::markers::{list_completed, write_completed, write_restored, CheckpointKind, CompletedMarker};
-use crate::checkpoint::{
-    engine_restore_point, next_checkpoint_id, CheckpointLayout, ChosenBy, FileStateBackend, RestorePoint,
-    RestoredRecord, GENERATION,
-};
+use crate::checkpoint::markers::{list_completed, write_completed, CheckpointKind, CompletedMarker};
+use crate::checkpoint::{CheckpointLayout, ChosenBy, FileStateBackend, GENERATION};
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::OperatorKind;
 use crate::trace_event;
 
+mod answers;
+mod restore;
+
+use answers::{RequestBook, REQUEST_LOOK};
+use restore::{ignores_restores, preflight_restore};
+
 use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
 use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
-use super::requests::{self, Request, RequestKind, RequestResult};
+use super::requests::{self, RequestResult};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 
 /// How long the coordinator waits for a frame before it looks at its subtasks' threads.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
-/// How often the coordinator looks for requests from outside the process.
-const REQUEST_LOOK: Duration = Duration::from_millis(100);
 
 /// DEFECT broadcast_during_drain: how long a deciding drain waits for a frame
 /// before it takes what is still in flight as unable to complete.
@@ -73,16 +72,6 @@ pub struct Coordinator {
     dataset: Option<Dataset>,
     /// Requests from outside the process and what became of them.
     requests: RequestBook,
-}
-
-/// The requests this run took: savepoints in flight by checkpoint, the
-/// savepoints it completed (never pruned by it), and stops.
-#[derive(Default)]
-struct RequestBook {
-    savepoints: BTreeMap<u64, Request>,
-    kept: BTreeSet<u64>,
-    stops: Vec<Request>,
-    last_look: Option<Instant>,
 }
 
 impl From<ProtocolError> for RunError {
@@ -173,74 +162,6 @@ impl Coordinator {
         Ok(self.protocol.progress())
     }
 
-    /// Answers every request the run took and has not answered: stops say
-    /// how the job ended; savepoints not decided say the job ended first.
-    fn answer_at_end(&mut self, outcome: &str) {
-        let last = self.protocol.progress().last_completed;
-        for request in std::mem::take(&mut self.requests.stops) {
-            let (answer, reason) = match outcome {
-                "savepoint" => (requests::Outcome::Stopped, "the job stopped with a savepoint".to_string()),
-                other => (requests::Outcome::Ended, format!("the job ended ({other}) before it could stop")),
-            };
-            self.answer(RequestResult::new(&request, answer, Some(last), reason));
-        }
-        for (checkpoint, request) in std::mem::take(&mut self.requests.savepoints) {
-            let reason = format!("the job ended ({outcome}) before checkpoint {checkpoint} was decided");
-            self.answer(RequestResult::new(&request, requests::Outcome::Ended, Some(checkpoint), reason));
-        }
-    }
-
-    fn answer(&self, result: RequestResult) {
-        if let Err(e) = requests::answer(&self.layout, &result) {
-            eprintln!("clink: job {}: cannot answer request {}: {e}", self.layout.job(), result.id);
-        }
-    }
-
-    /// Takes the requests waiting for this run, at most every [`REQUEST_LOOK`].
-    fn look_at_requests(&mut self) -> Result<(), RunError> {
-        if self.requests.last_look.is_some_and(|t| t.elapsed() < REQUEST_LOOK) {
-            return Ok(());
-        }
-        self.requests.last_look = Some(Instant::now());
-        let taken = match requests::take_waiting(&self.layout) {
-            Ok(taken) => taken,
-            Err(e) => {
-                eprintln!("clink: job {}: cannot read requests: {e}", self.layout.job());
-                return Ok(());
-            }
-        };
-        for request in taken {
-            let request = match request {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("clink: job {}: a request was refused: {e}", self.layout.job());
-                    continue;
-                }
-            };
-            match request.kind {
-                RequestKind::Stop => {
-                    self.options.env.stop.request();
-                    self.requests.stops.push(request);
-                }
-                RequestKind::Savepoint if self.protocol.is_closing() => {
-                    let reason = "the job is ending: its source has taken its last checkpoint";
-                    self.answer(RequestResult::new(&request, requests::Outcome::Refused, None, reason));
-                }
-                RequestKind::Savepoint => {
-                    // For the protocol an ordinary checkpoint; its marker says savepoint.
-                    let steps = self.protocol.request(CheckpointKind::Periodic);
-                    for step in &steps {
-                        if let Step::Trigger { checkpoint, .. } = step {
-                            self.requests.savepoints.insert(*checkpoint, request.clone());
-                        }
-                    }
-                    self.take(steps)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// This run's fencing epoch (0 only before the fence is taken).
     fn epoch(&self) -> u64 {
         self.fence.as_ref().map_or(0, |f| f.epoch)
@@ -254,73 +175,6 @@ impl Coordinator {
         let document =
             serde_json::to_vec_pretty(&document).map_err(|e| RunError::Failed(format!("the job graph: {e}")))?;
         write_graph(&self.layout, &document).map_err(|e| RunError::Failed(format!("recording the job graph: {e}")))
-    }
-
-    /// Whether an earlier run of this job left anything in the checkpoint directory.
-    fn has_history(&self) -> bool {
-        self.layout.jobs_dir().exists() || self.layout.state_root().exists()
-    }
-
-    /// A new process over an earlier run's directory: read the markers once,
-    /// then redeploy from the restore point.
-    fn recover(&mut self) -> Result<(), RunError> {
-        remove_stale_temps(&self.layout.jobs_dir()).map_err(|e| RunError::Failed(e.to_string()))?;
-        let point = self.restore_point(ChosenBy::Recovery)?;
-        trace_event!(
-            CoordRecovers,
-            job = self.layout.job(),
-            epoch = self.epoch(),
-            completed = point.checkpoint,
-            confirmed = 0u64
-        );
-        self.redeploy(point)
-    }
-
-    /// The restore rule, applied to the directory now.
-    fn restore_point(&self, chosen_by: ChosenBy) -> Result<RestorePoint, RunError> {
-        engine_restore_point(&self.layout, chosen_by, &self.options.env.defects)
-            .map_err(|e| RunError::Failed(e.to_string()))
-    }
-
-    /// Records the restore point and deploys from it: `next` is the larger of
-    /// the disk's next id and this coordinator's own, and the RESTORED record
-    /// is durable before any subtask starts.
-    fn redeploy(&mut self, point: RestorePoint) -> Result<(), RunError> {
-        let state = match point.checkpoint {
-            0 => None,
-            checkpoint => Some(
-                map_state(&self.layout, checkpoint, &self.options.job, self.options.allow_non_restored_state)
-                    .map_err(|e| RunError::Failed(format!("restoring checkpoint {checkpoint}: {e}")))?,
-            ),
-        };
-        if let Some(state) = &state {
-            for dropped in &state.dropped {
-                eprintln!("clink: job {}: dropping state (--allow-non-restored-state): {dropped}", self.layout.job());
-            }
-        }
-        let disk_next = next_checkpoint_id(&self.layout, &point)
-            .map_err(|e| RunError::Failed(format!("reading the checkpoint directory: {e}")))?;
-        let next = self.protocol.redeployed(point.checkpoint, disk_next);
-        kill_point(FaultPoint::CoordinatorBeforeRestoredRecord, point.checkpoint);
-        // DEFECT no_restored_record: the redeploy writes no RESTORED record.
-        #[cfg(any(test, feature = "defects"))]
-        let write_record = !self.options.env.defects.has(crate::defects::Defect::NoRestoredRecord);
-        #[cfg(not(any(test, feature = "defects")))]
-        let write_record = true;
-        if write_record {
-            let record = RestoredRecord::new(self.layout.job(), point.checkpoint, next);
-            write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
-        }
-        trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
-        self.deployment = Some(deploy::deploy(
-            &self.options,
-            &self.participants,
-            &self.backend,
-            point.checkpoint,
-            state.as_ref(),
-            self.epoch(),
-        )?);
-        Ok(())
     }
 
     /// The coordinator's loop: until every subtask finished and nothing is in flight.
@@ -595,60 +449,4 @@ impl Coordinator {
         self.last_progress = Some(now);
         eprintln!("clink: job {}: checkpoint {checkpoint} completed", self.layout.job());
     }
-}
-
-/// Whether this build ignores every restore (the `defect-ignore-restore` variant).
-fn ignores_restores() -> bool {
-    cfg!(feature = "defect-ignore-restore")
-}
-
-/// What a run restores from, checked before anything is written: a dataset
-/// (verified, of this job, holding the checkpoint asked for, into a
-/// directory with no history of the job), or the directory's own restore
-/// point; either way the checkpoint's state is mapped onto the job, and
-/// state the job would leave behind refuses the run unless dropping it was
-/// asked for.
-fn preflight_restore(options: &RunOptions, layout: &CheckpointLayout) -> Result<Option<Dataset>, RunError> {
-    let refused = |what: String| RunError::Refused(what);
-    let job = &options.job;
-    let map = |layout: &CheckpointLayout, checkpoint: u64| -> Result<StateMap, RunError> {
-        map_state(layout, checkpoint, job, options.allow_non_restored_state).map_err(|e| match e {
-            CompatError::Refused { .. } | CompatError::Rescaled { .. } => refused(format!("restore refused: {e}")),
-            // Damaged state is a failed restore, not bad usage.
-            other => RunError::Failed(format!("restoring checkpoint {checkpoint}: {other}")),
-        })
-    };
-    let history = layout.jobs_dir().exists() || layout.state_root().exists();
-    let Some(from) = &options.restore_from else {
-        if history {
-            let point = crate::checkpoint::restore_point_on_disk(layout)
-                .map_err(|e| refused(format!("the checkpoint directory: {e}")))?;
-            if point.checkpoint > 0 {
-                map(layout, point.checkpoint)?;
-            }
-        }
-        return Ok(None);
-    };
-    if history {
-        return Err(refused(format!(
-            "--restore-from-dir: {} already holds job {}'s checkpoints; resume it without --restore-from-dir, or restore into a new --checkpoint-dir",
-            options.checkpoint_dir.display(),
-            job.job_id
-        )));
-    }
-    let dataset = dataset::verify(&from.dataset, None).map_err(|e| refused(format!("--restore-from-dir: {e}")))?;
-    if dataset.job != job.job_id {
-        return Err(refused(format!(
-            "--restore-from-dir: the dataset holds job {}, and this job is job {}",
-            dataset.job, job.job_id
-        )));
-    }
-    if dataset.index.checkpoint != from.checkpoint {
-        return Err(refused(format!(
-            "--restore-from-checkpoint-id {}: the dataset holds checkpoint {}",
-            from.checkpoint, dataset.index.checkpoint
-        )));
-    }
-    map(&dataset.layout(), from.checkpoint)?;
-    Ok(Some(dataset))
 }

@@ -15,6 +15,11 @@
 //!
 //! "Holds state" is read from the snapshots themselves: any slot besides
 //! the driver's timers and watermark, or a registered timer.
+//!
+//! This module sits above both the checkpoint files and the job graph: it
+//! reads the first and compares it with the second. It never writes a
+//! checkpoint file, and `checkpoint` never imports it (or `job`, or
+//! `operators`): the structure test (engine/tests/structure.rs) forbids it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,11 +28,11 @@ use thiserror::Error;
 
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
 
-use super::backend::{FileStateBackend, StateError};
-use super::graph::{read_graph, GraphError};
-use super::layout::{parse_participant_name, participant_name, CheckpointLayout};
-use super::markers::{read_completed, MarkerError};
-use super::snapshot::StateSlots;
+use crate::checkpoint::backend::{FileStateBackend, StateError};
+use crate::checkpoint::graph::{read_graph, GraphError};
+use crate::checkpoint::layout::{parse_participant_name, participant_name, CheckpointLayout};
+use crate::checkpoint::markers::{read_completed, MarkerError};
+use crate::checkpoint::snapshot::StateSlots;
 use crate::codec::Reader;
 use crate::job::JobGraph;
 use crate::operators::driver::TIMERS_SLOT;
@@ -231,7 +236,7 @@ mod tests {
     use crate::checkpoint::snapshot::{SlotKind, SnapshotHeader};
     use crate::job::parse_job;
 
-    const EXAMPLE: &str = include_str!("../../../fixtures/jobs/example/job.json");
+    const EXAMPLE: &str = include_str!("../../fixtures/jobs/example/job.json");
 
     /// Checkpoint 1 of the example job: every participant holds a slot of
     /// its own, except key_by (operator 2), which holds only its watermark.
