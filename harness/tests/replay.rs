@@ -230,7 +230,7 @@ fn replay_diff_finds_identical_dumps_and_locates_a_doctored_emission() {
     assert!(dump.rows.len() > 3);
     dump.rows[2][1] = clink_engine::value::Value::Timestamp(-1);
     let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
-    std::fs::write(&b, clink_replay::emissions::encode_dump(&at, &dump.rows)).unwrap();
+    std::fs::write(&b, clink_replay::emissions::encode_dump(dump.job.unwrap_or(1), &at, &dump.rows)).unwrap();
     let differ = clink(&["replay-diff", p(&a), p(&b)]);
     assert_eq!(differ.status.code(), Some(1));
     let text = String::from_utf8_lossy(&differ.stdout);
@@ -255,7 +255,7 @@ fn a_regression_bundle_passes_and_fails_once_its_golden_is_doctored() {
     let mut dump = clink_replay::emissions::read_dump(&golden).unwrap();
     dump.rows.push(vec![clink_engine::value::Value::Str("ghost".into())]);
     let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch };
-    let doctored = clink_replay::emissions::encode_dump(&at, &dump.rows);
+    let doctored = clink_replay::emissions::encode_dump(dump.job.unwrap_or(1), &at, &dump.rows);
     std::fs::write(&golden, &doctored).unwrap();
     let refused = clink(&["replay", "run-test", p(&bundle)]);
     assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));

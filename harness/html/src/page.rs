@@ -65,6 +65,9 @@ pub struct Check {
 pub struct Table {
     pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,
+    /// Cells drawn as differing, by (row, column) (an A/B divergence's
+    /// cells): marked with a class and a visible sign, never by colour alone.
+    pub marked: Vec<(usize, usize)>,
 }
 
 /// A section a command adds after the checks (for example, discrepancies per key).
@@ -387,10 +390,14 @@ fn section(h: &mut String, s: &Section) {
             let _ = write!(h, "<th>{}</th>", text(c));
         }
         h.push_str("</tr></thead>\n<tbody>\n");
-        for row in &table.rows {
+        for (r, row) in table.rows.iter().enumerate() {
             h.push_str("<tr>");
-            for c in row {
-                let _ = write!(h, "<td>{}</td>", text(c));
+            for (col, c) in row.iter().enumerate() {
+                if table.marked.contains(&(r, col)) {
+                    let _ = write!(h, "<td class=\"differs\" title=\"differs\">&#x25B6; {}</td>", text(c));
+                } else {
+                    let _ = write!(h, "<td>{}</td>", text(c));
+                }
             }
             h.push_str("</tr>\n");
         }
@@ -422,7 +429,11 @@ mod tests {
             sections: vec![Section {
                 title: "per key".into(),
                 paragraphs: vec!["<p>".into()],
-                table: Some(Table { header: vec!["key".into()], rows: vec![vec!["<td>".into()]] }),
+                table: Some(Table {
+                    header: vec!["key".into()],
+                    rows: vec![vec!["<td>".into()]],
+                    marked: vec![(0, 0)],
+                }),
             }],
         }
     }
@@ -448,6 +459,10 @@ mod tests {
         // The only elements with these names are the page's own.
         assert_eq!(html.matches("<script").count(), 1, "no timeline, so only the error script: {html}");
         assert!(!html.contains("<b>") && !html.contains("<i>") && !html.contains("<a ") && !html.contains("<td><td>"));
+        assert!(
+            html.contains("<td class=\"differs\" title=\"differs\">&#x25B6; &lt;td&gt;</td>"),
+            "a marked cell is marked"
+        );
         assert!(html.contains("traces/&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;.ndjson"));
         assert!(html.contains("&lt;/details&gt;&lt;script&gt;"));
         assert!(html.contains("Content-Security-Policy"));

@@ -66,6 +66,7 @@ fn sections(report: &Report) -> Vec<Section> {
                 .iter()
                 .map(|f| vec![f.relationship.to_string(), f.compares.to_string(), f.summary.clone(), f.count.to_string()])
                 .collect(),
+            marked: Vec::new(),
         }),
     }];
     for f in report.findings.iter().filter(|f| !f.first.is_empty()) {
@@ -75,6 +76,7 @@ fn sections(report: &Report) -> Vec<Section> {
             table: Some(Table {
                 header: vec!["finding".into()],
                 rows: f.first.iter().map(|l| vec![l.clone()]).collect(),
+                marked: Vec::new(),
             }),
         });
     }

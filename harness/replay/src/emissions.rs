@@ -1,9 +1,12 @@
 //! Emission dumps (`clink replay --out`) and their comparison
 //! (`clink replay-diff`).
 //!
-//! A dump is a header (magic, version, the epoch it came from) and the rows in
-//! the canonical row encoding, so two dumps are identical exactly when their
-//! bytes are. The comparison names the first emission that differs.
+//! A dump is a header (magic, version, the job and epoch it came from) and the
+//! rows in the canonical row encoding, so two dumps are identical exactly when
+//! their bytes are. The comparison names the first emission that differs.
+//!
+//! Version 2 names the job; version 1 (older builds, older regression
+//! goldens) does not, and is still read, with `job` unknown.
 
 use std::path::Path;
 
@@ -13,7 +16,11 @@ use clink_engine::value::{decode_row, encode_row, row_bytes, Row};
 use super::EpochRef;
 
 pub const EMIT_MAGIC: &[u8; 8] = b"CLNKEMIT";
-pub const EMIT_VERSION: u32 = 1;
+pub const EMIT_VERSION: u32 = 2;
+/// The header without the job, written by older builds; still read.
+pub const EMIT_VERSION_NO_JOB: u32 = 1;
+/// Every dump version this build reads.
+pub const EMIT_READ_VERSIONS: &[u32] = &[EMIT_VERSION_NO_JOB, EMIT_VERSION];
 const MAX_DUMP_BYTES: u64 = 1 << 30;
 
 /// The rows alone in their canonical encoding (what "byte-identical" compares).
@@ -26,9 +33,9 @@ pub fn encode_rows(rows: &[Row]) -> Vec<u8> {
     w.into_bytes()
 }
 
-pub fn encode_dump(at: &EpochRef, rows: &[Row]) -> Vec<u8> {
+pub fn encode_dump(job: u64, at: &EpochRef, rows: &[Row]) -> Vec<u8> {
     let mut w = Writer::new();
-    w.raw(EMIT_MAGIC).u32(EMIT_VERSION).u64(at.operator.0).u32(at.subtask).u64(at.epoch);
+    w.raw(EMIT_MAGIC).u32(EMIT_VERSION).u64(job).u64(at.operator.0).u32(at.subtask).u64(at.epoch);
     w.raw(&encode_rows(rows));
     w.into_bytes()
 }
@@ -36,6 +43,11 @@ pub fn encode_dump(at: &EpochRef, rows: &[Row]) -> Vec<u8> {
 /// A dump read back: where it came from and its rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dump {
+    /// The dump's version (1 or 2).
+    pub version: u32,
+    /// The job the epoch belongs to; `None` in a version 1 dump, which does
+    /// not say.
+    pub job: Option<u64>,
     pub operator: u64,
     pub subtask: u32,
     pub epoch: u64,
@@ -54,9 +66,11 @@ pub fn decode_dump(bytes: &[u8]) -> Result<Dump, DumpError> {
         return Err(DumpError("not an emission dump (bad magic)".into()));
     }
     let version = r.u32().map_err(err)?;
-    if version != EMIT_VERSION {
-        return Err(DumpError(format!("dump version {version}; this build reads {EMIT_VERSION}")));
-    }
+    let job = match version {
+        EMIT_VERSION => Some(r.u64().map_err(err)?),
+        EMIT_VERSION_NO_JOB => None,
+        _ => return Err(DumpError(format!("dump version {version}; this build reads versions 1 and 2"))),
+    };
     let operator = r.u64().map_err(err)?;
     let subtask = r.u32().map_err(err)?;
     let epoch = r.u64().map_err(err)?;
@@ -69,13 +83,42 @@ pub fn decode_dump(bytes: &[u8]) -> Result<Dump, DumpError> {
         rows.push(decode_row(&mut r).map_err(err)?);
     }
     r.finish().map_err(err)?;
-    Ok(Dump { operator, subtask, epoch, rows })
+    Ok(Dump { version, job, operator, subtask, epoch, rows })
 }
 
 pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
     let bytes = clink_basics::files::read_bounded(path, MAX_DUMP_BYTES)
         .map_err(|e| DumpError(format!("{}: {e}", path.display())))?;
     decode_dump(&bytes).map_err(|e| DumpError(format!("{}: {e}", path.display())))
+}
+
+impl Dump {
+    /// Where the dump says it came from, for people.
+    pub fn origin(&self) -> String {
+        let job = self.job.map_or("job unknown (a version 1 dump)".to_string(), |j| format!("job {j}"));
+        format!("{job} operator {} subtask {} epoch {}", self.operator, self.subtask, self.epoch)
+    }
+}
+
+/// Why two dumps do not describe the same epoch (`None` when they do): the
+/// first header field that differs, or a job a version 1 dump leaves unsaid.
+pub fn origin_mismatch(a: &Dump, b: &Dump) -> Option<String> {
+    let fields: [(&str, Option<u64>, Option<u64>); 4] = [
+        ("job", a.job, b.job),
+        ("operator", Some(a.operator), Some(b.operator)),
+        ("subtask", Some(u64::from(a.subtask)), Some(u64::from(b.subtask))),
+        ("epoch", Some(a.epoch), Some(b.epoch)),
+    ];
+    for (name, x, y) in fields {
+        match (x, y) {
+            (Some(x), Some(y)) if x != y => return Some(format!("they name different {name}s ({x} and {y})")),
+            (None, _) | (_, None) => {
+                return Some(format!("a version 1 dump does not name its {name}, so the two cannot be shown to agree"))
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The first place two emission sequences differ.
@@ -120,16 +163,66 @@ mod tests {
     fn dumps_round_trip_and_differences_are_located() {
         let at = EpochRef { operator: OperatorId(3), subtask: 1, epoch: 4 };
         let rows = vec![vec![Value::Int(1)], vec![Value::Str("b".into())]];
-        let dump = decode_dump(&encode_dump(&at, &rows)).unwrap();
+        let dump = decode_dump(&encode_dump(9, &at, &rows)).unwrap();
         assert_eq!(dump.rows, rows);
+        assert_eq!((dump.version, dump.job, dump.operator, dump.subtask, dump.epoch), (2, Some(9), 3, 1, 4));
+        assert_eq!(origin_mismatch(&dump, &dump), None);
         assert_eq!(first_difference(&rows, &rows), None);
         let mut doctored = rows.clone();
         doctored[1] = vec![Value::Str("c".into())];
         assert_eq!(first_difference(&rows, &doctored).unwrap().index, 1);
         assert_eq!(first_difference(&rows, &rows[..1]).unwrap().right, None);
-        let bytes = encode_dump(&at, &rows);
+        let bytes = encode_dump(9, &at, &rows);
         for cut in 0..bytes.len() {
             assert!(decode_dump(&bytes[..cut]).is_err());
+        }
+    }
+
+    /// A version 1 dump: the same header without the job.
+    fn v1_dump(at: &EpochRef, rows: &[Row]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.raw(EMIT_MAGIC).u32(EMIT_VERSION_NO_JOB).u64(at.operator.0).u32(at.subtask).u64(at.epoch);
+        w.raw(&encode_rows(rows));
+        w.into_bytes()
+    }
+
+    #[test]
+    fn version_1_dumps_are_read_and_their_unknown_job_never_agrees() {
+        let at = EpochRef { operator: OperatorId(3), subtask: 1, epoch: 4 };
+        let rows = vec![vec![Value::Int(1)]];
+        let old = decode_dump(&v1_dump(&at, &rows)).unwrap();
+        assert_eq!((old.version, old.job, old.rows.clone()), (1, None, rows.clone()));
+        let new = decode_dump(&encode_dump(1, &at, &rows)).unwrap();
+        assert!(origin_mismatch(&old, &new).unwrap().contains("does not name its job"));
+    }
+
+    type Change = Box<dyn Fn(&mut Dump)>;
+
+    #[test]
+    fn each_header_field_that_differs_is_named() {
+        let at = EpochRef { operator: OperatorId(3), subtask: 1, epoch: 4 };
+        let base = decode_dump(&encode_dump(1, &at, &[])).unwrap();
+        let cases: [(&str, Change); 4] = [
+            ("job", Box::new(|d| d.job = Some(2))),
+            ("operator", Box::new(|d| d.operator = 4)),
+            ("subtask", Box::new(|d| d.subtask = 0)),
+            ("epoch", Box::new(|d| d.epoch = 5)),
+        ];
+        for (field, change) in cases {
+            let mut other = base.clone();
+            change(&mut other);
+            let why = origin_mismatch(&base, &other).unwrap();
+            assert!(why.contains(&format!("different {field}s")), "{field}: {why}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_dump_reader_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = decode_dump(&bytes);
+            let mut framed = EMIT_MAGIC.to_vec();
+            framed.extend_from_slice(&bytes);
+            let _ = decode_dump(&framed);
         }
     }
 }

@@ -23,6 +23,7 @@
 //! # Ok::<(), clink_replay::ReplayError>(())
 //! ```
 
+pub mod ab;
 pub mod bundle;
 pub mod compare;
 pub mod emissions;

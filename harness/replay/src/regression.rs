@@ -109,7 +109,7 @@ pub fn emit_bundle(evidence: &EpochEvidence, dest: &Path) -> Result<BundleManife
             *checkpoint
         }
     };
-    put(GOLDEN_FILE, "golden", &encode_dump(&evidence.at, &outcome.emissions))?;
+    put(GOLDEN_FILE, "golden", &encode_dump(evidence.capture.header.job, &evidence.at, &outcome.emissions))?;
     let manifest = BundleManifest {
         format: BUNDLE_FORMAT.into(),
         version: BUNDLE_VERSION,
@@ -227,6 +227,7 @@ pub fn run_bundle(dir: &Path) -> Result<usize, BundleError> {
     };
     let golden = decode_dump(&read_listed(dir, &manifest, GOLDEN_FILE)?)
         .map_err(|e| BundleError::Refused(format!("{GOLDEN_FILE}: {e}")))?;
+    check_golden_names(&golden, job, &at)?;
     let evidence = EpochEvidence { at, spec, capture, start };
     let outcome = replay(&evidence)?;
     match first_difference(&golden.rows, &outcome.emissions) {
@@ -238,6 +239,16 @@ pub fn run_bundle(dir: &Path) -> Result<usize, BundleError> {
             outcome.emissions.len()
         ))),
     }
+}
+
+/// The golden names the epoch the bundle is of (a version 1 golden names no
+/// job; the capture's header, already checked, does).
+fn check_golden_names(golden: &super::emissions::Dump, job: u64, at: &EpochRef) -> Result<(), BundleError> {
+    let same_epoch = golden.operator == at.operator.0 && golden.subtask == at.subtask && golden.epoch == at.epoch;
+    if !same_epoch || golden.job.is_some_and(|j| j != job) {
+        return Err(BundleError::Refused(format!("{GOLDEN_FILE} names {}, not job {job} {at}", golden.origin())));
+    }
+    Ok(())
 }
 
 /// The bundles under a directory: its subdirectories holding a manifest.

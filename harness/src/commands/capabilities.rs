@@ -44,6 +44,11 @@ pub const CAPABILITIES: &[(&str, &str)] = &[
     ("state.diff", "clink state-diff: two datasets' state compared byte for byte"),
     ("schema.check_savepoint", "clink check-savepoint --expected=<job>: a job's restore paths against a dataset"),
     ("state.backend.file", "the file state backend (the only one)"),
+    (
+        clink_replay::ab::EPOCH_OUT_CAPABILITY,
+        "clink replay epoch --out: one captured epoch's emissions as an emission dump (the A/B candidate's side)",
+    ),
+    ("replay.ab", "clink replay ab: this build's emissions against a candidate build's, epoch by epoch"),
 ];
 
 /// The state encodings this build reads and writes: (slot, version).
@@ -59,6 +64,12 @@ const ENCODINGS: &[(&str, u32)] = {
     ]
 };
 
+/// The capture format versions this build's replay reads.
+const CAPTURE_FORMATS: &[u32] = {
+    use clink_engine::capture::format::{CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY};
+    &[CAPTURE_VERSION_RECORDS_ONLY, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION]
+};
+
 pub fn main(args: CapabilitiesArgs) -> Exit {
     let out = Output::new("capabilities", args.json);
     let doc = json!({
@@ -68,6 +79,11 @@ pub fn main(args: CapabilitiesArgs) -> Exit {
         "defect_variant": clink_engine::defects::variant_features(),
         "capabilities": CAPABILITIES.iter().map(|(name, what)| json!({"name": name, "description": what})).collect::<Vec<_>>(),
         "state_encodings": ENCODINGS.iter().map(|(slot, v)| json!({"slot": slot, "version": v})).collect::<Vec<_>>(),
+        "capture_formats": CAPTURE_FORMATS,
+        "emission_dump": {"writes": clink_replay::emissions::EMIT_VERSION, "reads": clink_replay::emissions::EMIT_READ_VERSIONS},
+        "operator_types": clink_engine::registry::type_names().into_iter()
+            .map(|name| json!({"name": name, "kind": clink_engine::registry::kind_of(name).map(|k| format!("{k:?}").to_lowercase())}))
+            .collect::<Vec<_>>(),
     });
     let text = || {
         let mut lines = vec![format!("clink {}", clink_engine::defects::build_description())];

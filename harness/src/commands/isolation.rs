@@ -8,9 +8,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use clink_basics::exit::Exit;
+use clink_isolation::claim::{claimed, confirm_here};
 use clink_isolation::probe::{probe_main, ProbeArgs};
 use clink_isolation::prove::{isolate, Outcome, Probe};
-use clink_isolation::Mechanism;
+use clink_isolation::{Mechanism, Proof, Verdict};
 
 use super::Output;
 
@@ -144,5 +145,40 @@ pub fn main(args: IsolationArgs) -> Exit {
                 ProbeArgs { port: a.control_port, nonce: a.nonce, report: a.report, mechanism, command: a.command };
             exit_with(probe_main(&args))
         }
+    }
+}
+
+/// Runs the rest of this command under the proven isolation, for a command
+/// that starts builds it must not trust with the network (`upgrade`,
+/// `replay ab`).
+///
+/// Outside, it re-executes this very command line once under the proof and
+/// returns `Err(exit)` with the isolated command's exit once that has
+/// finished. Inside, it confirms the claim it was handed from where it runs
+/// and returns `Ok(proof)`. Where the command could not be run isolated it
+/// returns `Ok` with the proof that says why: the caller then reports it and
+/// runs no build.
+pub fn isolate_this_command() -> Result<Proof, Exit> {
+    if let Some(claim) = claimed() {
+        return Ok(confirm_here(claim));
+    }
+    let command = std::env::current_exe().map(|exe| {
+        let mut c: Vec<OsString> = vec![exe.into()];
+        c.extend(std::env::args_os().skip(1));
+        c
+    });
+    let (probe, command) = match (Probe::this_binary(&["isolation", "probe"]), command) {
+        (Ok(p), Ok(c)) => (p, c),
+        (Err(e), _) => return Ok(Proof::new(Verdict::Unavailable, e)),
+        (_, Err(e)) => return Ok(Proof::new(Verdict::Unavailable, format!("this program's own path: {e}"))),
+    };
+    match isolate(&probe, Some(&command)) {
+        Outcome::Ran { status, .. } => Err(match status {
+            0 => Exit::Passed,
+            1 => Exit::Failed,
+            2 => Exit::Refused,
+            _ => Exit::NotEstablished,
+        }),
+        Outcome::NotRun(proof) | Outcome::Proved(proof) => Ok(proof),
     }
 }

@@ -19,6 +19,7 @@ pub mod job_requests;
 pub mod produce;
 pub mod reference;
 pub mod replay;
+pub mod replay_ab;
 pub mod run;
 pub mod state;
 pub mod trace_validate;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use clink_basics::exit::Exit;
-use clink_replay::emissions::{encode_dump, first_difference, read_dump};
+use clink_replay::emissions::{encode_dump, first_difference, origin_mismatch, read_dump};
 use clink_replay::regression::{emit_bundle, run_bundle, BundleError};
 use clink_replay::{list_captured, load_epoch, replay, verify, EpochEvidence, EpochRef, ReplayError};
 use serde_json::json;
@@ -34,20 +34,23 @@ enum ReplayCommand {
     RunTest(RunTestArgs),
     /// Compare two emission dumps (replay epoch --out).
     Diff(DiffArgs),
+    /// Replay epochs with this build and with a candidate build, and report
+    /// where their emissions first differ.
+    Ab(super::replay_ab::AbArgs),
 }
 
 /// Where a run's captures and checkpoints are.
 #[derive(Args, Debug)]
-struct RunDirs {
+pub(super) struct RunDirs {
     /// The flight recorder's directory (clink run --capture-dir).
     #[arg(long, value_name = "DIR")]
-    capture_dir: PathBuf,
+    pub(super) capture_dir: PathBuf,
     /// The checkpoint directory the starting states come from.
     #[arg(long, value_name = "DIR")]
-    checkpoint_dir: PathBuf,
+    pub(super) checkpoint_dir: PathBuf,
     /// The job id (decimal).
     #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
-    job: u64,
+    pub(super) job: u64,
 }
 
 fn at(which: &Which) -> EpochRef {
@@ -105,21 +108,28 @@ struct RunTestArgs {
 
 /// Compare two emission dumps (clink replay epoch --out).
 ///
-/// Exit 0 when identical; 1 naming the first differing emission (its index and
-/// both rows); 2 when a dump is unreadable.
+/// Both dumps must name the same job, operator, subtask and epoch (a version
+/// 1 dump names no job, so it never agrees without the flag below). Exit 0
+/// when identical; 1 naming the first differing emission (its index and both
+/// rows); 2 when a dump is unreadable, its header missing or malformed, or
+/// the two name different epochs.
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// The first dump.
     a: PathBuf,
     /// The second dump.
     b: PathBuf,
+    /// Compare the rows even when the headers name different jobs,
+    /// operators, subtasks or epochs (or a version 1 dump names no job).
+    #[arg(long)]
+    allow_different_epochs: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
 }
 
 /// What a replay error means for the exit code.
-fn exit_of(e: &ReplayError) -> Exit {
+pub(super) fn exit_of(e: &ReplayError) -> Exit {
     match e {
         ReplayError::Refused(_) => Exit::Refused,
         ReplayError::Failed(_) => Exit::Failed,
@@ -134,6 +144,7 @@ pub fn main(args: ReplayArgs) -> Exit {
         ReplayCommand::EmitTest(a) => emit_test(a),
         ReplayCommand::RunTest(a) => run_test(a),
         ReplayCommand::Diff(a) => diff_main(a),
+        ReplayCommand::Ab(a) => super::replay_ab::main(a),
     }
 }
 
@@ -161,7 +172,7 @@ fn epoch(args: EpochArgs) -> Exit {
         }
     };
     if let Some(path) = &args.out {
-        if let Err(e) = std::fs::write(path, encode_dump(&at, &outcome.emissions)) {
+        if let Err(e) = std::fs::write(path, encode_dump(args.dirs.job, &at, &outcome.emissions)) {
             return out.refuse(format!("--out {}: {e}", path.display()));
         }
     }
@@ -298,10 +309,21 @@ pub fn diff_main(args: DiffArgs) -> Exit {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return out.refuse(e),
     };
+    let mismatch = origin_mismatch(&a, &b);
+    if let (Some(why), false) = (&mismatch, args.allow_different_epochs) {
+        return out.refuse(format!(
+            "{} ({}) and {} ({}) are not dumps of the same epoch: {why}; --allow-different-epochs compares them anyway",
+            args.a.display(),
+            a.origin(),
+            args.b.display(),
+            b.origin()
+        ));
+    }
     let difference = first_difference(&a.rows, &b.rows);
     let exit = if difference.is_none() { Exit::Passed } else { Exit::Failed };
     let doc = json!({
         "format": "clink-replay-diff", "version": 1, "identical": difference.is_none(),
+        "origins": [a.origin(), b.origin()], "same_epoch": mismatch.is_none(),
         "emissions": [a.rows.len(), b.rows.len()], "first_difference": difference.as_ref().map(|d| d.to_string()),
         "exit_code": exit.code(),
     });

@@ -8,9 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use clink_basics::exit::Exit;
-use clink_isolation::claim::{claimed, confirm_here};
-use clink_isolation::prove::{isolate, Outcome, Probe};
-use clink_isolation::{Proof, Verdict};
+use clink_isolation::claim::claimed;
+use clink_isolation::Proof;
 use clink_upgrade::check::{check, CheckArgs};
 use clink_upgrade::record::{record, RecordArgs};
 use clink_upgrade::{Bounds, Build};
@@ -135,37 +134,13 @@ struct CheckCli {
     bounds: BoundsCli,
 }
 
-/// Establishes isolation: `Err(exit)` when this process re-executed itself
-/// under it and the isolated command has finished. `Ok(proof)` is the proof
-/// this process runs under: confirmed from inside, or why the command was
-/// not run isolated (the report then says so and no build runs).
+/// Refuses an existing --out before anything re-executes (so the refusal is
+/// reported once), then establishes isolation for the whole command.
 fn isolate_self(out: &Output, fresh_out: &std::path::Path) -> Result<Proof, Exit> {
-    if let Some(claim) = claimed() {
-        return Ok(confirm_here(claim));
-    }
-    // Refuse bad usage before re-executing, so it is reported once.
-    if fresh_out.exists() {
+    if claimed().is_none() && fresh_out.exists() {
         return Err(out.refuse(format!("--out {} exists; give a fresh directory", fresh_out.display())));
     }
-    let command = std::env::current_exe().map(|exe| {
-        let mut c: Vec<std::ffi::OsString> = vec![exe.into()];
-        c.extend(std::env::args_os().skip(1));
-        c
-    });
-    let (probe, command) = match (Probe::this_binary(&["isolation", "probe"]), command) {
-        (Ok(p), Ok(c)) => (p, c),
-        (Err(e), _) => return Ok(Proof::new(Verdict::Unavailable, e)),
-        (_, Err(e)) => return Ok(Proof::new(Verdict::Unavailable, format!("this program's own path: {e}"))),
-    };
-    match isolate(&probe, Some(&command)) {
-        Outcome::Ran { status, .. } => Err(match status {
-            0 => Exit::Passed,
-            1 => Exit::Failed,
-            2 => Exit::Refused,
-            _ => Exit::NotEstablished,
-        }),
-        Outcome::NotRun(proof) | Outcome::Proved(proof) => Ok(proof),
-    }
+    super::isolation::isolate_this_command()
 }
 
 pub fn main(args: UpgradeArgs) -> Exit {

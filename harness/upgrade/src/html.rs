@@ -66,7 +66,11 @@ pub fn page(command: &str, checks: &Checks, facts: &Json, commands: &[CommandRec
             paragraphs: vec![
                 "Every command this run started, as it was run; each one's log is kept under --out/logs.".into()
             ],
-            table: Some(Table { header: ["name", "command", "ended", "time"].map(String::from).to_vec(), rows }),
+            table: Some(Table {
+                header: ["name", "command", "ended", "time"].map(String::from).to_vec(),
+                rows,
+                marked: Vec::new(),
+            }),
         }],
     }
 }

@@ -137,6 +137,13 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The wait between two looks at a running process: 1 ms at first, doubling
+/// to 25 ms, so a short process (an A/B candidate's one epoch) is not kept
+/// waiting a whole long poll after it exits.
+fn poll_interval(polls: u64) -> Duration {
+    Duration::from_millis(1u64 << polls.min(5)).min(Duration::from_millis(25))
+}
+
 /// Starts and waits for processes within the bounds.
 pub struct Runner {
     out: PathBuf,
@@ -305,7 +312,7 @@ impl Runner {
                 return Err(self.stop(running.index, why));
             }
             polls += 1;
-            std::thread::sleep(Duration::from_millis(25));
+            std::thread::sleep(poll_interval(polls));
         }
     }
 

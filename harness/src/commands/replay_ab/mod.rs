@@ -1,0 +1,437 @@
+//! `clink replay ab`: the same captured epochs, the same starting states,
+//! two builds; per epoch `identical` or the first emission where they part.
+//!
+//! This build replays in process. The candidate is a binary run as a child,
+//! one `replay epoch --out` per epoch, in its own process group, with a time
+//! limit, a memory bound and a bound on the bytes it may write, under the
+//! loopback-only isolation the whole command re-executes itself into (the one
+//! proof of `clink isolation`). Before the candidate is asked to replay an
+//! epoch, its `capabilities --json` must declare everything the epoch needs
+//! ([`clink_replay::ab`]); an epoch it cannot declare is refused, never tried.
+//!
+//! It never writes into the capture or checkpoint directory, never runs the
+//! candidate without enforced isolation, and never counts an epoch the
+//! candidate did not replay, or whose dump names another epoch, as identical.
+
+mod page;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use clink_basics::exit::Exit;
+use clink_basics::ids::OperatorId;
+use clink_isolation::Proof;
+use clink_replay::ab::{compare, missing, needs, parse_declared, Comparison, Declared};
+use clink_replay::emissions::read_dump;
+use clink_replay::{list_captured, load_epoch, replay, EpochRef, ReplayError};
+use clink_upgrade::runner::{Runner, Stopped};
+use clink_upgrade::Bounds;
+use serde_json::{json, Value as Json};
+
+use super::replay::RunDirs;
+use super::{decimal_u32, decimal_u64, operator_id, Output};
+
+/// A candidate binary larger than this is not hashed whole (and is refused).
+const MAX_CANDIDATE_BYTES: u64 = 4 << 30;
+
+/// How many emissions of each build a divergence shows from its first difference.
+const CONTEXT_ROWS: usize = 20;
+
+/// Replay captured epochs with this build and with a candidate build, from
+/// the same starting state and the same captured events, and report per
+/// epoch `identical` or the first differing emission (its index and both
+/// rows), with totals.
+///
+/// The candidate runs its own `replay epoch --out` under proven
+/// loopback-only network isolation, and only for epochs whose capture
+/// format, state encodings and operator type its `capabilities --json`
+/// declares. Exit 0 every selected epoch identical; 1 an epoch diverged;
+/// 2 bad usage or malformed evidence; 3 not established (isolation not
+/// proven, a capability missing, the candidate killed at a bound or failing,
+/// nothing replayable selected).
+#[derive(Args, Debug)]
+pub struct AbArgs {
+    #[command(flatten)]
+    dirs: RunDirs,
+    /// The candidate build's clink binary.
+    #[arg(long, value_name = "FILE")]
+    candidate_clink: PathBuf,
+    /// Only this operator (decimal id).
+    #[arg(long, value_name = "ID", value_parser = operator_id)]
+    op: Option<OperatorId>,
+    /// Only this subtask.
+    #[arg(long, value_name = "S", value_parser = decimal_u32)]
+    subtask: Option<u32>,
+    /// Only this epoch.
+    #[arg(long, value_name = "N", value_parser = decimal_u64)]
+    epoch: Option<u64>,
+    /// Wall time of one candidate process; past it the process group is killed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    run_timeout_s: u64,
+    /// Resident memory of one candidate process.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    max_rss_mib: u64,
+    /// Bytes the candidate may write (its dumps and logs, together).
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    max_output_mib: u64,
+    /// The whole command.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    timeout_s: u64,
+    /// Keep the candidate's dumps and logs in DIR (a fresh directory);
+    /// otherwise they go to a temporary directory that is removed.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML file: a row per
+    /// epoch and, for a divergence, both builds' emissions side by side from
+    /// the first difference, the differing cells marked.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Print the report as JSON (format clink-replay-ab, version 1).
+    #[arg(long)]
+    json: bool,
+}
+
+/// What became of one selected epoch.
+#[derive(Debug, Clone)]
+pub(crate) enum Status {
+    Identical {
+        emissions: usize,
+    },
+    Diverged {
+        index: usize,
+        ours: Vec<Vec<String>>,
+        theirs: Vec<Vec<String>>,
+        counts: (usize, usize),
+    },
+    /// The candidate does not declare what the epoch needs: never run.
+    MissingCapability(Vec<String>),
+    /// The candidate was run and gave no comparable dump (killed at a bound,
+    /// failed, wrote another epoch's dump).
+    Candidate(String),
+    /// This build cannot replay it here either (a sink, several inputs).
+    Unsupported(String),
+    /// Evidence replay needs is missing.
+    Unavailable(String),
+    /// The evidence is malformed.
+    Refused(String),
+}
+
+impl Status {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Status::Identical { .. } => "identical",
+            Status::Diverged { .. } => "diverged",
+            Status::MissingCapability(_) => "missing-capability",
+            Status::Candidate(_) => "candidate-failed",
+            Status::Unsupported(_) => "unsupported",
+            Status::Unavailable(_) => "unavailable",
+            Status::Refused(_) => "refused",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct EpochResult {
+    pub(crate) at: EpochRef,
+    pub(crate) operator_type: String,
+    pub(crate) status: Status,
+}
+
+/// The exit of a whole run: a divergence is a finding; malformed evidence
+/// is refused; anything not compared leaves the run not established.
+fn exit_of(results: &[EpochResult]) -> Exit {
+    let any = |f: fn(&Status) -> bool| results.iter().any(|r| f(&r.status));
+    let compared = any(|s| matches!(s, Status::Identical { .. } | Status::Diverged { .. }));
+    if any(|s| matches!(s, Status::Diverged { .. })) {
+        Exit::Failed
+    } else if any(|s| matches!(s, Status::Refused(_))) {
+        Exit::Refused
+    } else if !compared
+        || any(|s| matches!(s, Status::MissingCapability(_) | Status::Candidate(_) | Status::Unavailable(_)))
+    {
+        Exit::NotEstablished
+    } else {
+        Exit::Passed
+    }
+}
+
+pub fn main(args: AbArgs) -> Exit {
+    let out = Output::new("replay ab", args.json);
+    if let Err(why) = check_usage(&args) {
+        return out.refuse(why);
+    }
+    let proof = match super::isolation::isolate_this_command() {
+        Ok(p) => p,
+        Err(exit) => return exit,
+    };
+    if !proof.enforced() {
+        return out.stop(
+            Exit::NotEstablished,
+            format!("isolation was not proven, so no candidate was run: {}", proof.line()),
+        );
+    }
+    clink_upgrade::runner::catch_interrupts();
+    let scratch;
+    let work = match &args.keep {
+        Some(dir) => dir.clone(),
+        None => match tempfile::Builder::new().prefix("clink-replay-ab-").tempdir() {
+            Ok(d) => {
+                scratch = d;
+                scratch.path().to_path_buf()
+            }
+            Err(e) => return out.stop(Exit::NotEstablished, format!("a temporary directory: {e}")),
+        },
+    };
+    match run(&args, &work, &proof) {
+        Ok(report) => finish(&out, &args, report),
+        Err(why) => out.refuse(why),
+    }
+}
+
+/// Bad usage, found before anything re-executes or runs.
+fn check_usage(args: &AbArgs) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let candidate = &args.candidate_clink;
+    match std::fs::metadata(candidate) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {}
+        Ok(_) => return Err(format!("--candidate-clink {}: not an executable file", candidate.display())),
+        Err(e) => return Err(format!("--candidate-clink {}: {e}", candidate.display())),
+    }
+    if let Some(keep) = &args.keep {
+        if clink_isolation::claim::claimed().is_none() && keep.exists() {
+            return Err(format!("--keep {} exists; give a fresh directory", keep.display()));
+        }
+    }
+    if args.run_timeout_s == 0 || args.timeout_s == 0 {
+        return Err("--run-timeout-s and --timeout-s must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Everything the report is made of.
+pub(crate) struct Report {
+    pub(crate) candidate: Json,
+    pub(crate) isolation: Json,
+    pub(crate) capabilities: Result<Declared, String>,
+    pub(crate) results: Vec<EpochResult>,
+    pub(crate) seconds: f64,
+    pub(crate) job: u64,
+    pub(crate) capture_dir: String,
+}
+
+fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
+    let started = Instant::now();
+    let dirs = &args.dirs;
+    let selected = select(args)?;
+    let bounds = Bounds {
+        run_timeout_s: args.run_timeout_s,
+        max_rss_mib: args.max_rss_mib,
+        max_output_mib: args.max_output_mib,
+        timeout_s: args.timeout_s,
+    };
+    let mut runner = Runner::new(work, bounds).map_err(|e| format!("{}: {e}", work.display()))?;
+    let dumps = work.join("dumps");
+    std::fs::create_dir_all(&dumps).map_err(|e| format!("{}: {e}", dumps.display()))?;
+    let candidate = &args.candidate_clink;
+    // The identity of what runs is taken before it runs.
+    let sha256 = match clink_basics::digest::sha256_file(candidate, MAX_CANDIDATE_BYTES) {
+        Ok(d) if d.bytes <= MAX_CANDIDATE_BYTES => d.sha256,
+        Ok(_) => {
+            return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", candidate.display()))
+        }
+        Err(e) => return Err(format!("--candidate-clink {}: {e}", candidate.display())),
+    };
+    let capabilities = declared(&mut runner, candidate);
+    let progress = crate::progress::Progress::bar(args.json, "A/B", "epochs");
+    progress.set_length(selected.len() as u64);
+    let mut results = Vec::with_capacity(selected.len());
+    for at in selected {
+        progress.message(at.to_string());
+        results.push(one_epoch(&mut runner, args, &dumps, &capabilities, at));
+        progress.inc();
+    }
+    drop(progress);
+    Ok(Report {
+        candidate: json!({
+            "path": candidate.display().to_string(),
+            "sha256": sha256,
+            "build": capabilities.as_ref().map(|d| d.build.clone()).ok(),
+        }),
+        isolation: proof.to_json(),
+        capabilities,
+        results,
+        seconds: started.elapsed().as_secs_f64(),
+        job: dirs.job,
+        capture_dir: dirs.capture_dir.display().to_string(),
+    })
+}
+
+/// The captured epochs the selection names, in operator, subtask, epoch order.
+fn select(args: &AbArgs) -> Result<Vec<EpochRef>, String> {
+    let captured = list_captured(&args.dirs.capture_dir).map_err(|e| e.to_string())?;
+    let chosen: Vec<EpochRef> = captured
+        .into_iter()
+        .map(|(at, _)| at)
+        .filter(|at| args.op.is_none_or(|op| op == at.operator))
+        .filter(|at| args.subtask.is_none_or(|s| s == at.subtask))
+        .filter(|at| args.epoch.is_none_or(|e| e == at.epoch))
+        .collect();
+    if chosen.is_empty() {
+        return Err(format!("{}: no captured epoch matches the selection", args.dirs.capture_dir.display()));
+    }
+    Ok(chosen)
+}
+
+/// The candidate's declaration, or why there is none.
+fn declared(runner: &mut Runner, candidate: &Path) -> Result<Declared, String> {
+    let args = ["capabilities".to_string(), "--json".to_string()];
+    let finished = runner.run("capabilities", candidate, &args).map_err(|e| e.to_string())?;
+    if !finished.ok() {
+        return Err(format!("capabilities --json ended with {}: {}", finished.describe(), finished.last_error_line()));
+    }
+    parse_declared(finished.stdout.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn one_epoch(
+    runner: &mut Runner,
+    args: &AbArgs,
+    dumps: &Path,
+    capabilities: &Result<Declared, String>,
+    at: EpochRef,
+) -> EpochResult {
+    let dirs = &args.dirs;
+    let mut result =
+        EpochResult { at: at.clone(), operator_type: String::new(), status: Status::Unavailable(String::new()) };
+    let evidence = match load_epoch(&dirs.capture_dir, &dirs.checkpoint_dir, dirs.job, &at) {
+        Ok(e) => e,
+        Err(e) => {
+            result.status = replay_failure(e);
+            return result;
+        }
+    };
+    result.operator_type = evidence.spec.type_name.clone();
+    if let Err(e) = clink_replay::replayable(&evidence.spec) {
+        result.status = replay_failure(e);
+        return result;
+    }
+    let lacking = match capabilities {
+        Ok(declared) => missing(&needs(&evidence), declared),
+        Err(why) => vec![format!("any declaration ({why})")],
+    };
+    if !lacking.is_empty() {
+        result.status = Status::MissingCapability(lacking);
+        return result;
+    }
+    let dump = dumps.join(format!("op-{}-subtask-{}-epoch-{}.emit", at.operator, at.subtask, at.epoch));
+    let running = match runner.spawn(
+        &format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch),
+        &args.candidate_clink,
+        &candidate_args(dirs, &at, &dump),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            result.status = Status::Candidate(e.to_string());
+            return result;
+        }
+    };
+    // This build replays while the candidate does.
+    let ours = replay(&evidence);
+    let finished = runner.wait(running, Some(Duration::from_secs(args.run_timeout_s)));
+    let ours = match ours {
+        Ok(o) => o,
+        Err(e) => {
+            result.status = replay_failure(e);
+            return result;
+        }
+    };
+    result.status = match finished {
+        Err(stopped) => Status::Candidate(stopped_reason(&stopped)),
+        Ok(f) if !f.ok() => {
+            Status::Candidate(format!("replay epoch ended with {}: {}", f.describe(), f.last_error_line()))
+        }
+        Ok(_) => match read_dump(&dump) {
+            Err(e) => Status::Candidate(format!("its dump: {e}")),
+            Ok(theirs) => match compare(dirs.job, &at, &ours.emissions, &theirs) {
+                Err(wrong) => Status::Candidate(wrong.to_string()),
+                Ok(Comparison::Identical { emissions }) => Status::Identical { emissions },
+                Ok(Comparison::Diverged { difference, ours: n_ours, theirs: n_theirs }) => {
+                    let window = |rows: &[clink_engine::value::Row]| {
+                        rows.iter().skip(difference.index).take(CONTEXT_ROWS).map(cells).collect()
+                    };
+                    Status::Diverged {
+                        index: difference.index,
+                        ours: window(&ours.emissions),
+                        theirs: window(&theirs.rows),
+                        counts: (n_ours, n_theirs),
+                    }
+                }
+            },
+        },
+    };
+    // The dump has been read; it would only count against the output bound.
+    if args.keep.is_none() {
+        let _ = std::fs::remove_file(&dump);
+    }
+    result
+}
+
+fn candidate_args(dirs: &RunDirs, at: &EpochRef, dump: &Path) -> Vec<String> {
+    vec![
+        "replay".into(),
+        "epoch".into(),
+        "--capture-dir".into(),
+        dirs.capture_dir.display().to_string(),
+        "--checkpoint-dir".into(),
+        dirs.checkpoint_dir.display().to_string(),
+        "--job".into(),
+        dirs.job.to_string(),
+        "--op".into(),
+        at.operator.to_string(),
+        "--subtask".into(),
+        at.subtask.to_string(),
+        "--epoch".into(),
+        at.epoch.to_string(),
+        "--out".into(),
+        dump.display().to_string(),
+    ]
+}
+
+fn stopped_reason(stopped: &Stopped) -> String {
+    match stopped {
+        Stopped::RunTimeout { seconds, .. } => {
+            format!("killed: no exit within --run-timeout-s {seconds} (its process group was killed)")
+        }
+        other => format!("stopped: {other}"),
+    }
+}
+
+fn replay_failure(e: ReplayError) -> Status {
+    match e {
+        ReplayError::Unsupported(why) => Status::Unsupported(why),
+        ReplayError::Unavailable(why) => Status::Unavailable(why),
+        ReplayError::Refused(why) => Status::Refused(why),
+        ReplayError::Failed(why) => Status::Refused(format!("this build failed to replay it: {why}")),
+    }
+}
+
+/// A row as cells people read (each value with its type).
+fn cells(row: &clink_engine::value::Row) -> Vec<String> {
+    row.iter().map(|v| format!("{v:?}")).collect()
+}
+
+fn finish(out: &Output, args: &AbArgs, report: Report) -> Exit {
+    let exit = exit_of(&report.results);
+    let doc = page::json(&report, exit);
+    if let Some(path) = &args.html {
+        if let Err(e) = super::write_html(path, &page::html(&report, exit)) {
+            return out.refuse(format!("--html {}: {e}", path.display()));
+        }
+    }
+    out.report(doc, || page::text(&report), exit)
+}
+
+/// One row's cells as the JSON report and the text show them.
+pub(crate) fn row_text(cells: &[String]) -> String {
+    format!("[{}]", cells.join(", "))
+}

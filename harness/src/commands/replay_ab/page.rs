@@ -1,0 +1,212 @@
+//! The A/B report three ways: JSON (`clink-replay-ab` version 1) for gates,
+//! text for people at a terminal, and a page of the shared report frame
+//! with a row per epoch and each divergence's emissions side by side.
+//!
+//! It draws what the run found and decides nothing; the frame escapes every
+//! string, so no row a build emitted becomes markup.
+
+use clink_basics::exit::Exit;
+use clink_html::{Check, Outcome, Page, Section, Status as CheckStatus, Table, Verdict};
+use serde_json::{json, Value as Json};
+
+use super::{row_text, EpochResult, Report, Status};
+
+/// The counts per status, in a fixed order.
+fn totals(results: &[EpochResult]) -> Vec<(&'static str, usize)> {
+    let names =
+        ["identical", "diverged", "missing-capability", "candidate-failed", "unsupported", "unavailable", "refused"];
+    names.iter().map(|n| (*n, results.iter().filter(|r| r.status.name() == *n).count())).collect()
+}
+
+fn epoch_json(r: &EpochResult) -> Json {
+    let mut doc = json!({
+        "operator": r.at.operator.to_string(), "subtask": r.at.subtask, "epoch": r.at.epoch,
+        "operator_type": r.operator_type, "status": r.status.name(),
+    });
+    match &r.status {
+        Status::Identical { emissions } => doc["emissions"] = json!({"this": emissions, "candidate": emissions}),
+        Status::Diverged { index, ours, theirs, counts } => {
+            doc["emissions"] = json!({"this": counts.0, "candidate": counts.1});
+            doc["first_difference"] = json!({
+                "index": index,
+                "this": ours.first(), "candidate": theirs.first(),
+            });
+            doc["from_first_difference"] = json!({"this": ours, "candidate": theirs});
+        }
+        Status::MissingCapability(names) => doc["missing"] = json!(names),
+        Status::Candidate(why) | Status::Unsupported(why) | Status::Unavailable(why) | Status::Refused(why) => {
+            doc["reason"] = json!(why)
+        }
+    }
+    doc
+}
+
+pub(super) fn json(report: &Report, exit: Exit) -> Json {
+    json!({
+        "format": "clink-replay-ab", "version": 1,
+        "this_build": clink_engine::defects::build_description(),
+        "candidate": report.candidate,
+        "capabilities_error": report.capabilities.as_ref().err(),
+        "isolation": report.isolation,
+        "job": report.job, "capture_dir": report.capture_dir,
+        "epochs": report.results.iter().map(epoch_json).collect::<Vec<_>>(),
+        "totals": totals(&report.results).into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "selected": report.results.len(),
+        "seconds": report.seconds,
+        "exit_code": exit.code(),
+    })
+}
+
+/// One line per epoch that is not identical, then the totals.
+pub(super) fn text(report: &Report) -> String {
+    let mut lines = Vec::new();
+    if let Err(why) = &report.capabilities {
+        lines.push(format!("the candidate declares nothing: {why}"));
+    }
+    for r in &report.results {
+        let at = &r.at;
+        match &r.status {
+            // Counted in the totals; a line each would bury the findings.
+            Status::Identical { .. } | Status::Unsupported(_) => {}
+            Status::Diverged { index, ours, theirs, counts } => lines.push(format!(
+                "{at} ({}): DIVERGED at emission {index}: this build {} vs candidate {} ({} vs {} emissions)",
+                r.operator_type,
+                ours.first().map_or("(no emission)".into(), |c| row_text(c)),
+                theirs.first().map_or("(no emission)".into(), |c| row_text(c)),
+                counts.0,
+                counts.1
+            )),
+            Status::MissingCapability(names) => {
+                lines.push(format!("{at}: refused: the candidate does not declare {}", names.join(", ")))
+            }
+            other => lines.push(format!("{at}: {}: {}", other.name(), reason(other))),
+        }
+    }
+    let shown: Vec<String> =
+        totals(&report.results).into_iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{n} {name}")).collect();
+    lines.push(format!(
+        "A/B against {}: {} epochs selected: {} ({:.1} s)",
+        report.candidate["path"].as_str().unwrap_or("?"),
+        report.results.len(),
+        shown.join(", "),
+        report.seconds
+    ));
+    lines.join("\n")
+}
+
+fn reason(status: &Status) -> String {
+    match status {
+        Status::Identical { emissions } => format!("{emissions} emissions, byte for byte"),
+        Status::Diverged { index, .. } => format!("first difference at emission {index}"),
+        Status::MissingCapability(names) => format!("the candidate does not declare {}", names.join(", ")),
+        Status::Candidate(why) | Status::Unsupported(why) | Status::Unavailable(why) | Status::Refused(why) => {
+            why.clone()
+        }
+    }
+}
+
+pub(super) fn html(report: &Report, exit: Exit) -> String {
+    let (outcome, summary) = match exit {
+        Exit::Passed => (Outcome::Passed, "every selected epoch emitted the same rows on both builds"),
+        Exit::Failed => {
+            (Outcome::Failed, "the builds' emissions differ; each divergence is shown from its first difference")
+        }
+        Exit::Refused => (Outcome::Failed, "some evidence is malformed and was refused"),
+        _ => (Outcome::Partial, "not every epoch could be compared; this is not a pass"),
+    };
+    let rows = report
+        .results
+        .iter()
+        .map(|r| {
+            vec![
+                r.at.operator.to_string(),
+                r.at.subtask.to_string(),
+                r.at.epoch.to_string(),
+                r.operator_type.clone(),
+                r.status.name().to_string(),
+                reason(&r.status),
+            ]
+        })
+        .collect();
+    let mut sections = vec![Section {
+        title: "Epochs".into(),
+        paragraphs: vec![format!("{} epochs selected.", report.results.len())],
+        table: Some(Table {
+            header: ["operator", "subtask", "epoch", "type", "result", "detail"].map(String::from).to_vec(),
+            rows,
+            marked: Vec::new(),
+        }),
+    }];
+    sections.extend(report.results.iter().filter_map(divergence_section));
+    let page = Page {
+        command: "clink replay ab".into(),
+        subject: format!("candidate {}", report.candidate["path"].as_str().unwrap_or("?")),
+        facts: vec![
+            ("this build".into(), clink_engine::defects::build_description().to_string()),
+            ("candidate build".into(), report.candidate["build"].as_str().unwrap_or("(undeclared)").to_string()),
+            ("candidate sha256".into(), report.candidate["sha256"].as_str().unwrap_or("?").to_string()),
+            ("job".into(), report.job.to_string()),
+            ("captures".into(), report.capture_dir.clone()),
+        ],
+        verdict: Verdict { outcome, summary: summary.into(), exit_code: exit.code() },
+        checks: vec![isolation_check(&report.isolation)],
+        timeline: None,
+        sections,
+    };
+    clink_html::render(&page)
+}
+
+fn isolation_check(proof: &Json) -> Check {
+    let enforced = proof["result"].as_str() == Some("enforced");
+    Check {
+        name: "isolation".into(),
+        status: if enforced { CheckStatus::Passed } else { CheckStatus::Unavailable },
+        reason: proof["reason"].as_str().unwrap_or("").to_string(),
+        evidence: Vec::new(),
+        details: Vec::new(),
+        next_action: String::new(),
+        counts: Vec::new(),
+    }
+}
+
+/// Both builds' emissions side by side from the first difference: a row per
+/// emission index, this build's cells then the candidate's, each cell that
+/// differs from its counterpart marked.
+fn divergence_section(r: &EpochResult) -> Option<Section> {
+    let Status::Diverged { index, ours, theirs, counts } = &r.status else { return None };
+    let width = ours.iter().chain(theirs.iter()).map(Vec::len).max().unwrap_or(0);
+    let mut header = vec!["emission".to_string()];
+    header.extend((0..width).map(|c| format!("this #{c}")));
+    header.extend((0..width).map(|c| format!("candidate #{c}")));
+    let mut rows = Vec::new();
+    let mut marked = Vec::new();
+    for i in 0..ours.len().max(theirs.len()) {
+        let (a, b) = (ours.get(i), theirs.get(i));
+        let mut row = vec![(index + i).to_string()];
+        for (side, cells) in [a, b].into_iter().enumerate() {
+            for c in 0..width {
+                let cell = cells.and_then(|cs| cs.get(c));
+                let other = [b, a][side].and_then(|cs| cs.get(c));
+                if cell != other {
+                    marked.push((i, 1 + side * width + c));
+                }
+                row.push(match (cells, cell) {
+                    (None, _) => "(no emission)".into(),
+                    (Some(_), None) => String::new(),
+                    (Some(_), Some(v)) => v.clone(),
+                });
+            }
+        }
+        rows.push(row);
+    }
+    Some(Section {
+        title: format!("Divergence: {} ({})", r.at, r.operator_type),
+        paragraphs: vec![format!(
+            "The builds agree on the first {index} emissions. This build emitted {}, the candidate {}; below, the next {} of each from the first difference, differing cells marked \u{25B6}.",
+            counts.0,
+            counts.1,
+            ours.len().max(theirs.len())
+        )],
+        table: Some(Table { header, rows, marked }),
+    })
+}
