@@ -15,6 +15,11 @@
 //!   peak memory, and its time against the run that produced the bundle.
 //! - `hashing`: `incident-verify --profile integrity` (bundle.artifacts
 //!   hashes every file) against `sha256sum` over the same files.
+//! - `ab`: `replay ab` of this build against the `defect-window-end-inclusive`
+//!   variant (built here, release, into `<target>/ab-defect`) over the
+//!   1,000,000-event capture, against one build's `replay sweep` of the same
+//!   epochs; every window epoch must be reported diverged with its first
+//!   difference, every other operator's identical.
 //! - `tlc`: `incident-verify --profile full` on the example bundle (TLC's
 //!   start dominates), and trace validation of a 10,000-event trace.
 //! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
@@ -379,6 +384,80 @@ fn capture_and_verify(scratch: &Path, figures: &mut Vec<Figure>) {
     );
 }
 
+/// The 1M-event run with captures on, made once and kept (the `capture`
+/// bench makes the same one).
+fn captured_run(scratch: &Path) -> PathBuf {
+    let work = scratch.join("capture");
+    if !work.join("ck").exists() || !work.join("capture").exists() {
+        let input = generate(scratch, 1_000_000);
+        let capture = work.join("capture");
+        let s = capture.to_string_lossy().into_owned();
+        let extra = ["--capture-dir", &s, "--capture-retain-epochs", "1000", "--retain-checkpoints", "1000"];
+        run_example(&input, &work, 10_000, &extra);
+    }
+    work
+}
+
+/// The defect variant's release binary, built by cargo beside this one.
+fn defect_build(feature: &str) -> PathBuf {
+    let target = Path::new(clink()).parent().and_then(Path::parent).expect("the bench's clink is under a target dir");
+    let dir = target.join("ab-defect");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "--release", "-p", "clink-harness", "--bin", "clink", "--features"])
+        .arg(format!("clink-engine/{feature}"))
+        .env("CARGO_TARGET_DIR", &dir)
+        .current_dir(workspace())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "the {feature} build failed");
+    dir.join("release/clink")
+}
+
+fn ab(scratch: &Path, figures: &mut Vec<Figure>) {
+    let work = captured_run(scratch);
+    let candidate = defect_build("defect-window-end-inclusive");
+    let dirs = |cmd: &mut Command| {
+        cmd.arg("--capture-dir").arg(work.join("capture")).arg("--checkpoint-dir").arg(work.join("ck"));
+    };
+    let (mut sweeps, mut abs) = (Vec::new(), Vec::new());
+    let mut report = serde_json::Value::Null;
+    for _ in 0..runs() {
+        let mut sweep = Command::new(clink());
+        sweep.args(["replay", "sweep", "--json"]).stdout(std::process::Stdio::null());
+        dirs(&mut sweep);
+        sweeps.push(measure(&mut sweep).wall.as_secs_f64());
+        let out = work.join("ab.json");
+        let mut run = Command::new(clink());
+        run.args(["replay", "ab", "--json", "--candidate-clink"]).arg(&candidate);
+        dirs(&mut run);
+        run.stdout(std::fs::File::create(&out).expect("the report file"));
+        abs.push(measure_with(&mut run, &[1]).wall.as_secs_f64());
+        report = serde_json::from_slice(&std::fs::read(&out).expect("the report")).expect("a JSON report");
+    }
+    let epochs = report["epochs"].as_array().cloned().unwrap_or_default();
+    let of_type = |t: &str| epochs.iter().filter(|e| e["operator_type"] == t).collect::<Vec<_>>();
+    let windows = of_type("tumbling_window");
+    let located =
+        windows.iter().filter(|e| e["status"] == "diverged" && e["first_difference"]["index"].is_u64()).count();
+    let others_identical =
+        epochs.iter().filter(|e| e["operator_type"] != "tumbling_window" && e["status"] == "identical").count();
+    assert!(located > 0, "no divergence located: {report}");
+    let (sweep, ab) = (median(sweeps), median(abs));
+    figures.push(
+        Figure::new("ab", "replay ab (vs defect-window-end-inclusive) wall / replay sweep wall", ab / sweep, "x")
+            .against(format!("sweep {sweep:.2}s, ab {ab:.2}s over {} epochs", epochs.len()), sweep)
+            .goal(Goal::AtMost(2.0)),
+    );
+    figures.push(
+        Figure::new("ab", "window epochs located at their first difference / window epochs", located as f64, "epochs")
+            .against(
+                format!("{} window epochs; {others_identical} other epochs identical", windows.len()),
+                windows.len() as f64,
+            )
+            .goal(Goal::AtLeast(windows.len() as f64)),
+    );
+}
+
 fn tlc(scratch: &Path, figures: &mut Vec<Figure>) {
     let tools = match clink_formal::locate(None, None) {
         Ok(t) => t,
@@ -602,6 +681,7 @@ fn main() {
         ("throughput", throughput, true),
         ("recorder", recorder, true),
         ("capture", capture_and_verify, true),
+        ("ab", ab, true),
         ("tlc", tlc, true),
         ("connectors", connectors, true),
         ("models", models, false),

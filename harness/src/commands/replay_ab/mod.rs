@@ -415,9 +415,21 @@ fn replay_failure(e: ReplayError) -> Status {
     }
 }
 
-/// A row as cells people read (each value with its type).
+/// A row as cells people read: each value with its type, so a string "1"
+/// and an integer 1 never look alike.
 fn cells(row: &clink_engine::value::Row) -> Vec<String> {
-    row.iter().map(|v| format!("{v:?}")).collect()
+    use clink_engine::value::Value;
+    row.iter()
+        .map(|v| match v {
+            Value::Null => "Null".to_string(),
+            Value::Str(s) => format!("Str({s:?})"),
+            Value::Bool(_) => format!("Bool({v})"),
+            Value::Int(_) => format!("Int({v})"),
+            Value::Float(x) => format!("Float({x:?})"),
+            Value::Decimal(_) => format!("Decimal({v})"),
+            Value::Timestamp(_) => format!("Timestamp({v})"),
+        })
+        .collect()
 }
 
 fn finish(out: &Output, args: &AbArgs, report: Report) -> Exit {

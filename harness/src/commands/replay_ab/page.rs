@@ -169,22 +169,44 @@ fn isolation_check(proof: &Json) -> Check {
     }
 }
 
+/// A typed cell (`Timestamp(17)`) split into its type and its text, so a
+/// column of one type can name it once in its header.
+fn split_typed(cell: &str) -> (&str, &str) {
+    match cell.split_once('(') {
+        Some((kind, rest)) if rest.ends_with(')') => (kind, &rest[..rest.len() - 1]),
+        _ => ("", cell),
+    }
+}
+
+/// The type every cell of column `c` has on both sides, when there is one.
+fn column_type<'a>(ours: &'a [Vec<String>], theirs: &'a [Vec<String>], c: usize) -> Option<&'a str> {
+    let mut kinds = ours.iter().chain(theirs.iter()).filter_map(|r| r.get(c)).map(|v| split_typed(v).0);
+    let first = kinds.next()?;
+    (!first.is_empty() && kinds.all(|k| k == first)).then_some(first)
+}
+
 /// Both builds' emissions side by side from the first difference: a row per
 /// emission index, this build's cells then the candidate's, each cell that
-/// differs from its counterpart marked.
+/// differs from its counterpart marked. A column of one type names it in its
+/// header and its cells show the values alone.
 fn divergence_section(r: &EpochResult) -> Option<Section> {
     let Status::Diverged { index, ours, theirs, counts } = &r.status else { return None };
     let width = ours.iter().chain(theirs.iter()).map(Vec::len).max().unwrap_or(0);
+    let types: Vec<Option<&str>> = (0..width).map(|c| column_type(ours, theirs, c)).collect();
     let mut header = vec!["emission".to_string()];
-    header.extend((0..width).map(|c| format!("this #{c}")));
-    header.extend((0..width).map(|c| format!("candidate #{c}")));
+    for side in ["this", "candidate"] {
+        header.extend(types.iter().enumerate().map(|(c, t)| match t {
+            Some(t) => format!("{side} #{c} {t}"),
+            None => format!("{side} #{c}"),
+        }));
+    }
     let mut rows = Vec::new();
     let mut marked = Vec::new();
     for i in 0..ours.len().max(theirs.len()) {
         let (a, b) = (ours.get(i), theirs.get(i));
         let mut row = vec![(index + i).to_string()];
         for (side, cells) in [a, b].into_iter().enumerate() {
-            for c in 0..width {
+            for (c, kind) in types.iter().enumerate() {
                 let cell = cells.and_then(|cs| cs.get(c));
                 let other = [b, a][side].and_then(|cs| cs.get(c));
                 if cell != other {
@@ -193,6 +215,7 @@ fn divergence_section(r: &EpochResult) -> Option<Section> {
                 row.push(match (cells, cell) {
                     (None, _) => "(no emission)".into(),
                     (Some(_), None) => String::new(),
+                    (Some(_), Some(v)) if kind.is_some() => split_typed(v).1.to_string(),
                     (Some(_), Some(v)) => v.clone(),
                 });
             }
@@ -209,4 +232,39 @@ fn divergence_section(r: &EpochResult) -> Option<Section> {
         )],
         table: Some(Table { header, rows, marked }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clink_basics::ids::OperatorId;
+    use clink_replay::EpochRef;
+
+    fn row(cells: &[&str]) -> Vec<String> {
+        cells.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn a_divergence_marks_exactly_the_cells_that_differ_on_both_sides() {
+        let r = EpochResult {
+            at: EpochRef { operator: OperatorId(3), subtask: 0, epoch: 2 },
+            operator_type: "tumbling_window".into(),
+            status: Status::Diverged {
+                index: 7,
+                ours: vec![row(&["Str(\"a\")", "Int(10)"]), row(&["Str(\"b\")", "Null"])],
+                theirs: vec![row(&["Str(\"a\")", "Int(9)"])],
+                counts: (9, 8),
+            },
+        };
+        let section = divergence_section(&r).unwrap();
+        let table = section.table.unwrap();
+        // Column 0 is all Str, so its header names the type; column 1 mixes Int and Null.
+        assert_eq!(table.header, ["emission", "this #0 Str", "this #1", "candidate #0 Str", "candidate #1"]);
+        assert_eq!(table.rows[0], ["7", "\"a\"", "Int(10)", "\"a\"", "Int(9)"]);
+        assert_eq!(table.rows[1], ["8", "\"b\"", "Null", "(no emission)", "(no emission)"]);
+        // Row 0: column 1 differs (10 vs 9) on both sides; row 1: everything, against no emission.
+        assert_eq!(table.marked, vec![(0, 2), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4)]);
+        let identical = EpochResult { status: Status::Identical { emissions: 3 }, ..r };
+        assert!(divergence_section(&identical).is_none());
+    }
 }
