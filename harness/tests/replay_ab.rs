@@ -277,3 +277,50 @@ fn replay_diff_refuses_dumps_of_different_epochs_and_malformed_headers() {
     }
     assert_eq!(read_dump(&a).unwrap().job, Some(1));
 }
+
+#[test]
+fn a_bundle_is_replayed_from_its_vouched_bytes_and_a_tampered_one_is_refused_before_anything_runs() {
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good");
+    let run = |bundle: &Path, candidate: &Path| {
+        let out = clink(&["replay", "ab", "--json", "--bundle", p(bundle), "--candidate-clink", p(candidate)]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stdout, stderr) = run(&good, Path::new(clink_path()));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let doc: Json = serde_json::from_str(&stdout).unwrap();
+    assert!(doc["totals"]["identical"].as_u64().unwrap() >= 4, "{doc}");
+    assert!(doc["evidence"].as_str().unwrap().starts_with("bundle "));
+
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("bundle");
+    copy_tree(&good, &copy);
+    let cap = copy.join("capture/op-3/subtask-0/epoch-10.cap");
+    let mut bytes = std::fs::read(&cap).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&cap, bytes).unwrap();
+    let log = scratch.path().join("calls");
+    let cand = candidate(scratch.path(), "logs", &format!("echo \"$*\" >> '{}'\nexec \"$REAL\" \"$@\"", p(&log)));
+    let (code, stdout, stderr) = run(&copy, &cand);
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    let refusal: Json = serde_json::from_str(&stdout).unwrap();
+    assert!(refusal["reason"].as_str().unwrap().contains("bundle.artifacts failed"), "{refusal}");
+    assert!(!log.exists(), "the candidate was started for a bundle that does not verify");
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

@@ -14,6 +14,7 @@
 //! candidate did not replay, or whose dump names another epoch, as identical.
 
 mod page;
+mod source;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,13 +25,13 @@ use clink_basics::ids::OperatorId;
 use clink_isolation::Proof;
 use clink_replay::ab::{compare, missing, needs, parse_declared, Comparison, Declared};
 use clink_replay::emissions::read_dump;
-use clink_replay::{list_captured, load_epoch, replay, EpochRef, ReplayError};
+use clink_replay::{replay, EpochRef, ReplayError};
 use clink_upgrade::runner::{Runner, Stopped};
 use clink_upgrade::Bounds;
 use serde_json::{json, Value as Json};
 
-use super::replay::RunDirs;
 use super::{decimal_u32, decimal_u64, operator_id, Output};
+use source::Source;
 
 /// A candidate binary larger than this is not hashed whole (and is refused).
 const MAX_CANDIDATE_BYTES: u64 = 4 << 30;
@@ -52,8 +53,20 @@ const CONTEXT_ROWS: usize = 20;
 /// nothing replayable selected).
 #[derive(Args, Debug)]
 pub struct AbArgs {
-    #[command(flatten)]
-    dirs: RunDirs,
+    /// The flight recorder's directory (clink run --capture-dir), with --checkpoint-dir.
+    #[arg(long, value_name = "DIR", requires = "checkpoint_dir", conflicts_with = "bundle")]
+    capture_dir: Option<PathBuf>,
+    /// The checkpoint directory the starting states come from.
+    #[arg(long, value_name = "DIR", requires = "capture_dir")]
+    checkpoint_dir: Option<PathBuf>,
+    /// The job id (decimal), with --capture-dir.
+    #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
+    job: u64,
+    /// An incident bundle (clink incident-collect --out) instead of the run's
+    /// directories: every file is hashed against its manifest first, and
+    /// this build replays the vouched bytes.
+    #[arg(long, value_name = "DIR", required_unless_present = "capture_dir")]
+    bundle: Option<PathBuf>,
     /// The candidate build's clink binary.
     #[arg(long, value_name = "FILE")]
     candidate_clink: PathBuf,
@@ -217,13 +230,19 @@ pub(crate) struct Report {
     pub(crate) results: Vec<EpochResult>,
     pub(crate) seconds: f64,
     pub(crate) job: u64,
-    pub(crate) capture_dir: String,
+    pub(crate) evidence: String,
 }
 
 fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let started = Instant::now();
-    let dirs = &args.dirs;
-    let selected = select(args)?;
+    let source = match (&args.bundle, &args.capture_dir, &args.checkpoint_dir) {
+        (Some(root), _, _) => Source::open_bundle(root)?,
+        (None, Some(capture), Some(checkpoint)) => {
+            Source::Dirs { capture: capture.clone(), checkpoint: checkpoint.clone(), job: args.job }
+        }
+        _ => return Err("give --capture-dir with --checkpoint-dir, or --bundle".into()),
+    };
+    let selected = select(args, &source)?;
     let bounds = Bounds {
         run_timeout_s: args.run_timeout_s,
         max_rss_mib: args.max_rss_mib,
@@ -248,7 +267,7 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let mut results = Vec::with_capacity(selected.len());
     for at in selected {
         progress.message(at.to_string());
-        results.push(one_epoch(&mut runner, args, &dumps, &capabilities, at));
+        results.push(one_epoch(&mut runner, args, &source, &dumps, &capabilities, at));
         progress.inc();
     }
     drop(progress);
@@ -262,23 +281,22 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
         capabilities,
         results,
         seconds: started.elapsed().as_secs_f64(),
-        job: dirs.job,
-        capture_dir: dirs.capture_dir.display().to_string(),
+        job: source.job(),
+        evidence: source.describe(),
     })
 }
 
 /// The captured epochs the selection names, in operator, subtask, epoch order.
-fn select(args: &AbArgs) -> Result<Vec<EpochRef>, String> {
-    let captured = list_captured(&args.dirs.capture_dir).map_err(|e| e.to_string())?;
-    let chosen: Vec<EpochRef> = captured
+fn select(args: &AbArgs, source: &Source) -> Result<Vec<EpochRef>, String> {
+    let chosen: Vec<EpochRef> = source
+        .epochs()?
         .into_iter()
-        .map(|(at, _)| at)
         .filter(|at| args.op.is_none_or(|op| op == at.operator))
         .filter(|at| args.subtask.is_none_or(|s| s == at.subtask))
         .filter(|at| args.epoch.is_none_or(|e| e == at.epoch))
         .collect();
     if chosen.is_empty() {
-        return Err(format!("{}: no captured epoch matches the selection", args.dirs.capture_dir.display()));
+        return Err(format!("{}: no captured epoch matches the selection", source.describe()));
     }
     Ok(chosen)
 }
@@ -296,14 +314,14 @@ fn declared(runner: &mut Runner, candidate: &Path) -> Result<Declared, String> {
 fn one_epoch(
     runner: &mut Runner,
     args: &AbArgs,
+    source: &Source,
     dumps: &Path,
     capabilities: &Result<Declared, String>,
     at: EpochRef,
 ) -> EpochResult {
-    let dirs = &args.dirs;
     let mut result =
         EpochResult { at: at.clone(), operator_type: String::new(), status: Status::Unavailable(String::new()) };
-    let evidence = match load_epoch(&dirs.capture_dir, &dirs.checkpoint_dir, dirs.job, &at) {
+    let evidence = match source.load(&at) {
         Ok(e) => e,
         Err(e) => {
             result.status = replay_failure(e);
@@ -327,7 +345,7 @@ fn one_epoch(
     let running = match runner.spawn(
         &format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch),
         &args.candidate_clink,
-        &candidate_args(dirs, &at, &dump),
+        &candidate_args(source, &at, &dump),
     ) {
         Ok(r) => r,
         Err(e) => {
@@ -352,7 +370,7 @@ fn one_epoch(
         }
         Ok(_) => match read_dump(&dump) {
             Err(e) => Status::Candidate(format!("its dump: {e}")),
-            Ok(theirs) => match compare(dirs.job, &at, &ours.emissions, &theirs) {
+            Ok(theirs) => match compare(source.job(), &at, &ours.emissions, &theirs) {
                 Err(wrong) => Status::Candidate(wrong.to_string()),
                 Ok(Comparison::Identical { emissions }) => Status::Identical { emissions },
                 Ok(Comparison::Diverged { difference, ours: n_ours, theirs: n_theirs }) => {
@@ -376,16 +394,16 @@ fn one_epoch(
     result
 }
 
-fn candidate_args(dirs: &RunDirs, at: &EpochRef, dump: &Path) -> Vec<String> {
+fn candidate_args(source: &Source, at: &EpochRef, dump: &Path) -> Vec<String> {
     vec![
         "replay".into(),
         "epoch".into(),
         "--capture-dir".into(),
-        dirs.capture_dir.display().to_string(),
+        source.capture_dir().display().to_string(),
         "--checkpoint-dir".into(),
-        dirs.checkpoint_dir.display().to_string(),
+        source.checkpoint_dir().display().to_string(),
         "--job".into(),
-        dirs.job.to_string(),
+        source.job().to_string(),
         "--op".into(),
         at.operator.to_string(),
         "--subtask".into(),
