@@ -185,3 +185,24 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
 fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     fs::rename(from, to)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_over_the_bound_is_refused_before_it_is_read() {
+        let d = tempfile::tempdir().unwrap();
+        let reference = "a".repeat(64);
+        let dir = d.path().join("manifests/sha256");
+        fs::create_dir_all(&dir).unwrap();
+        // Sparse: the bound is checked on the size, so nothing is read.
+        File::create(dir.join(&reference)).unwrap().set_len(MAX_MANIFEST_BYTES + 1).unwrap();
+        let store = Store::open(d.path().to_str().unwrap(), false).unwrap();
+        let err = read_manifest(&store, &reference).unwrap_err().to_string();
+        assert!(err.contains("over the 67108864-byte bound"), "{err}");
+        let dest = d.path().join("dest");
+        assert!(fetch(&store, &reference, &dest, Bounds::default()).is_err());
+        assert!(!dest.exists());
+    }
+}

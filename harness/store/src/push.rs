@@ -187,3 +187,28 @@ fn send(store: &Store, name: &str, file: &SourceFile, sha256: &str) -> Result<()
     };
     store.put_parts(name, next_part, accept)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose bytes no longer have the digest it is sent under is
+    /// never published, in one request or in parts.
+    #[test]
+    fn a_file_that_changed_before_it_was_sent_is_never_published() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path().join("store").to_str().unwrap(), true).unwrap();
+        for size in [10usize, PART_BYTES + 10] {
+            let disk = d.path().join(format!("f{size}"));
+            std::fs::write(&disk, vec![7u8; size]).unwrap();
+            let file = SourceFile { disk, path: "x".into(), size: size as u64 };
+            let right = digest_of(&file).unwrap();
+            let wrong = "0".repeat(64);
+            let err = send(&store, &object_name(&wrong), &file, &wrong).unwrap_err();
+            assert!(err.to_string().contains("changed while it was being pushed"), "{err}");
+            assert_eq!(store.presence(&object_name(&wrong)).unwrap(), Presence::Absent);
+            send(&store, &object_name(&right), &file, &right).unwrap();
+            assert_eq!(store.presence(&object_name(&right)).unwrap(), Presence::Present { size: size as u64 });
+        }
+    }
+}
