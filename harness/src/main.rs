@@ -49,6 +49,7 @@ enum Command {
     Capabilities(commands::capabilities::CapabilitiesArgs),
     Upgrade(commands::upgrade::UpgradeArgs),
     Isolation(commands::isolation::IsolationArgs),
+    Capture(commands::capture::CaptureArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +86,7 @@ fn main() -> ExitCode {
         Command::Capabilities(args) => commands::capabilities::main(args),
         Command::Upgrade(args) => commands::upgrade::main(args),
         Command::Isolation(args) => commands::isolation::main(args),
+        Command::Capture(args) => commands::capture::main(args),
     };
     exit.into()
 }

@@ -41,6 +41,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "clink-reconcile",
         &["clink-basics", "clink-engine", "clink-connectors", "clink-bundle", "clink-verify", "clink-html"],
     ),
+    // The capture store moves files by digest; it parses no capture, snapshot
+    // or bundle (the command line says which trees a source is).
+    ("clink-store", &["clink-basics"]),
     // The transaction-speaking broker's host and its probe use the
     // transactional client they measure; nothing of ours depends on them.
     ("clink-kafka-mock", &["clink-connectors"]),
@@ -62,6 +65,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-verify",
             "clink-html",
             "clink-reconcile",
+            "clink-store",
             "clink-reference",
             "clink-upgrade",
             "clink-isolation",

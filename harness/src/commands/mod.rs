@@ -6,6 +6,7 @@
 //! prose.
 
 pub mod capabilities;
+pub mod capture;
 pub mod checkpoint;
 pub mod compare;
 pub mod gen_input;
