@@ -20,6 +20,8 @@
 //!   1,000,000-event capture, against one build's `replay sweep` of the same
 //!   epochs; every window epoch must be reported diverged with its first
 //!   difference, every other operator's identical.
+//! - `store`: that capture pushed to a `file://` store and fetched back (the
+//!   fetched copy swept), and a second push of the same bytes (dedup).
 //! - `tlc`: `incident-verify --profile full` on the example bundle (TLC's
 //!   start dominates), and trace validation of a 10,000-event trace.
 //! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
@@ -455,6 +457,81 @@ fn ab(scratch: &Path, figures: &mut Vec<Figure>) {
                 windows.len() as f64,
             )
             .goal(Goal::AtLeast(windows.len() as f64)),
+    );
+    store_round_trip(&work, figures);
+}
+
+/// The A/B run's capture through a file:// store and back: push, a second
+/// push (dedup: nothing new), fetch, and the fetched copy swept.
+fn store_round_trip(work: &Path, figures: &mut Vec<Figure>) {
+    let store = work.join("store");
+    let fetched = work.join("fetched");
+    let _ = std::fs::remove_dir_all(&store);
+    let _ = std::fs::remove_dir_all(&fetched);
+    let url = format!("file://{}", store.display());
+    let push = || {
+        let out = Command::new(clink())
+            .args(["capture", "push", "--json", "--capture-dir"])
+            .arg(work.join("capture"))
+            .arg("--checkpoint-dir")
+            .arg(work.join("ck"))
+            .arg(&url)
+            .output()
+            .expect("capture push runs");
+        assert!(out.status.success(), "capture push: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a JSON push report")
+    };
+    let started = Instant::now();
+    let first = push();
+    let push_s = started.elapsed().as_secs_f64();
+    let second = push();
+    let reference = first["reference"].as_str().expect("a REF").to_string();
+    assert_eq!(second["reference"], first["reference"], "the same bytes, the same REF");
+    let fetch = measure(
+        Command::new(clink())
+            .args(["capture", "fetch", &url, &reference])
+            .arg(&fetched)
+            .stdout(std::process::Stdio::null()),
+    );
+    let sweep = |capture: PathBuf, ck: PathBuf| {
+        let out = Command::new(clink())
+            .args(["replay", "sweep", "--json", "--capture-dir"])
+            .arg(capture)
+            .arg("--checkpoint-dir")
+            .arg(ck)
+            .output()
+            .expect("replay sweep runs");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON sweep");
+        (out.status.code(), doc["deterministic"].as_u64())
+    };
+    let original = sweep(work.join("capture"), work.join("ck"));
+    let copy = sweep(fetched.join("capture"), fetched.join("checkpoint"));
+    assert_eq!(copy, original, "the fetched capture sweeps as the original does");
+    let mb = first["bytes"].as_f64().unwrap_or(0.0) / 1e6;
+    figures.push(
+        Figure::new("store", "capture push then fetch of the 1M capture, wall", push_s + fetch.wall.as_secs_f64(), "s")
+            .against(
+                format!(
+                    "{} files, {mb:.1} MB: push {push_s:.2}s, fetch {:.2}s; swept after fetch: {} deterministic epochs",
+                    first["files"],
+                    fetch.wall.as_secs_f64(),
+                    copy.1.unwrap_or(0)
+                ),
+                mb,
+            ),
+    );
+    figures.push(
+        Figure::new(
+            "store",
+            "second push of the same bytes: objects written",
+            second["objects_written"].as_f64().unwrap_or(-1.0),
+            "objects",
+        )
+        .against(
+            format!("{} objects present", second["objects_present"]),
+            first["objects_written"].as_f64().unwrap_or(0.0),
+        )
+        .goal(Goal::AtMost(0.0)),
     );
 }
 
