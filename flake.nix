@@ -55,10 +55,10 @@
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
-        services = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
+        services = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
-        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka python3 ]; };
+        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip ]; };
       };
 
       # An app runs the packaged binaries (CLINK_BIN, CLINK_REFERENCE_AUDIT_BIN:

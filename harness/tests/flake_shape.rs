@@ -39,6 +39,7 @@ const TOOLS: &[(&str, &[&str])] = &[
     ("unshare", &["util-linux"]),
     ("clickhouse", &["clickhouse"]),
     ("kafka", &["apacheKafka"]),
+    ("weed", &["seaweedfs"]),
     ("cargo", &["cargo"]),
     ("git", &["git"]),
     ("awk", &["gawk"]),

@@ -62,7 +62,7 @@ impl BoundArgs {
 /// and the job's checkpoint directory: the whole capture directory is pushed,
 /// with the job's markers and snapshots, which are what `clink replay` needs
 /// to start each epoch), or --bundle (an incident bundle directory, read and
-/// checked as `clink incident-verify` reads it). A link or special file in
+/// checked by the bundle reader: format, paths, no link). A link or special file in
 /// the source is refused. Files already in the store are not sent again; the
 /// manifest goes last, so a push cut short leaves no REF. The REF (the
 /// manifest's SHA-256) is the last line printed. Exit 0 pushed; 2 refused

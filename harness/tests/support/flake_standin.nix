@@ -44,7 +44,7 @@ let
       python3Packages.pip = p "python3Packages.pip";
     } // builtins.listToAttrs (map (name: { inherit name; value = p name; }) [
       "bash" "coreutils" "gawk" "gnugrep" "gnused" "cargo" "rustc" "gcc" "git" "nix"
-      "jdk17_headless" "python3" "util-linux" "clickhouse" "apacheKafka"
+      "jdk17_headless" "python3" "util-linux" "clickhouse" "apacheKafka" "seaweedfs"
     ]);
 
   systems = [ "x86_64-linux" "aarch64-linux" ];
