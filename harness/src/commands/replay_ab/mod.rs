@@ -16,6 +16,7 @@
 mod page;
 mod source;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,8 @@ use clink_basics::ids::OperatorId;
 use clink_isolation::Proof;
 use clink_replay::ab::{compare, missing, needs, parse_declared, Comparison, Declared};
 use clink_replay::emissions::read_dump;
-use clink_replay::{replay, EpochRef, ReplayError};
-use clink_upgrade::runner::{Runner, Stopped};
+use clink_replay::{replay, EpochRef, ReplayError, ReplayOutcome};
+use clink_upgrade::runner::{Runner, Running, Stopped};
 use clink_upgrade::Bounds;
 use serde_json::{json, Value as Json};
 
@@ -91,6 +92,9 @@ pub struct AbArgs {
     /// The whole command.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     timeout_s: u64,
+    /// Candidate processes run at once (default: the machine's cores).
+    #[arg(long, value_name = "N", value_parser = decimal_u64)]
+    jobs: Option<u64>,
     /// Keep the candidate's dumps and logs in DIR (a fresh directory);
     /// otherwise they go to a temporary directory that is removed.
     #[arg(long, value_name = "DIR")]
@@ -264,13 +268,34 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let capabilities = declared(&mut runner, candidate);
     let progress = crate::progress::Progress::bar(args.json, "A/B", "epochs");
     progress.set_length(selected.len() as u64);
-    let mut results = Vec::with_capacity(selected.len());
-    for at in selected {
+    // Up to `jobs` candidates run at once; each result keeps its place.
+    let jobs = match args.jobs {
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX).max(1),
+        None => std::thread::available_parallelism().map_or(1, usize::from),
+    };
+    let mut results: Vec<Option<EpochResult>> = vec![None; selected.len()];
+    let mut in_flight: VecDeque<(usize, Box<Pending>)> = VecDeque::new();
+    for (i, at) in selected.into_iter().enumerate() {
         progress.message(at.to_string());
-        results.push(one_epoch(&mut runner, args, &source, &dumps, &capabilities, at));
+        match start_epoch(&mut runner, args, &source, &dumps, &capabilities, at) {
+            Started::Done(r) => {
+                results[i] = Some(r);
+                progress.inc();
+            }
+            Started::Running(p) => in_flight.push_back((i, p)),
+        }
+        while in_flight.len() >= jobs {
+            let Some((k, p)) = in_flight.pop_front() else { break };
+            results[k] = Some(finish_epoch(&mut runner, args, &source, *p));
+            progress.inc();
+        }
+    }
+    while let Some((k, p)) = in_flight.pop_front() {
+        results[k] = Some(finish_epoch(&mut runner, args, &source, *p));
         progress.inc();
     }
     drop(progress);
+    let results: Vec<EpochResult> = results.into_iter().flatten().collect();
     Ok(Report {
         candidate: json!({
             "path": candidate.display().to_string(),
@@ -311,66 +336,79 @@ fn declared(runner: &mut Runner, candidate: &Path) -> Result<Declared, String> {
     parse_declared(finished.stdout.as_bytes()).map_err(|e| e.to_string())
 }
 
-fn one_epoch(
+/// An epoch whose candidate process is running, with this build's replay of it.
+struct Pending {
+    result: EpochResult,
+    running: Running,
+    dump: PathBuf,
+    ours: Result<ReplayOutcome, ReplayError>,
+}
+
+/// An epoch started: decided already (refused, unsupported, unavailable), or
+/// with its candidate running.
+enum Started {
+    Done(EpochResult),
+    Running(Box<Pending>),
+}
+
+/// Loads the epoch, gates it on the candidate's declaration, starts the
+/// candidate on it, and replays it with this build while the candidate runs.
+fn start_epoch(
     runner: &mut Runner,
     args: &AbArgs,
     source: &Source,
     dumps: &Path,
     capabilities: &Result<Declared, String>,
     at: EpochRef,
-) -> EpochResult {
-    let mut result =
-        EpochResult { at: at.clone(), operator_type: String::new(), status: Status::Unavailable(String::new()) };
+) -> Started {
+    let done = |operator_type: &str, status| {
+        Started::Done(EpochResult { at: at.clone(), operator_type: operator_type.to_string(), status })
+    };
     let evidence = match source.load(&at) {
         Ok(e) => e,
-        Err(e) => {
-            result.status = replay_failure(e);
-            return result;
-        }
+        Err(e) => return done("", replay_failure(e)),
     };
-    result.operator_type = evidence.spec.type_name.clone();
+    let operator_type = evidence.spec.type_name.as_str();
     if let Err(e) = clink_replay::replayable(&evidence.spec) {
-        result.status = replay_failure(e);
-        return result;
+        return done(operator_type, replay_failure(e));
     }
     let lacking = match capabilities {
         Ok(declared) => missing(&needs(&evidence), declared),
         Err(why) => vec![format!("any declaration ({why})")],
     };
     if !lacking.is_empty() {
-        result.status = Status::MissingCapability(lacking);
-        return result;
+        return done(operator_type, Status::MissingCapability(lacking));
     }
     let dump = dumps.join(format!("op-{}-subtask-{}-epoch-{}.emit", at.operator, at.subtask, at.epoch));
-    let running = match runner.spawn(
-        &format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch),
-        &args.candidate_clink,
-        &candidate_args(source, &at, &dump),
-    ) {
+    let name = format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch);
+    let running = match runner.spawn(&name, &args.candidate_clink, &candidate_args(source, &at, &dump)) {
         Ok(r) => r,
-        Err(e) => {
-            result.status = Status::Candidate(e.to_string());
-            return result;
-        }
+        Err(e) => return done(operator_type, Status::Candidate(e.to_string())),
     };
-    // This build replays while the candidate does.
     let ours = replay(&evidence);
-    let finished = runner.wait(running, Some(Duration::from_secs(args.run_timeout_s)));
-    let ours = match ours {
-        Ok(o) => o,
-        Err(e) => {
-            result.status = replay_failure(e);
-            return result;
-        }
+    let result = EpochResult {
+        at: at.clone(),
+        operator_type: operator_type.to_string(),
+        status: Status::Unavailable(String::new()),
     };
-    result.status = match finished {
-        Err(stopped) => Status::Candidate(stopped_reason(&stopped)),
-        Ok(f) if !f.ok() => {
+    Started::Running(Box::new(Pending { result, running, dump, ours }))
+}
+
+/// Waits for the candidate within its limits and compares its dump with
+/// this build's emissions.
+fn finish_epoch(runner: &mut Runner, args: &AbArgs, source: &Source, pending: Pending) -> EpochResult {
+    let Pending { mut result, running, dump, ours } = pending;
+    let finished = runner.wait(running, Some(Duration::from_secs(args.run_timeout_s)));
+    let at = &result.at;
+    result.status = match (ours, finished) {
+        (Err(e), _) => replay_failure(e),
+        (Ok(_), Err(stopped)) => Status::Candidate(stopped_reason(&stopped)),
+        (Ok(_), Ok(f)) if !f.ok() => {
             Status::Candidate(format!("replay epoch ended with {}: {}", f.describe(), f.last_error_line()))
         }
-        Ok(_) => match read_dump(&dump) {
+        (Ok(ours), Ok(_)) => match read_dump(&dump) {
             Err(e) => Status::Candidate(format!("its dump: {e}")),
-            Ok(theirs) => match compare(source.job(), &at, &ours.emissions, &theirs) {
+            Ok(theirs) => match compare(source.job(), at, &ours.emissions, &theirs) {
                 Err(wrong) => Status::Candidate(wrong.to_string()),
                 Ok(Comparison::Identical { emissions }) => Status::Identical { emissions },
                 Ok(Comparison::Diverged { difference, ours: n_ours, theirs: n_theirs }) => {
