@@ -324,3 +324,21 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn a_candidate_that_writes_past_the_output_bound_is_stopped() {
+    let scratch = tempfile::tempdir().unwrap();
+    let cand = candidate(
+        scratch.path(),
+        "floods",
+        r#"if [[ "$1" == replay ]]; then head -c 3000000 /dev/zero > "${@: -1}"; sleep 60; exit 0; fi
+exec "$REAL" "$@""#,
+    );
+    let started = Instant::now();
+    let (code, doc, stderr) = ab(&cand, &["--op", "3", "--subtask", "0", "--epoch", "2", "--max-output-mib", "1"]);
+    assert!(started.elapsed() < Duration::from_secs(30), "stopped at the bound, not at the time limit");
+    assert_eq!(code, Some(3), "{doc}\n{stderr}");
+    let failed = epochs_with(&doc, "candidate-failed");
+    assert_eq!(failed.len(), 1, "{doc}");
+    assert!(failed[0]["reason"].as_str().unwrap().contains("past --max-output-mib 1"), "{doc}");
+}
