@@ -142,11 +142,13 @@ fn a_forbidden_edge_is_caught() {
     edges.entry("clink-reference".into()).or_default().insert("clink-basics".into());
     edges.entry("clink-reference-audit".into()).or_default().insert("clink-connectors".into());
     edges.entry("clink-isolation".into()).or_default().insert("clink-engine".into());
+    edges.entry("clink-audit".into()).or_default().insert("clink-verify".into());
     let problems = violations(&edges, ALLOWED);
     assert!(problems.iter().any(|p| p.contains("clink-isolation depends on clink-engine")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-reference-audit depends on clink-connectors")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-engine depends on clink-verify")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("clink-reference depends on clink-basics")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("clink-audit depends on clink-verify")), "{problems:?}");
     edges.insert("clink-new".into(), BTreeSet::new());
     assert!(violations(&edges, ALLOWED).iter().any(|p| p.contains("clink-new is not in the layering table")));
 }

@@ -368,6 +368,12 @@ fn check_across(f: &Fields, c: &AuditConfig) -> Result<(), FieldError> {
             format!("expected at least bounds.bundle_bytes ({}), or no audit could ever start", c.bounds.bundle_bytes),
         ));
     }
+    if let Some(i) = c.destination.credential_env.iter().position(|n| *n == c.destination.endpoint_env) {
+        return Err(FieldError::new(
+            format!("destination.credential_env[{i}]"),
+            "names destination.endpoint_env again; expected each variable once",
+        ));
+    }
     let destination = c.child_env(ChildKind::Reconcile);
     if let Some(i) = c.reference.credential_env.iter().position(|n| destination.contains(&n.as_str())) {
         return Err(FieldError::new(

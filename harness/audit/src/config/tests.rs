@@ -127,6 +127,15 @@ fn a_credential_of_the_wrong_type_or_twice_is_refused() {
 }
 
 #[test]
+fn the_endpoint_variable_named_again_as_a_credential_is_refused() {
+    refused(
+        &with("/destination/credential_env/1", json!("CLINK_AUDIT_CLICKHOUSE_URL")),
+        "destination.credential_env[1]",
+        "names destination.endpoint_env again",
+    );
+}
+
+#[test]
 fn malformed_json_is_refused() {
     for bytes in [&b"{"[..], b"", b"\xff\xfe", b"{\"format\": }", b"[] []"] {
         let err = AuditConfig::from_slice(bytes).expect_err("refused");
@@ -444,6 +453,19 @@ fn reordered(value: &Json) -> String {
     }
 }
 
+/// Audit ids are made from the fingerprint: a change to the canonical form
+/// changes every id, so it must be deliberate (and this value with it).
+#[test]
+fn the_fingerprint_of_the_example_is_pinned() {
+    let c = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+    let canonical = String::from_utf8(c.canonical_bytes()).unwrap();
+    assert!(canonical.starts_with("clink-audit-config v1\n{\"job\":{\"id\":\"orders-to-clickhouse\""), "{canonical}");
+    assert!(!canonical.contains(": ") && canonical.ends_with("\"state_dir\":\"/var/lib/clink-audit/orders\"}"));
+    assert_eq!(c.fingerprint(), PINNED_FINGERPRINT, "{canonical}");
+}
+
+const PINNED_FINGERPRINT: &str = "db6d5c7113b84a6e2b8da40cca4f39112847b8c02df17def9dfcd364c89095d2";
+
 #[test]
 fn the_fingerprint_changes_with_any_value() {
     let base = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap().fingerprint();
@@ -518,6 +540,15 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = AuditConfig::from_slice(&bytes);
+    }
+
+    /// A credential refused is never shown, wherever it is written.
+    #[test]
+    fn a_refused_credential_is_never_shown(secret in "[a-z0-9:=/@+]{12,40}", at in 0usize..3) {
+        let pointer = ["/destination/credential_env/0", "/reference/credential_env/0", "/destination/endpoint_env"][at];
+        let err = AuditConfig::from_json(&with(pointer, json!(secret))).expect_err("refused");
+        prop_assert!(!err.to_string().contains(&secret), "{}", err);
+        prop_assert!(!format!("{err:?}").contains(&secret), "{:?}", err);
     }
 
     #[test]
