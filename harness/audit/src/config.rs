@@ -1,0 +1,608 @@
+//! The operator's configuration: the `clink-audit-config` version 1 document.
+//!
+//! It owns the reading and checking of that document, the rule of which
+//! child receives which credential ([`AuditConfig::child_env`]) and the
+//! configuration's fingerprint ([`AuditConfig::fingerprint`]). It never runs
+//! anything, never reads an environment variable, and never writes into an
+//! error a value it refused as a credential (it may be a secret).
+//!
+//! Decisions a reader of a configuration should know:
+//! - Every field is required (an empty list is written `[]`), and any field
+//!   the document does not define, at any depth, is refused: a misspelt bound
+//!   is never silently a default.
+//! - Every path (the job's four directories, the state directory, the
+//!   reference's program) must be absolute and hold no `..`: the runner runs
+//!   from cron or a service manager, whose working directory is nobody's
+//!   choice. The state directory may neither be nor contain nor lie inside a
+//!   directory of the job, since retention deletes inside it.
+//! - The reference runs without a shell: `reference.argv` is an array whose
+//!   first item is the program's absolute path. Any `{...}` in an argument
+//!   must be one of `{scope}`, `{out}`, `{state_in}`, `{state_out}`; there is
+//!   no escape. `argv` must hold `{scope}` and `{out}` and never `{state_in}`,
+//!   which only `reference.with_state_in` (the arguments added when an audit
+//!   starts from a held state) may hold, and then must.
+//! - Credentials are environment variable names (`^[A-Z_][A-Z0-9_]*$`), never
+//!   values. The reference's names may not be the destination's.
+//! - The file is read only when it is a regular file (a link is not
+//!   followed) of at most [`MAX_CONFIG_BYTES`]; a larger one is refused unread.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use clink_basics::digest::sha256_hex;
+use clink_basics::fields::{depth, kind_name, FieldError, Fields};
+use clink_basics::files::read_bounded;
+use serde::Serialize;
+use serde_json::Value as Json;
+use thiserror::Error;
+
+/// The document's `format`.
+pub const FORMAT: &str = "clink-audit-config";
+/// The only `version` this build reads.
+pub const VERSION: u64 = 1;
+/// The largest configuration file read; a larger one is refused unread.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// How deeply the document may nest (it needs 3).
+pub const MAX_DEPTH: usize = 8;
+
+/// The fixed placeholders of the reference's arguments.
+pub const PLACEHOLDERS: [&str; 4] = ["{scope}", "{out}", "{state_in}", "{state_out}"];
+
+const MAX_PATH_BYTES: usize = 4096;
+const MAX_ARGS: usize = 256;
+const MAX_CREDENTIALS: usize = 64;
+const MAX_NAME_BYTES: usize = 128;
+const MAX_JOB_ID_BYTES: usize = 256;
+const DAY_S: u64 = 86_400;
+
+/// A configuration refused: where, and why.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read the configuration: {source}", path.display())]
+    Unreadable { path: PathBuf, source: io::Error },
+    #[error("the configuration is not JSON: {0}")]
+    NotJson(String),
+    #[error("the configuration nests {0} deep; at most {MAX_DEPTH} expected")]
+    TooDeep(usize),
+    #[error("{0}")]
+    Field(#[from] FieldError),
+}
+
+impl ConfigError {
+    /// The path of the field at fault (`bounds.child_timeout_s`), or `$` for the whole document.
+    pub fn field(&self) -> &str {
+        match self {
+            ConfigError::Field(e) => &e.path,
+            _ => "$",
+        }
+    }
+}
+
+/// A checked `clink-audit-config` version 1 document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditConfig {
+    pub job: Job,
+    pub destination: Destination,
+    pub reference: Reference,
+    pub selection: Selection,
+    pub start_at: StartAt,
+    pub bounds: Bounds,
+    pub backoff: Backoff,
+    /// Attempts per audit, the first included (at least 1).
+    pub max_attempts: u32,
+    /// How many passed audits keep their evidence (0: none).
+    pub retain_passed: u32,
+    /// How many reference states (`states/<checkpoint>.json`) are held (at least 1).
+    pub retain_states: u32,
+    /// The most the state directory may hold; the runner starts no audit that would pass it.
+    pub disk_budget_bytes: u64,
+    /// The runner's own directory (absolute).
+    pub state_dir: String,
+}
+
+/// The job audited: its directories (absolute) and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    pub id: String,
+    pub checkpoint_dir: String,
+    pub ha_dir: String,
+    pub capture_dir: String,
+    pub trace_dir: String,
+}
+
+/// The ClickHouse table the job writes, and the variables reconciliation receives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Destination {
+    /// The variable whose value is the ClickHouse endpoint.
+    pub endpoint_env: String,
+    /// `table` or `database.table`.
+    pub table: String,
+    pub credential_env: Vec<String>,
+}
+
+/// The operator's reference command, run without a shell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reference {
+    pub argv: Vec<String>,
+    /// Arguments appended when an audit starts from a held state; empty when it cannot.
+    pub with_state_in: Vec<String>,
+    pub credential_env: Vec<String>,
+}
+
+/// Which completed checkpoints are audited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selection {
+    Sequential,
+    LatestOnly,
+}
+
+/// Where a runner with no state begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartAt {
+    Earliest,
+    Latest,
+}
+
+/// The bounds of one audit; one reached makes it partial, never a pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bounds {
+    pub child_timeout_s: u64,
+    pub bundle_bytes: u64,
+    pub bundle_files: u64,
+    pub rows: u64,
+    pub query_timeout_s: u64,
+}
+
+/// The wait before a partial or failed audit is tried again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Backoff {
+    pub initial_s: u64,
+    pub max_s: u64,
+}
+
+/// The children of one audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildKind {
+    Collect,
+    Scope,
+    Reference,
+    Verify,
+    Reconcile,
+}
+
+impl ChildKind {
+    pub const ALL: [ChildKind; 5] =
+        [ChildKind::Collect, ChildKind::Scope, ChildKind::Reference, ChildKind::Verify, ChildKind::Reconcile];
+}
+
+impl AuditConfig {
+    /// Reads and checks the configuration file at `path`.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let bytes = read_bounded(path, MAX_CONFIG_BYTES)
+            .map_err(|source| ConfigError::Unreadable { path: path.to_path_buf(), source })?;
+        Self::from_slice(&bytes)
+    }
+
+    /// Checks a configuration's bytes.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, ConfigError> {
+        let json: Json = serde_json::from_slice(bytes).map_err(|e| ConfigError::NotJson(e.to_string()))?;
+        Self::from_json(&json)
+    }
+
+    /// Checks a parsed configuration.
+    pub fn from_json(json: &Json) -> Result<Self, ConfigError> {
+        let d = depth(json);
+        if d > MAX_DEPTH {
+            return Err(ConfigError::TooDeep(d));
+        }
+        Ok(read_document(&Fields::object(json, "$")?)?)
+    }
+
+    /// The environment variables a child may receive, by name; every other
+    /// variable the configuration names is kept from it.
+    pub fn child_env(&self, kind: ChildKind) -> Vec<&str> {
+        match kind {
+            ChildKind::Reference => self.reference.credential_env.iter().map(String::as_str).collect(),
+            ChildKind::Reconcile => std::iter::once(self.destination.endpoint_env.as_str())
+                .chain(self.destination.credential_env.iter().map(String::as_str))
+                .collect(),
+            ChildKind::Collect | ChildKind::Scope | ChildKind::Verify => Vec::new(),
+        }
+    }
+
+    /// The canonical serialisation: the checked values, compact, fields in
+    /// a fixed order, preceded by the format and version. Formatting and key
+    /// order of the file do not change it; any value does.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut out = format!("{FORMAT} v{VERSION}\n").into_bytes();
+        // Serialising these structs of strings, integers and lists cannot fail.
+        out.extend(serde_json::to_vec(self).unwrap_or_default());
+        out
+    }
+
+    /// The SHA-256 of [`AuditConfig::canonical_bytes`], in lowercase hex.
+    pub fn fingerprint(&self) -> String {
+        sha256_hex(&self.canonical_bytes())
+    }
+}
+
+fn read_document(f: &Fields) -> Result<AuditConfig, FieldError> {
+    f.only(&[
+        "format",
+        "version",
+        "job",
+        "destination",
+        "reference",
+        "selection",
+        "start_at",
+        "bounds",
+        "backoff",
+        "max_attempts",
+        "retain_passed",
+        "retain_states",
+        "disk_budget_bytes",
+        "state_dir",
+    ])?;
+    let format = f.str("format")?;
+    if format != FORMAT {
+        return Err(f.error("format", format!("expected {FORMAT:?}, found {}", shown(format))));
+    }
+    let version = f.u64("version")?;
+    if version != VERSION {
+        return Err(f.error("version", format!("expected {VERSION}, found {version}; this build reads version 1")));
+    }
+    let config = AuditConfig {
+        job: read_job(&f.child("job")?)?,
+        destination: read_destination(&f.child("destination")?)?,
+        reference: read_reference(&f.child("reference")?)?,
+        selection: read_selection(f)?,
+        start_at: read_start_at(f)?,
+        bounds: read_bounds(&f.child("bounds")?)?,
+        backoff: read_backoff(&f.child("backoff")?)?,
+        max_attempts: in_range(f, "max_attempts", 1, 1000)? as u32,
+        retain_passed: in_range(f, "retain_passed", 0, 100_000)? as u32,
+        retain_states: in_range(f, "retain_states", 1, 1000)? as u32,
+        disk_budget_bytes: in_range(f, "disk_budget_bytes", 1, 1 << 50)?,
+        state_dir: absolute_path(f, "state_dir")?,
+    };
+    check_across(f, &config)?;
+    Ok(config)
+}
+
+fn read_job(f: &Fields) -> Result<Job, FieldError> {
+    f.only(&["id", "checkpoint_dir", "ha_dir", "capture_dir", "trace_dir"])?;
+    Ok(Job {
+        id: job_id(f, "id")?,
+        checkpoint_dir: absolute_path(f, "checkpoint_dir")?,
+        ha_dir: absolute_path(f, "ha_dir")?,
+        capture_dir: absolute_path(f, "capture_dir")?,
+        trace_dir: absolute_path(f, "trace_dir")?,
+    })
+}
+
+fn read_destination(f: &Fields) -> Result<Destination, FieldError> {
+    f.only(&["endpoint_env", "table", "credential_env"])?;
+    Ok(Destination {
+        endpoint_env: env_name(&f.field_path("endpoint_env"), f.value("endpoint_env")?)?,
+        table: table_name(f, "table")?,
+        credential_env: env_names(f, "credential_env")?,
+    })
+}
+
+fn read_reference(f: &Fields) -> Result<Reference, FieldError> {
+    f.only(&["argv", "with_state_in", "credential_env"])?;
+    let argv = arguments(f, "argv", 1)?;
+    let with_state_in = arguments(f, "with_state_in", 0)?;
+    check_program(f, &argv)?;
+    if !holds(&argv, "{scope}") || !holds(&argv, "{out}") {
+        return Err(f.error("argv", "expected the arguments to hold {scope} and {out}"));
+    }
+    if let Some(i) = argv.iter().position(|a| a.contains("{state_in}")) {
+        return Err(FieldError::new(
+            format!("{}[{i}]", f.field_path("argv")),
+            "{state_in} belongs in reference.with_state_in, the arguments added only when an audit starts from a held state",
+        ));
+    }
+    if !with_state_in.is_empty() {
+        if !holds(&with_state_in, "{state_in}") {
+            return Err(f.error("with_state_in", "expected {state_in} among these arguments (or none at all)"));
+        }
+        if !holds(&argv, "{state_out}") {
+            return Err(f.error(
+                "argv",
+                "expected {state_out}: reference.with_state_in starts from a state, so the reference must leave one",
+            ));
+        }
+    }
+    Ok(Reference { argv, with_state_in, credential_env: env_names(f, "credential_env")? })
+}
+
+fn read_selection(f: &Fields) -> Result<Selection, FieldError> {
+    match f.str("selection")? {
+        "sequential" => Ok(Selection::Sequential),
+        "latest-only" => Ok(Selection::LatestOnly),
+        other => {
+            Err(f.error("selection", format!("expected \"sequential\" or \"latest-only\", found {}", shown(other))))
+        }
+    }
+}
+
+fn read_start_at(f: &Fields) -> Result<StartAt, FieldError> {
+    match f.str("start_at")? {
+        "earliest" => Ok(StartAt::Earliest),
+        "latest" => Ok(StartAt::Latest),
+        other => Err(f.error("start_at", format!("expected \"earliest\" or \"latest\", found {}", shown(other)))),
+    }
+}
+
+fn read_bounds(f: &Fields) -> Result<Bounds, FieldError> {
+    f.only(&["child_timeout_s", "bundle_bytes", "bundle_files", "rows", "query_timeout_s"])?;
+    Ok(Bounds {
+        child_timeout_s: in_range(f, "child_timeout_s", 1, DAY_S)?,
+        bundle_bytes: in_range(f, "bundle_bytes", 1, 1 << 40)?,
+        bundle_files: in_range(f, "bundle_files", 1, 10_000_000)?,
+        rows: in_range(f, "rows", 1, 1_000_000_000)?,
+        query_timeout_s: in_range(f, "query_timeout_s", 1, DAY_S)?,
+    })
+}
+
+fn read_backoff(f: &Fields) -> Result<Backoff, FieldError> {
+    f.only(&["initial_s", "max_s"])?;
+    let backoff =
+        Backoff { initial_s: in_range(f, "initial_s", 1, DAY_S)?, max_s: in_range(f, "max_s", 1, 7 * DAY_S)? };
+    if backoff.max_s < backoff.initial_s {
+        return Err(f.error("max_s", format!("expected at least backoff.initial_s ({})", backoff.initial_s)));
+    }
+    Ok(backoff)
+}
+
+/// The rules between sections: the budget holds one bundle, the reference
+/// gets none of the destination's variables, the state directory is apart.
+fn check_across(f: &Fields, c: &AuditConfig) -> Result<(), FieldError> {
+    if c.disk_budget_bytes < c.bounds.bundle_bytes {
+        return Err(f.error(
+            "disk_budget_bytes",
+            format!("expected at least bounds.bundle_bytes ({}), or no audit could ever start", c.bounds.bundle_bytes),
+        ));
+    }
+    if let Some(i) = c.destination.credential_env.iter().position(|n| *n == c.destination.endpoint_env) {
+        return Err(FieldError::new(
+            format!("destination.credential_env[{i}]"),
+            "names destination.endpoint_env again; expected each variable once",
+        ));
+    }
+    let destination = c.child_env(ChildKind::Reconcile);
+    if let Some(i) = c.reference.credential_env.iter().position(|n| destination.contains(&n.as_str())) {
+        return Err(FieldError::new(
+            format!("reference.credential_env[{i}]"),
+            "names a variable of the destination; the reference receives only its own",
+        ));
+    }
+    let state = Path::new(&c.state_dir);
+    let job = [
+        ("job.checkpoint_dir", &c.job.checkpoint_dir),
+        ("job.ha_dir", &c.job.ha_dir),
+        ("job.capture_dir", &c.job.capture_dir),
+        ("job.trace_dir", &c.job.trace_dir),
+    ];
+    for (name, dir) in job {
+        let dir = Path::new(dir);
+        if state.starts_with(dir) || dir.starts_with(state) {
+            return Err(f.error(
+                "state_dir",
+                format!("expected a directory apart from {name}: retention deletes inside the state directory"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn in_range(f: &Fields, field: &str, min: u64, max: u64) -> Result<u64, FieldError> {
+    let value = f.u64(field)?;
+    if value < min || value > max {
+        return Err(f.error(field, format!("expected an integer from {min} to {max}, found {value}")));
+    }
+    Ok(value)
+}
+
+/// An absolute path of UTF-8 text without `..`, NUL or control characters.
+fn absolute_path(f: &Fields, field: &str) -> Result<String, FieldError> {
+    path_text(&f.field_path(field), f.str(field)?)
+}
+
+fn path_text(at: &str, text: &str) -> Result<String, FieldError> {
+    let path = Path::new(text);
+    let reason = if text.is_empty() {
+        Some("expected an absolute path, found an empty string")
+    } else if !path.is_absolute() {
+        Some("expected an absolute path (the runner's working directory is nobody's choice)")
+    } else if text.len() > MAX_PATH_BYTES {
+        Some("expected a path of at most 4096 bytes")
+    } else if text.chars().any(char::is_control) {
+        Some("expected a path without control characters")
+    } else if path.components().any(|c| c == Component::ParentDir) {
+        Some("expected a path without `..`")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(FieldError::new(at, reason)),
+        None => Ok(text.to_string()),
+    }
+}
+
+/// A job id: 1-256 bytes of text without control characters. It may hold
+/// anything else (it is passed as one argument, never interpreted).
+fn job_id(f: &Fields, field: &str) -> Result<String, FieldError> {
+    let id = f.str(field)?;
+    if id.is_empty() || id.len() > MAX_JOB_ID_BYTES || id.chars().any(char::is_control) {
+        return Err(f.error(field, "expected 1 to 256 bytes of text without control characters"));
+    }
+    Ok(id.to_string())
+}
+
+/// `table` or `database.table`, each part a plain identifier.
+fn table_name(f: &Fields, field: &str) -> Result<String, FieldError> {
+    let table = f.str(field)?;
+    let parts: Vec<&str> = table.split('.').collect();
+    if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p)) {
+        return Err(f.error(
+            field,
+            format!("expected `table` or `database.table`, each [A-Za-z_][A-Za-z0-9_]*, found {}", shown(table)),
+        ));
+    }
+    Ok(table.to_string())
+}
+
+fn is_identifier(part: &str) -> bool {
+    let mut bytes = part.bytes();
+    part.len() <= MAX_NAME_BYTES
+        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether `name` is an environment variable's name: `^[A-Z_][A-Z0-9_]*$`, at most 128 bytes.
+pub fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= MAX_NAME_BYTES
+        && bytes.next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// A variable's name. The refused text is never shown: it may be the secret itself.
+fn env_name(at: &str, value: &Json) -> Result<String, FieldError> {
+    let Json::String(name) = value else {
+        return Err(FieldError::new(at, format!("expected a variable name (a string), found {}", kind_name(value))));
+    };
+    if is_env_name(name) {
+        return Ok(name.clone());
+    }
+    let why = if name.is_empty() {
+        "found an empty string"
+    } else if looks_like_value(name) {
+        "found what looks like a value (not shown); credentials are named, never written here"
+    } else {
+        "found something else (not shown)"
+    };
+    Err(FieldError::new(at, format!("expected an environment variable name matching ^[A-Z_][A-Z0-9_]*$, {why}")))
+}
+
+fn looks_like_value(text: &str) -> bool {
+    text.len() > MAX_NAME_BYTES || text.chars().any(|c| c.is_lowercase() || c.is_whitespace() || "=:/@".contains(c))
+}
+
+fn env_names(f: &Fields, field: &str) -> Result<Vec<String>, FieldError> {
+    let at = f.field_path(field);
+    let items = list(f, field, "variable names", "")?;
+    if items.len() > MAX_CREDENTIALS {
+        return Err(f.error(field, format!("expected at most {MAX_CREDENTIALS} variable names")));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let name = env_name(&format!("{at}[{i}]"), item)?;
+        if names.contains(&name) {
+            return Err(FieldError::new(format!("{at}[{i}]"), format!("{name} is named twice")));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// An array field; `as_string` says why one string will not do.
+fn list<'a>(f: &Fields<'a>, field: &str, what: &str, as_string: &str) -> Result<&'a Vec<Json>, FieldError> {
+    match f.value(field)? {
+        Json::Array(items) => Ok(items),
+        Json::String(_) => Err(f.error(field, format!("expected an array of {what}, found a string{as_string}"))),
+        other => Err(f.error(field, format!("expected an array of {what}, found {}", kind_name(other)))),
+    }
+}
+
+/// An argument array of at least `min` strings, each placeholder a fixed one.
+fn arguments(f: &Fields, field: &str, min: usize) -> Result<Vec<String>, FieldError> {
+    let at = f.field_path(field);
+    let items = list(
+        f,
+        field,
+        "arguments",
+        ": the reference runs without a shell, so a command line is never split; give each argument as its own item",
+    )?;
+    if items.len() < min || items.len() > MAX_ARGS {
+        return Err(f.error(field, format!("expected {min} to {MAX_ARGS} arguments, found {}", items.len())));
+    }
+    let mut args = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let item_at = format!("{at}[{i}]");
+        let Json::String(arg) = item else {
+            return Err(FieldError::new(item_at, format!("expected a string, found {}", kind_name(item))));
+        };
+        if arg.contains('\0') || arg.len() > MAX_PATH_BYTES {
+            return Err(FieldError::new(item_at, "expected at most 4096 bytes without NUL"));
+        }
+        if let Some(unknown) = unknown_placeholder(arg) {
+            return Err(FieldError::new(
+                item_at,
+                format!("unknown placeholder {}; the placeholders are {}", shown(unknown), PLACEHOLDERS.join(", ")),
+            ));
+        }
+        args.push(arg.clone());
+    }
+    Ok(args)
+}
+
+/// The program: an absolute path, alone, with no placeholder.
+fn check_program(f: &Fields, argv: &[String]) -> Result<(), FieldError> {
+    let at = format!("{}[0]", f.field_path("argv"));
+    let program = argv.first().map(String::as_str).unwrap_or_default();
+    if program.chars().any(char::is_whitespace) {
+        return Err(FieldError::new(
+            at,
+            "expected the program's path alone: the reference runs without a shell, so give each argument as its own item",
+        ));
+    }
+    if program.contains('{') {
+        return Err(FieldError::new(at, "expected the program's path, without a placeholder"));
+    }
+    path_text(&at, program).map(|_| ())
+}
+
+fn holds(args: &[String], placeholder: &str) -> bool {
+    args.iter().any(|a| a.contains(placeholder))
+}
+
+/// The first `{...}` in `arg` that is not a fixed placeholder. A `{` with no
+/// `}` after it, before the next `{`, is text.
+fn unknown_placeholder(arg: &str) -> Option<&str> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        match after[..close].find('{') {
+            Some(inner) => rest = &after[inner..],
+            None => {
+                let candidate = &rest[open..open + close + 2];
+                if !PLACEHOLDERS.contains(&candidate) {
+                    return Some(candidate);
+                }
+                rest = &after[close + 1..];
+            }
+        }
+    }
+    None
+}
+
+/// Text from the document shown in an error: quoted, at most 64 characters.
+fn shown(text: &str) -> String {
+    let mut out = String::new();
+    let cut: String = text.chars().take(64).collect();
+    let _ = write!(out, "{cut:?}");
+    if cut.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

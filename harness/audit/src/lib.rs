@@ -1,0 +1,27 @@
+//! clink-audit: continuous audits of a running job (issue 20).
+//!
+//! So far this crate owns one thing: the reader of the operator's
+//! configuration, the `clink-audit-config` version 1 document ([`config`]).
+//! It turns a file into an [`config::AuditConfig`] whose every value has been
+//! checked (absolute paths, bounds in range, credentials named as environment
+//! variables, the reference as an argument array with only the fixed
+//! placeholders), or refuses it with a [`config::ConfigError`] that names the
+//! field at fault and what was expected. It also fixes which child may
+//! receive which credential ([`config::ChildKind`]) and the configuration's
+//! fingerprint, which audit ids will be made from.
+//!
+//! What it must never do: run anything (the runner, which will run the real
+//! `clink` and reference processes, is issue 20's remaining work), read a
+//! credential's value, write a credential's value into an error or a
+//! fingerprint, or accept a configuration it has not fully checked. It will
+//! sit above `clink-verify`, `clink-reconcile` and `clink-bundle` and add no
+//! check of its own.
+//!
+//! ```
+//! use clink_audit::config::{AuditConfig, ChildKind};
+//! let text = include_str!("../examples/audit.json");
+//! let config = AuditConfig::from_slice(text.as_bytes()).unwrap();
+//! assert!(config.child_env(ChildKind::Verify).is_empty());
+//! ```
+
+pub mod config;
