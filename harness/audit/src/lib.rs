@@ -10,6 +10,10 @@
 //! receive which credential ([`config::ChildKind`]) and the configuration's
 //! fingerprint, which audit ids will be made from.
 //!
+//! Of the state directory it owns so far the runner lock ([`lock`]: one
+//! runner per directory, a second refused naming the first) and the events
+//! file ([`events`]: one JSON object per line, a torn tail reported).
+//!
 //! What it must never do: run anything (the runner, which will run the real
 //! `clink` and reference processes, is issue 20's remaining work), read a
 //! credential's value, write a credential's value into an error or a
@@ -25,3 +29,5 @@
 //! ```
 
 pub mod config;
+pub mod events;
+pub mod lock;
