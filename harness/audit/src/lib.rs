@@ -25,3 +25,4 @@
 //! ```
 
 pub mod config;
+pub mod outcome;
