@@ -25,4 +25,5 @@
 //! ```
 
 pub mod config;
+pub mod coverage;
 pub mod outcome;
