@@ -27,3 +27,4 @@
 pub mod config;
 pub mod coverage;
 pub mod outcome;
+pub mod status;
