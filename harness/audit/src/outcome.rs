@@ -259,6 +259,23 @@ mod tests {
         assert_eq!(backoff_delay(1, &Backoff { initial_s: 500, max_s: 60 }), 60);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn backoff_grows_never_past_max(
+            initial_s in 1u64..100_000,
+            extra in 0u64..1_000_000,
+            n in 1u32..80,
+            last in proptest::prelude::any::<u64>(),
+        ) {
+            let backoff = Backoff { initial_s, max_s: initial_s + extra };
+            let wait = backoff_delay(n, &backoff);
+            proptest::prop_assert!(wait >= initial_s && wait <= backoff.max_s);
+            proptest::prop_assert!(backoff_delay(n + 1, &backoff) >= wait);
+            let due = next_attempt_due(Outcome::Partial, n, u32::MAX, last, &backoff);
+            proptest::prop_assert_eq!(due, Some(last.saturating_add(wait)));
+        }
+    }
+
     #[test]
     fn one_attempt_per_cycle() {
         assert!(may_attempt(Some(100), 100, false));
