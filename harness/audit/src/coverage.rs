@@ -37,13 +37,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::outcome::Outcome;
 
-/// A half-open offset range `[start, end)`; `start <= end`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// A half-open offset range `[start, end)`; `start <= end`. Read from JSON
+/// as `{"start": .., "end": ..}`, a reversed one refused, an unknown field
+/// refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "RawRange")]
 pub struct OffsetRange {
     start: u64,
     end: u64,
@@ -55,6 +58,21 @@ pub struct OffsetRange {
 pub struct RangeError {
     pub start: u64,
     pub end: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    start: u64,
+    end: u64,
+}
+
+impl TryFrom<RawRange> for OffsetRange {
+    type Error = RangeError;
+
+    fn try_from(raw: RawRange) -> Result<Self, RangeError> {
+        OffsetRange::new(raw.start, raw.end)
+    }
 }
 
 impl OffsetRange {
@@ -143,7 +161,7 @@ impl RangeSet {
 }
 
 /// One log partition.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Partition {
     pub topic: String,
     pub partition: u32,
@@ -366,6 +384,17 @@ mod tests {
         assert_eq!(OffsetRange::new(5, 4), Err(RangeError { start: 5, end: 4 }));
         assert!(OffsetRange::new(4, 4).unwrap().is_empty());
         assert_eq!(RangeError { start: 5, end: 4 }.to_string(), "offset range [5, 4): start is after end");
+    }
+
+    #[test]
+    fn a_range_reads_back_and_a_reversed_one_is_refused() {
+        let text = serde_json::to_string(&r(3, 9)).unwrap();
+        assert_eq!(text, r#"{"start":3,"end":9}"#);
+        assert_eq!(serde_json::from_str::<OffsetRange>(&text).unwrap(), r(3, 9));
+        let err = serde_json::from_str::<OffsetRange>(r#"{"start":9,"end":3}"#).unwrap_err();
+        assert!(err.to_string().contains("offset range [9, 3): start is after end"), "{err}");
+        assert!(serde_json::from_str::<OffsetRange>(r#"{"start":1,"end":3,"x":0}"#).is_err());
+        assert!(serde_json::from_str::<OffsetRange>(r#"{"start":1}"#).is_err());
     }
 
     #[test]
