@@ -1,18 +1,29 @@
 //! clink-audit: continuous audits of a running job (issue 20).
 //!
-//! So far this crate owns one thing: the reader of the operator's
-//! configuration, the `clink-audit-config` version 1 document ([`config`]).
-//! It turns a file into an [`config::AuditConfig`] whose every value has been
-//! checked (absolute paths, bounds in range, credentials named as environment
-//! variables, the reference as an argument array with only the fixed
-//! placeholders), or refuses it with a [`config::ConfigError`] that names the
-//! field at fault and what was expected. It also fixes which child may
-//! receive which credential ([`config::ChildKind`]) and the configuration's
-//! fingerprint, which audit ids will be made from.
+//! So far this crate owns the pure parts, none of which runs or reads
+//! anything, and two files of the state directory:
+//! - [`config`]: the reader of the operator's configuration, the
+//!   `clink-audit-config` version 1 document. It turns a file into an
+//!   [`config::AuditConfig`] whose every value has been checked (absolute
+//!   paths, bounds in range, credentials named as environment variables, the
+//!   reference as an argument array with only the fixed placeholders), or
+//!   refuses it with a [`config::ConfigError`] that names the field at fault
+//!   and what was expected. It also fixes which child may receive which
+//!   credential ([`config::ChildKind`]) and the configuration's fingerprint,
+//!   which audit ids will be made from.
+//! - [`outcome`]: the outcomes of `clink-audit-report` version 1 and the
+//!   relationships a finding names; which outcomes are tried again and when
+//!   ([`outcome::next_attempt_due`]), and which count toward coverage.
+//! - [`coverage`]: per topic and partition, the verified offsets as merged
+//!   ranges, the gaps tagged by outcome, and the discrepancies, which a later
+//!   pass never clears.
+//! - [`status`]: the state `status` reports, the most severe condition that
+//!   holds, and its exit code.
 //!
-//! Of the state directory it owns so far the runner lock ([`lock`]: one
-//! runner per directory, a second refused naming the first) and the events
-//! file ([`events`]: one JSON object per line, a torn tail reported).
+//! - [`lock`]: the runner lock, one runner per state directory, a second
+//!   refused naming the first.
+//! - [`events`]: `events.ndjson`, one JSON object per line, a torn tail
+//!   reported.
 //!
 //! What it must never do: run anything (the runner, which will run the real
 //! `clink` and reference processes, is issue 20's remaining work), read a
@@ -26,8 +37,15 @@
 //! let text = include_str!("../examples/audit.json");
 //! let config = AuditConfig::from_slice(text.as_bytes()).unwrap();
 //! assert!(config.child_env(ChildKind::Verify).is_empty());
+//! // The example's backoff starts at 30 s; a second failure waits 60 s.
+//! use clink_audit::outcome::{next_attempt_due, Outcome};
+//! let due = next_attempt_due(Outcome::Partial, 2, config.max_attempts, 1_000, &config.backoff);
+//! assert_eq!(due, Some(1_060));
 //! ```
 
 pub mod config;
+pub mod coverage;
 pub mod events;
 pub mod lock;
+pub mod outcome;
+pub mod status;
