@@ -342,3 +342,20 @@ exec "$REAL" "$@""#,
     assert_eq!(failed.len(), 1, "{doc}");
     assert!(failed[0]["reason"].as_str().unwrap().contains("past --max-output-mib 1"), "{doc}");
 }
+
+#[test]
+fn a_candidate_that_writes_past_the_output_bound_and_exits_at_once_is_stopped_all_the_same() {
+    let scratch = tempfile::tempdir().unwrap();
+    // It writes the real dump, then 3 MB beside it, and exits 0 before any look.
+    let cand = candidate(
+        scratch.path(),
+        "floods-and-exits",
+        r#"if [[ "$1" == replay ]]; then "$REAL" "$@" || exit $?; head -c 3000000 /dev/zero > "${@: -1}.extra"; exit 0; fi
+exec "$REAL" "$@""#,
+    );
+    let (code, doc, stderr) = ab(&cand, &["--op", "3", "--subtask", "0", "--epoch", "2", "--max-output-mib", "1"]);
+    assert_eq!(code, Some(3), "{doc}\n{stderr}");
+    let failed = epochs_with(&doc, "candidate-failed");
+    assert_eq!(failed.len(), 1, "{doc}");
+    assert!(failed[0]["reason"].as_str().unwrap().contains("past --max-output-mib 1"), "{doc}");
+}

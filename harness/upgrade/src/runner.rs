@@ -268,6 +268,12 @@ impl Runner {
                     rec.exit_code = status.code();
                     rec.signal = status.signal();
                     rec.seconds = running.started.elapsed().as_secs_f64();
+                    // A process that wrote past the bound and exited between
+                    // two looks has still passed it.
+                    if let Some(over) = self.output_over(&name) {
+                        return Err(self.stop(running.index, over));
+                    }
+                    let rec = &self.commands[running.index];
                     let stdout = read_capped(&self.out.join(&rec.stdout), self.capture_cap);
                     let stderr = read_capped(&self.out.join(&rec.stderr), self.capture_cap);
                     let unreadable = |stream, why| Stopped::Unreadable { name: name.clone(), stream, why };
@@ -296,12 +302,7 @@ impl Runner {
                 if rss > self.bounds.max_rss_mib {
                     Some(Stopped::Rss { name: name.clone(), mib: rss, max: self.bounds.max_rss_mib })
                 } else if polls.is_multiple_of(10) {
-                    let bytes = dir_bytes(&self.out);
-                    (bytes > self.bounds.max_output_mib << 20).then(|| Stopped::Output {
-                        name: name.clone(),
-                        mib: bytes.div_ceil(1 << 20),
-                        max: self.bounds.max_output_mib,
-                    })
+                    self.output_over(&name)
                 } else {
                     None
                 }
@@ -314,6 +315,16 @@ impl Runner {
             polls += 1;
             std::thread::sleep(poll_interval(polls));
         }
+    }
+
+    /// The output bound, when the bytes under --out have passed it.
+    fn output_over(&self, name: &str) -> Option<Stopped> {
+        let bytes = dir_bytes(&self.out);
+        (bytes > self.bounds.max_output_mib << 20).then(|| Stopped::Output {
+            name: name.to_string(),
+            mib: bytes.div_ceil(1 << 20),
+            max: self.bounds.max_output_mib,
+        })
     }
 
     /// Runs a process to its end within the bounds.
