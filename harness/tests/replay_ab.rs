@@ -359,3 +359,26 @@ exec "$REAL" "$@""#,
     assert_eq!(failed.len(), 1, "{doc}");
     assert!(failed[0]["reason"].as_str().unwrap().contains("past --max-output-mib 1"), "{doc}");
 }
+
+#[test]
+fn a_bundle_that_changes_while_the_candidate_reads_it_is_refused() {
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good");
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("bundle");
+    copy_tree(&good, &copy);
+    let victim = copy.join("capture/op-4/subtask-1/epoch-10.cap");
+    // The candidate alters a file of the bundle it was handed, then replays.
+    let cand = candidate(
+        scratch.path(),
+        "alters",
+        &format!(
+            r#"if [[ "$1" == replay ]]; then printf 'x' >> '{}'; fi
+exec "$REAL" "$@""#,
+            p(&victim)
+        ),
+    );
+    let out = clink(&["replay", "ab", "--json", "--bundle", p(&copy), "--candidate-clink", p(&cand)]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    let doc: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["reason"].as_str().unwrap().contains("changed while the candidate read it"), "{doc}");
+}

@@ -296,6 +296,7 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     }
     drop(progress);
     let results: Vec<EpochResult> = results.into_iter().flatten().collect();
+    source.still_vouched()?;
     Ok(Report {
         candidate: json!({
             "path": candidate.display().to_string(),

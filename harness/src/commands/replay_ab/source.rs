@@ -8,7 +8,9 @@
 //! `checkpoint/` directories, which mirror a run's, and starts each epoch by
 //! its own rule over them: an epoch where that rule, as this build applies
 //! it to the same directories, would start from another state than the
-//! bundle's is unavailable, never compared.
+//! bundle's is unavailable, never compared. Once the candidates have run,
+//! the bundle is hashed whole again: a bundle that changed under them is
+//! refused, whatever the comparisons said.
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +44,22 @@ impl Source {
         };
         let restores = known_restores(&bundle);
         Ok(Source::Bundle { root: root.to_path_buf(), bundle: Box::new(bundle), restores, graph })
+    }
+
+    /// After the candidates ran: every file of a bundle still hashes as its
+    /// manifest says, so what they read is what was vouched for.
+    pub(super) fn still_vouched(&self) -> Result<(), String> {
+        let Source::Bundle { root, bundle, .. } = self else { return Ok(()) };
+        let artifacts = clink_verify::artifacts_check(bundle);
+        if artifacts.status != clink_basics::status::Status::Passed {
+            return Err(format!(
+                "{}: the bundle changed while the candidate read it: bundle.artifacts {}: {}; no comparison is reported",
+                root.display(),
+                artifacts.status.as_str(),
+                artifacts.reason
+            ));
+        }
+        Ok(())
     }
 
     pub(super) fn capture_dir(&self) -> PathBuf {
