@@ -390,3 +390,34 @@ fn a_version_1_capture_replays_its_records_only_with_a_note() {
     // Without its watermarks, no window of the epoch fires.
     assert!(text.contains(": 0 emissions"), "{text}");
 }
+
+#[test]
+fn a_regression_bundle_whose_golden_names_another_epoch_is_refused() {
+    let run = example();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    let epoch = live_epoch(run, 2);
+    let mut args = replay_args(run, "emit-test", "4", &epoch);
+    args.extend(["--out".into(), p(&bundle).into()]);
+    assert!(clink_owned(&args).status.success());
+    // The same rows, under a header naming the next epoch; the manifest
+    // resealed, so only the golden's own header can tell.
+    let golden = bundle.join("golden.emit");
+    let dump = clink_replay::emissions::read_dump(&golden).unwrap();
+    let at = EpochRef { operator: OperatorId(dump.operator), subtask: dump.subtask, epoch: dump.epoch + 1 };
+    let relabelled = clink_replay::emissions::encode_dump(dump.job.unwrap_or(1), &at, &dump.rows);
+    std::fs::write(&golden, &relabelled).unwrap();
+    let manifest_path = bundle.join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let entry = manifest["files"].as_array_mut().unwrap().iter_mut().find(|f| f["path"] == "golden.emit").unwrap();
+    entry["sha256"] = clink_basics::digest::sha256_hex(&relabelled).into();
+    entry["size"] = (relabelled.len() as u64).into();
+    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    let refused = clink(&["replay", "run-test", p(&bundle)]);
+    assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stdout));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("golden.emit names"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -8,6 +8,8 @@
 //! the engine. Every `replay ab` runs under the command's own proven
 //! `unshare -rn` isolation.
 
+mod common;
+
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -297,7 +299,7 @@ fn a_bundle_is_replayed_from_its_vouched_bytes_and_a_tampered_one_is_refused_bef
 
     let scratch = tempfile::tempdir().unwrap();
     let copy = scratch.path().join("bundle");
-    copy_tree(&good, &copy);
+    common::copy_dir(&good, &copy);
     let cap = copy.join("capture/op-3/subtask-0/epoch-10.cap");
     let mut bytes = std::fs::read(&cap).unwrap();
     let last = bytes.len() - 1;
@@ -310,19 +312,6 @@ fn a_bundle_is_replayed_from_its_vouched_bytes_and_a_tampered_one_is_refused_bef
     let refusal: Json = serde_json::from_str(&stdout).unwrap();
     assert!(refusal["reason"].as_str().unwrap().contains("bundle.artifacts failed"), "{refusal}");
     assert!(!log.exists(), "the candidate was started for a bundle that does not verify");
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -365,7 +354,7 @@ fn a_bundle_that_changes_while_the_candidate_reads_it_is_refused() {
     let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bundles/good");
     let scratch = tempfile::tempdir().unwrap();
     let copy = scratch.path().join("bundle");
-    copy_tree(&good, &copy);
+    common::copy_dir(&good, &copy);
     let victim = copy.join("capture/op-4/subtask-1/epoch-10.cap");
     // The candidate alters a file of the bundle it was handed, then replays.
     let cand = candidate(
