@@ -69,18 +69,8 @@ impl BoundArgs {
 /// (bad source, a bound exceeded); 3 the store did not answer.
 #[derive(Args, Debug)]
 struct PushArgs {
-    /// The flight recorder's directory (clink run --capture-dir).
-    #[arg(long, value_name = "DIR", requires = "checkpoint_dir", conflicts_with = "bundle")]
-    capture_dir: Option<PathBuf>,
-    /// The job's checkpoint directory.
-    #[arg(long, value_name = "DIR", requires = "capture_dir")]
-    checkpoint_dir: Option<PathBuf>,
-    /// The job id (decimal), with --capture-dir.
-    #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
-    job: u64,
-    /// An incident bundle directory (clink incident-collect --out).
-    #[arg(long, value_name = "DIR", required_unless_present = "capture_dir")]
-    bundle: Option<PathBuf>,
+    #[command(flatten)]
+    source: super::EvidenceArgs,
     /// The store: file:///DIR, DIR, or s3://BUCKET[/PREFIX]. A local store's directory is made if missing.
     store: String,
     #[command(flatten)]
@@ -185,8 +175,9 @@ fn bundle_request(dir: &Path, bounds: Bounds) -> Result<PushRequest, String> {
 fn push(args: PushArgs) -> Exit {
     let out = Output::new("capture push", args.json);
     let bounds = args.bounds.bounds();
-    let request = match (&args.capture_dir, &args.checkpoint_dir, &args.bundle) {
-        (Some(c), Some(k), None) => capture_request(c, k, args.job, bounds),
+    let source = &args.source;
+    let request = match (&source.capture_dir, &source.checkpoint_dir, &source.bundle) {
+        (Some(c), Some(k), None) => capture_request(c, k, source.job, bounds),
         (None, None, Some(b)) => bundle_request(b, bounds),
         _ => return out.refuse("give either --capture-dir and --checkpoint-dir, or --bundle"),
     };

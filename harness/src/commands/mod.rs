@@ -26,6 +26,8 @@ pub mod state;
 pub mod trace_validate;
 pub mod upgrade;
 
+use std::path::PathBuf;
+
 use clink_basics::exit::Exit;
 use clink_basics::ids::{parse_decimal_u32, parse_decimal_u64, OperatorId};
 use serde_json::json;
@@ -132,6 +134,24 @@ pub struct Which {
     /// The epoch: the events between checkpoints N-1 and N.
     #[arg(long, value_name = "N", value_parser = decimal_u64)]
     pub epoch: u64,
+}
+
+/// Where a command's captured evidence is: a run's capture and checkpoint
+/// directories, or an incident bundle (`capture push`, `replay ab`).
+#[derive(clap::Args, Debug)]
+pub struct EvidenceArgs {
+    /// The flight recorder's directory (clink run --capture-dir), with --checkpoint-dir.
+    #[arg(long, value_name = "DIR", requires = "checkpoint_dir", conflicts_with = "bundle")]
+    pub capture_dir: Option<PathBuf>,
+    /// The job's checkpoint directory (the starting states).
+    #[arg(long, value_name = "DIR", requires = "capture_dir")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// The job id (decimal), with --capture-dir.
+    #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
+    pub job: u64,
+    /// An incident bundle directory (clink incident-collect --out), instead of --capture-dir.
+    #[arg(long, value_name = "DIR", required_unless_present = "capture_dir")]
+    pub bundle: Option<PathBuf>,
 }
 
 /// clap's parser of an operator id (canonical decimal text).

@@ -48,26 +48,16 @@ const CONTEXT_ROWS: usize = 20;
 /// The candidate runs its own `replay epoch --out` under proven
 /// loopback-only network isolation, and only for epochs whose capture
 /// format, state encodings and operator type its `capabilities --json`
-/// declares. Exit 0 every selected epoch identical; 1 an epoch diverged;
+/// declares. A bundle (--bundle) is hashed against its manifest before
+/// anything runs and again after, and this build replays its vouched bytes.
+/// Exit 0 every selected epoch identical; 1 an epoch diverged;
 /// 2 bad usage or malformed evidence; 3 not established (isolation not
 /// proven, a capability missing, the candidate killed at a bound or failing,
 /// nothing replayable selected).
 #[derive(Args, Debug)]
 pub struct AbArgs {
-    /// The flight recorder's directory (clink run --capture-dir), with --checkpoint-dir.
-    #[arg(long, value_name = "DIR", requires = "checkpoint_dir", conflicts_with = "bundle")]
-    capture_dir: Option<PathBuf>,
-    /// The checkpoint directory the starting states come from.
-    #[arg(long, value_name = "DIR", requires = "capture_dir")]
-    checkpoint_dir: Option<PathBuf>,
-    /// The job id (decimal), with --capture-dir.
-    #[arg(long, value_name = "ID", default_value = "1", value_parser = decimal_u64)]
-    job: u64,
-    /// An incident bundle (clink incident-collect --out) instead of the run's
-    /// directories: every file is hashed against its manifest first, and
-    /// this build replays the vouched bytes.
-    #[arg(long, value_name = "DIR", required_unless_present = "capture_dir")]
-    bundle: Option<PathBuf>,
+    #[command(flatten)]
+    source: super::EvidenceArgs,
     /// The candidate build's clink binary.
     #[arg(long, value_name = "FILE")]
     candidate_clink: PathBuf,
@@ -239,10 +229,11 @@ pub(crate) struct Report {
 
 fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let started = Instant::now();
-    let source = match (&args.bundle, &args.capture_dir, &args.checkpoint_dir) {
+    let given = &args.source;
+    let source = match (&given.bundle, &given.capture_dir, &given.checkpoint_dir) {
         (Some(root), _, _) => Source::open_bundle(root)?,
         (None, Some(capture), Some(checkpoint)) => {
-            Source::Dirs { capture: capture.clone(), checkpoint: checkpoint.clone(), job: args.job }
+            Source::Dirs { capture: capture.clone(), checkpoint: checkpoint.clone(), job: given.job }
         }
         _ => return Err("give --capture-dir with --checkpoint-dir, or --bundle".into()),
     };
