@@ -118,7 +118,15 @@ pub struct Destination {
     pub endpoint_env: String,
     /// `table` or `database.table`.
     pub table: String,
+    /// The columns that identify one row of a record-wise job (`[]` for a
+    /// windowed job, whose key is its windows' identity).
+    pub key: Vec<String>,
+    /// Every variable reconciliation receives beside the endpoint.
     pub credential_env: Vec<String>,
+    /// Which of them holds the ClickHouse user (null: the server's default user).
+    pub user_env: Option<String>,
+    /// Which of them holds the user's password (null: none).
+    pub password_env: Option<String>,
 }
 
 /// The operator's reference command, run without a shell.
@@ -284,12 +292,61 @@ fn read_job(f: &Fields) -> Result<Job, FieldError> {
 }
 
 fn read_destination(f: &Fields) -> Result<Destination, FieldError> {
-    f.only(&["endpoint_env", "table", "credential_env"])?;
+    f.only(&["endpoint_env", "table", "key", "credential_env", "user_env", "password_env"])?;
+    let endpoint_env = env_name(&f.field_path("endpoint_env"), f.value("endpoint_env")?)?;
+    let credential_env = env_names(f, "credential_env")?;
+    if let Some(i) = credential_env.iter().position(|n| *n == endpoint_env) {
+        return Err(FieldError::new(
+            format!("{}[{i}]", f.field_path("credential_env")),
+            "names destination.endpoint_env again; expected each variable once",
+        ));
+    }
     Ok(Destination {
-        endpoint_env: env_name(&f.field_path("endpoint_env"), f.value("endpoint_env")?)?,
+        endpoint_env,
         table: table_name(f, "table")?,
-        credential_env: env_names(f, "credential_env")?,
+        key: column_names(f, "key")?,
+        user_env: one_of_the_credentials(f, "user_env", &credential_env)?,
+        password_env: one_of_the_credentials(f, "password_env", &credential_env)?,
+        credential_env,
     })
+}
+
+/// The key's columns: plain identifiers, each once.
+fn column_names(f: &Fields, field: &str) -> Result<Vec<String>, FieldError> {
+    let at = f.field_path(field);
+    let items = list(f, field, "column names", "")?;
+    if items.len() > MAX_ARGS {
+        return Err(f.error(field, format!("expected at most {MAX_ARGS} columns")));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let name = match item {
+            Json::String(n) if is_identifier(n) => n.clone(),
+            Json::String(n) => {
+                return Err(FieldError::new(at, format!("expected a column name ([A-Za-z_][A-Za-z0-9_]*), found {}", shown(n))))
+            }
+            other => return Err(FieldError::new(at, format!("expected a column name, found {}", kind_name(other)))),
+        };
+        if names.contains(&name) {
+            return Err(FieldError::new(at, format!("{name} is named twice")));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// null, or the name of one of `credential_env`'s variables.
+fn one_of_the_credentials(f: &Fields, field: &str, credentials: &[String]) -> Result<Option<String>, FieldError> {
+    let value = f.value(field)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    let name = env_name(&f.field_path(field), value)?;
+    if !credentials.contains(&name) {
+        return Err(f.error(field, format!("{name} is not one of credential_env's variables; expected one of them, or null")));
+    }
+    Ok(Some(name))
 }
 
 fn read_reference(f: &Fields) -> Result<Reference, FieldError> {
@@ -366,12 +423,6 @@ fn check_across(f: &Fields, c: &AuditConfig) -> Result<(), FieldError> {
         return Err(f.error(
             "disk_budget_bytes",
             format!("expected at least bounds.bundle_bytes ({}), or no audit could ever start", c.bounds.bundle_bytes),
-        ));
-    }
-    if let Some(i) = c.destination.credential_env.iter().position(|n| *n == c.destination.endpoint_env) {
-        return Err(FieldError::new(
-            format!("destination.credential_env[{i}]"),
-            "names destination.endpoint_env again; expected each variable once",
         ));
     }
     let destination = c.child_env(ChildKind::Reconcile);

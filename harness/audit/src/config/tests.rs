@@ -129,8 +129,8 @@ fn a_credential_of_the_wrong_type_or_twice_is_refused() {
 #[test]
 fn the_endpoint_variable_named_again_as_a_credential_is_refused() {
     refused(
-        &with("/destination/credential_env/1", json!("CLINK_AUDIT_CLICKHOUSE_URL")),
-        "destination.credential_env[1]",
+        &with("/destination/credential_env/0", json!("CLINK_AUDIT_CLICKHOUSE_URL")),
+        "destination.credential_env[0]",
         "names destination.endpoint_env again",
     );
 }
@@ -199,7 +199,10 @@ fn a_missing_field_anywhere_is_refused() {
         "/destination",
         "/destination/endpoint_env",
         "/destination/table",
+        "/destination/key",
         "/destination/credential_env",
+        "/destination/user_env",
+        "/destination/password_env",
         "/reference",
         "/reference/argv",
         "/reference/with_state_in",
@@ -464,7 +467,7 @@ fn the_fingerprint_of_the_example_is_pinned() {
     assert_eq!(c.fingerprint(), PINNED_FINGERPRINT, "{canonical}");
 }
 
-const PINNED_FINGERPRINT: &str = "db6d5c7113b84a6e2b8da40cca4f39112847b8c02df17def9dfcd364c89095d2";
+const PINNED_FINGERPRINT: &str = "40bbfe09389251c5d83223b238415d2f61d29e64a2b71dce6374f72b83abfa35";
 
 #[test]
 fn the_fingerprint_changes_with_any_value() {
@@ -477,7 +480,9 @@ fn the_fingerprint_changes_with_any_value() {
         ("/job/trace_dir", json!("/var/lib/clink/orders/trace2")),
         ("/destination/endpoint_env", json!("CH_URL")),
         ("/destination/table", json!("orders_out")),
-        ("/destination/credential_env", json!(["CLINK_AUDIT_CLICKHOUSE_USER"])),
+        ("/destination/credential_env", json!(["CLINK_AUDIT_CLICKHOUSE_USER", "CLINK_AUDIT_CLICKHOUSE_PASSWORD", "X"])),
+        ("/destination/key", json!(["id", "account"])),
+        ("/destination/user_env", json!(null)),
         ("/reference/argv/1", json!("--scope-file={scope}")),
         ("/reference/with_state_in/0", json!("--from={state_in}")),
         ("/reference/credential_env", json!([])),
@@ -569,4 +574,18 @@ proptest! {
             prop_assert!(!err.field().is_empty());
         }
     }
+}
+
+#[test]
+fn the_destinations_user_and_password_are_named_among_its_credentials() {
+    let c = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+    assert_eq!(c.destination.key, ["id"]);
+    assert_eq!(c.destination.password_env.as_deref(), Some("CLINK_AUDIT_CLICKHOUSE_PASSWORD"));
+    refused(&with("/destination/password_env", json!("OTHER")), "destination.password_env", "not one of credential_env");
+    refused(&with("/destination/user_env", json!("bob:secret")), "destination.user_env", "looks like a value");
+    let none = AuditConfig::from_json(&with("/destination/user_env", json!(null))).unwrap();
+    assert_eq!(none.destination.user_env, None);
+    refused(&with("/destination/key", json!(["id", "id"])), "destination.key[1]", "named twice");
+    refused(&with("/destination/key", json!(["id; DROP"])), "destination.key[0]", "column name");
+    refused(&with("/destination/key", json!("id")), "destination.key", "expected an array");
 }
