@@ -47,10 +47,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The transaction-speaking broker's host and its probe use the
     // transactional client they measure; nothing of ours depends on them.
     ("clink-kafka-mock", &["clink-connectors"]),
-    // The continuous audit runner will sit above verify, reconcile and bundle
-    // (and add no check of its own); today it is only its configuration's
-    // reader, so it uses the leaf alone. Widen this row only when it needs them.
-    ("clink-audit", &["clink-basics"]),
+    // The continuous audit runner adds no check: it runs the real clink and
+    // reference processes (through clink-upgrade's one process runner) and
+    // reads their JSON, so it links no engine, bundle, verify or reconcile
+    // code that could decide a verdict in-process; clink-html draws status.
+    ("clink-audit", &["clink-basics", "clink-upgrade", "clink-html"]),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // Nor does the audit's reference implementation: it reads Kafka with
@@ -70,6 +71,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-html",
             "clink-reconcile",
             "clink-store",
+            "clink-audit",
             "clink-reference",
             "clink-upgrade",
             "clink-isolation",

@@ -324,7 +324,10 @@ fn column_names(f: &Fields, field: &str) -> Result<Vec<String>, FieldError> {
         let name = match item {
             Json::String(n) if is_identifier(n) => n.clone(),
             Json::String(n) => {
-                return Err(FieldError::new(at, format!("expected a column name ([A-Za-z_][A-Za-z0-9_]*), found {}", shown(n))))
+                return Err(FieldError::new(
+                    at,
+                    format!("expected a column name ([A-Za-z_][A-Za-z0-9_]*), found {}", shown(n)),
+                ))
             }
             other => return Err(FieldError::new(at, format!("expected a column name, found {}", kind_name(other)))),
         };
@@ -344,7 +347,9 @@ fn one_of_the_credentials(f: &Fields, field: &str, credentials: &[String]) -> Re
     }
     let name = env_name(&f.field_path(field), value)?;
     if !credentials.contains(&name) {
-        return Err(f.error(field, format!("{name} is not one of credential_env's variables; expected one of them, or null")));
+        return Err(
+            f.error(field, format!("{name} is not one of credential_env's variables; expected one of them, or null"))
+        );
     }
     Ok(Some(name))
 }

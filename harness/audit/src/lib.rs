@@ -43,9 +43,18 @@
 //! assert_eq!(due, Some(1_060));
 //! ```
 
+pub mod cli;
 pub mod config;
 pub mod coverage;
 pub mod events;
+pub mod job;
+pub mod ledger;
 pub mod lock;
 pub mod outcome;
+pub mod page;
+pub mod procs;
+pub mod report;
+pub mod runner;
 pub mod status;
+pub mod steps;
+pub mod view;

@@ -91,6 +91,25 @@ pub fn acquire(state_dir: &Path, me: &Holder) -> Result<RunnerLock, LockError> {
     Ok(RunnerLock { path, _file: file })
 }
 
+/// Whether a runner holds the state directory now, and its record; the
+/// lock file is neither created nor written (status only looks).
+pub fn holder(state_dir: &Path) -> Result<Option<Option<Holder>>, LockError> {
+    let path = state_dir.join(LOCK_FILE);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(LockError::Io { path, source }),
+    };
+    // SAFETY: flock(2) on a descriptor this function owns.
+    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if free {
+        // SAFETY: as above; the shared lock is released at once.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return Ok(None);
+    }
+    Ok(Some(read_holder(&mut file)))
+}
+
 /// The holder's record, when it is there and reads.
 fn read_holder(file: &mut File) -> Option<Holder> {
     let mut bytes = Vec::new();
@@ -121,6 +140,18 @@ mod tests {
         drop(first);
         let again = acquire(dir.path(), &Holder::me(300)).unwrap();
         assert!(again.path().ends_with(LOCK_FILE));
+    }
+
+    #[test]
+    fn looking_at_the_lock_neither_takes_it_nor_changes_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(holder(dir.path()).unwrap().is_none(), "no lock file: nobody");
+        let me = Holder::me(7);
+        let lock = acquire(dir.path(), &me).unwrap();
+        assert_eq!(holder(dir.path()).unwrap(), Some(Some(me.clone())));
+        assert_eq!(holder(dir.path()).unwrap(), Some(Some(me)), "looking twice changes nothing");
+        drop(lock);
+        assert!(holder(dir.path()).unwrap().is_none(), "released");
     }
 
     #[test]

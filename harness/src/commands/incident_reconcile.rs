@@ -63,11 +63,17 @@ pub struct IncidentReconcileArgs {
     #[arg(long)]
     from_run_start: bool,
     /// The ClickHouse server's HTTP interface: HOST:PORT or an http:// URL.
-    #[arg(long, value_name = "ADDRESS")]
-    host: String,
+    #[arg(long, value_name = "ADDRESS", required_unless_present = "host_env", conflicts_with = "host_env")]
+    host: Option<String>,
+    /// The environment variable holding --host's value (so a URL never sits in an argument list).
+    #[arg(long, value_name = "VAR")]
+    host_env: Option<String>,
     /// The ClickHouse user (default: the server's default user).
-    #[arg(long, value_name = "USER")]
+    #[arg(long, value_name = "USER", conflicts_with = "user_env")]
     user: Option<String>,
+    /// The environment variable holding the ClickHouse user.
+    #[arg(long, value_name = "VAR")]
+    user_env: Option<String>,
     /// The environment variable holding the user's password.
     #[arg(long, value_name = "VAR")]
     password_env: Option<String>,
@@ -139,11 +145,20 @@ impl ReconcileProgress for Stderr {
 
 pub fn main(args: IncidentReconcileArgs) -> Exit {
     let out = Output::new("incident-reconcile", args.json);
-    let mut endpoint = match Endpoint::parse(&args.host) {
-        Ok(e) => e,
-        Err(e) => return out.refuse(format!("--host: {e}")),
+    let variable = |flag: &str, var: &Option<String>| match var {
+        None => Ok(None),
+        Some(var) => std::env::var(var).map(Some).map_err(|_| format!("{flag}: the variable {var} is not set")),
     };
-    endpoint.user = args.user.clone();
+    let (host, user) = match (variable("--host-env", &args.host_env), variable("--user-env", &args.user_env)) {
+        (Ok(host), Ok(user)) => (host.or(args.host.clone()).unwrap_or_default(), user.or(args.user.clone())),
+        (Err(why), _) | (_, Err(why)) => return out.refuse(why),
+    };
+    let mut endpoint = match Endpoint::parse(&host) {
+        Ok(e) => e,
+        // The address is not repeated: it may have come from a variable.
+        Err(e) => return out.refuse(format!("{}: {e}", if args.host_env.is_some() { "--host-env" } else { "--host" })),
+    };
+    endpoint.user = user;
     if let Some(var) = &args.password_env {
         match std::env::var(var) {
             Ok(p) => endpoint.password = Some(p),

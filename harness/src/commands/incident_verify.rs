@@ -76,6 +76,12 @@ pub struct IncidentVerifyArgs {
     /// traces, as one self-contained HTML file.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Verify under proven loopback-only network isolation: the command
+    /// re-executes itself as `clink isolation run` does, confirms the claim
+    /// from inside, and records the proof in the report (`isolation`). Where
+    /// isolation is not proven nothing is verified (exit 3).
+    #[arg(long)]
+    isolated: bool,
 }
 
 pub fn main(args: IncidentVerifyArgs) -> Exit {
@@ -87,6 +93,20 @@ pub fn main(args: IncidentVerifyArgs) -> Exit {
             profile.as_str()
         ));
     }
+    let isolation = if args.isolated {
+        match super::isolation::isolate_this_command() {
+            Ok(proof) if proof.enforced() => Some(proof),
+            Ok(proof) => {
+                return out.stop(
+                    Exit::NotEstablished,
+                    format!("isolation was not proven, so nothing was verified: {}", proof.line()),
+                )
+            }
+            Err(exit) => return exit,
+        }
+    } else {
+        None
+    };
     let selection =
         Selection { ops: args.op, subtasks: args.subtask, epochs: args.epoch, max_replays: args.max_replays };
     let bundle = match read_bundle(&args.bundle) {
@@ -117,7 +137,7 @@ pub fn main(args: IncidentVerifyArgs) -> Exit {
                 }
             }
             if args.json {
-                println!("{}", render_json(&report));
+                println!("{}", with_isolation(render_json(&report), isolation.as_ref()));
             } else {
                 print!("{}", render_text(&report));
             }
@@ -125,4 +145,15 @@ pub fn main(args: IncidentVerifyArgs) -> Exit {
         }
         Err(e) => out.refuse(e),
     }
+}
+
+/// The report with the isolation it ran under (`isolation`: enforced, the
+/// mechanism's line), when it ran isolated; unchanged otherwise.
+fn with_isolation(json: String, proof: Option<&clink_isolation::Proof>) -> String {
+    let Some(proof) = proof else { return json };
+    let Ok(serde_json::Value::Object(mut report)) = serde_json::from_str::<serde_json::Value>(&json) else {
+        return json;
+    };
+    report.insert("isolation".into(), serde_json::json!({ "enforced": proof.enforced(), "proof": proof.line() }));
+    serde_json::to_string_pretty(&serde_json::Value::Object(report)).unwrap_or(json)
 }

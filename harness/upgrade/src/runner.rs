@@ -209,8 +209,20 @@ impl Runner {
         self
     }
 
-    /// Starts `program args` in its own process group.
+    /// Starts `program args` in its own process group, with this process's environment.
     pub fn spawn(&mut self, name: &str, program: &Path, args: &[String]) -> Result<Running, Stopped> {
+        self.spawn_with_env(name, program, args, None)
+    }
+
+    /// Starts `program args` in its own process group; with `env`, that is
+    /// its whole environment and nothing of this process's is inherited.
+    pub fn spawn_with_env(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: Option<&[(String, std::ffi::OsString)]>,
+    ) -> Result<Running, Stopped> {
         let index = self.commands.len();
         let stem = format!("{index:03}-{name}");
         let (stdout, stderr) = (self.logs.join(format!("{stem}.out")), self.logs.join(format!("{stem}.err")));
@@ -234,14 +246,12 @@ impl Runner {
             (Ok(o), Ok(e)) => (o, e),
             (Err(err), _) | (_, Err(err)) => return Err(self.stop(index, spawn_err(err))),
         };
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(o)
-            .stderr(e)
-            .process_group(0)
-            .spawn()
-            .map_err(spawn_err);
+        let mut command = Command::new(program);
+        if let Some(env) = env {
+            command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        let child =
+            command.args(args).stdin(Stdio::null()).stdout(o).stderr(e).process_group(0).spawn().map_err(spawn_err);
         match child {
             Ok(child) => Ok(Running { index, child, started: Instant::now() }),
             Err(e) => Err(self.stop(index, e)),
@@ -378,6 +388,20 @@ mod tests {
         assert!(r.commands[1].stopped.is_some());
         let missing = r.run("missing", Path::new("/nonexistent/clink"), &[]).unwrap_err();
         assert!(matches!(missing, Stopped::Spawn { .. }));
+    }
+
+    #[test]
+    fn a_given_environment_is_the_whole_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Runner::new(dir.path(), Bounds::default()).unwrap();
+        // SAFETY: set before the child starts; no other thread of this test reads it.
+        unsafe { std::env::set_var("CLINK_RUNNER_TEST_SECRET", "s3cret") };
+        let env = [("ONLY".to_string(), std::ffi::OsString::from("this"))];
+        let running = r.spawn_with_env("env", Path::new("/usr/bin/env"), &[], Some(&env)).unwrap();
+        let done = r.wait(running, None).unwrap();
+        assert_eq!(done.stdout, "ONLY=this\n", "nothing inherited");
+        let inherited = r.run("inherit", Path::new("/usr/bin/env"), &[]).unwrap();
+        assert!(inherited.stdout.contains("CLINK_RUNNER_TEST_SECRET=s3cret"), "the control: spawn inherits");
     }
 
     #[test]

@@ -581,7 +581,11 @@ fn the_destinations_user_and_password_are_named_among_its_credentials() {
     let c = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
     assert_eq!(c.destination.key, ["id"]);
     assert_eq!(c.destination.password_env.as_deref(), Some("CLINK_AUDIT_CLICKHOUSE_PASSWORD"));
-    refused(&with("/destination/password_env", json!("OTHER")), "destination.password_env", "not one of credential_env");
+    refused(
+        &with("/destination/password_env", json!("OTHER")),
+        "destination.password_env",
+        "not one of credential_env",
+    );
     refused(&with("/destination/user_env", json!("bob:secret")), "destination.user_env", "looks like a value");
     let none = AuditConfig::from_json(&with("/destination/user_env", json!(null))).unwrap();
     assert_eq!(none.destination.user_env, None);

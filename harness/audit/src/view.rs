@@ -1,0 +1,237 @@
+//! What `status` shows, gathered from the state directory alone: the
+//! ledger, the acknowledgements and whether a runner holds the lock.
+//!
+//! It owns the gathering of [`Facts`] and the status document
+//! (`clink-audit-status` version 1) with its text. It never runs a step,
+//! never writes to the state directory and never reads the job's own
+//! directories: what the runner did not record, status does not know.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Value as Json};
+
+use crate::config::{AuditConfig, Selection};
+use crate::coverage::{AuditSpan, Coverage};
+use crate::ledger::{acknowledgements, Ack, AuditRecord, Ledger, LedgerError, Step};
+use crate::lock::{holder, LockError};
+use crate::outcome::Outcome;
+use crate::status::{conditions, state, Facts, State};
+
+/// What the operator expects of the runner, for the conditions that depend on time.
+#[derive(Debug, Clone, Copy)]
+pub struct Expectations {
+    /// `stopped` when no runner holds the lock and no cycle ended within this.
+    pub cycle_within_s: u64,
+    /// `stale` when the newest verified checkpoint is older than this.
+    pub stale_after_s: u64,
+    /// `behind` when more completed checkpoints than this wait for a first attempt.
+    pub backlog_threshold: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// The status document and its state.
+pub struct StatusView {
+    pub state: State,
+    pub document: Json,
+}
+
+fn age_s(now_ms: u64, at_ms: u64) -> u64 {
+    now_ms.saturating_sub(at_ms) / 1000
+}
+
+/// Gathers the status of `config`'s state directory at `now_ms`.
+pub fn status(config: &AuditConfig, expect: Expectations, now_ms: u64) -> Result<StatusView, ViewError> {
+    let dir = Path::new(&config.state_dir);
+    let ledger = Ledger::read(dir)?;
+    let acks = acknowledgements(dir)?;
+    let held = holder(dir)?;
+    Ok(build(config, &ledger, &acks, held.is_some(), expect, now_ms))
+}
+
+/// The completed checkpoints the runner is to audit: from the first it
+/// took (after `start_at`), all of them sequentially, or the newest only.
+fn eligible<'a>(config: &AuditConfig, ledger: &'a Ledger) -> Vec<(&'a u64, &'a u64)> {
+    let Some(cursor) = ledger.cursor else { return Vec::new() };
+    let start = ledger.audits.keys().next().copied().unwrap_or(u64::MAX).min(cursor.saturating_add(1));
+    let newest = ledger.observed.keys().next_back().copied();
+    ledger
+        .observed
+        .iter()
+        .filter(|(ck, _)| match config.selection {
+            Selection::Sequential => **ck >= start,
+            Selection::LatestOnly => Some(**ck) == newest,
+        })
+        .collect()
+}
+
+pub fn build(
+    config: &AuditConfig,
+    ledger: &Ledger,
+    acks: &BTreeMap<String, Vec<Ack>>,
+    runner_held: bool,
+    expect: Expectations,
+    now_ms: u64,
+) -> StatusView {
+    let acked = |r: &AuditRecord| acks.contains_key(&r.id);
+    let spans: Vec<AuditSpan> = ledger
+        .audits
+        .values()
+        .filter_map(|r| {
+            r.outcome.map(|outcome| AuditSpan {
+                audit: r.id.clone(),
+                outcome,
+                acknowledged: acked(r),
+                ranges: r.ranges.clone(),
+            })
+        })
+        .collect();
+    let coverage = Coverage::from_audits(&spans);
+    let discrepancies: Vec<&AuditRecord> =
+        ledger.audits.values().filter(|r| r.outcome == Some(Outcome::Discrepancy)).collect();
+    // A step started without its result is unfinished only when no runner
+    // is there to finish it; one collected early waits for the next cycle.
+    let unfinished: Vec<&AuditRecord> = ledger
+        .audits
+        .values()
+        .filter(|r| {
+            let crashed = r.open_attempt().is_some_and(|a| {
+                let collected_early = a.steps.len() == 1 && a.done(Step::Collect).is_some();
+                ledger.running.as_ref().is_some_and(|run| run.checkpoint == r.checkpoint) || !collected_early
+            });
+            matches!(r.outcome, Some(Outcome::Partial | Outcome::Error)) || (crashed && !runner_held)
+        })
+        .collect();
+    let eligible = eligible(config, ledger);
+    let backlog =
+        eligible.iter().filter(|(ck, _)| ledger.audits.get(ck).is_none_or(|r| r.attempts.is_empty())).count() as u64;
+    let verified = ledger.audits.values().rev().find(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage));
+    let attempted = ledger.audits.values().rev().find(|r| !r.attempts.is_empty());
+    let last_cycle_age = ledger.runner.last_cycle_end_ms.map(|t| age_s(now_ms, t));
+    let runner_stopped = ledger.runner.budget_blocked.is_some()
+        || (!runner_held && last_cycle_age.is_none_or(|a| a > expect.cycle_within_s));
+    let facts = Facts {
+        unacknowledged_discrepancies: discrepancies.iter().filter(|r| !acked(r)).count(),
+        acknowledged_discrepancies: discrepancies.iter().filter(|r| acked(r)).count(),
+        runner_stopped,
+        unfinished_audits: unfinished.len(),
+        backlog,
+        backlog_threshold: expect.backlog_threshold,
+        last_verified_age_s: verified.map(|r| age_s(now_ms, r.completed_ms)),
+        oldest_eligible_age_s: eligible.first().map(|(_, ms)| age_s(now_ms, **ms)),
+        stale_after_s: expect.stale_after_s,
+        eligible_scope: !eligible.is_empty(),
+    };
+    let the_state = state(&facts);
+    let scope = |r: Option<&AuditRecord>| {
+        r.map(|r| {
+            json!({"audit": r.id, "checkpoint": r.checkpoint, "outcome": r.outcome,
+                   "age_s": age_s(now_ms, r.completed_ms)})
+        })
+    };
+    let partitions: Vec<Json> = coverage
+        .partitions()
+        .map(|p| {
+            let verified: Vec<Json> =
+                coverage.verified(p).ranges().iter().map(|r| json!({"start": r.start(), "end": r.end()})).collect();
+            let gaps: Vec<Json> = coverage
+                .gaps(p)
+                .iter()
+                .map(|g| json!({"start": g.range.start(), "end": g.range.end(), "tags": g.tags()}))
+                .collect();
+            let extent = coverage.extent(p).map(|r| json!({"start": r.start(), "end": r.end()}));
+            json!({"topic": p.topic, "partition": p.partition, "extent": extent, "verified": verified, "gaps": gaps})
+        })
+        .collect();
+    let listed = |r: &&AuditRecord| {
+        let last = r.attempts.last();
+        json!({
+            "audit": r.id,
+            "checkpoint": r.checkpoint,
+            "outcome": r.outcome,
+            "reason": last.and_then(|a| a.reason.clone()),
+            "attempts": r.attempts.len(),
+            "next_attempt_due_s": r.next_due_s,
+            "findings": r.findings,
+            "acknowledgements": acks.get(&r.id).cloned().unwrap_or_default(),
+        })
+    };
+    let gaps: Vec<Json> = ledger
+        .audits
+        .values()
+        .filter(|r| matches!(r.outcome, Some(Outcome::Unsupported | Outcome::Expired | Outcome::Skipped)))
+        .map(|r| json!({"audit": r.id, "checkpoint": r.checkpoint, "outcome": r.outcome}))
+        .collect();
+    let cycles: Vec<Json> = ledger.cycles.iter().rev().take(20).map(|c| json!(c)).collect();
+    let document = json!({
+        "format": "clink-audit-status",
+        "version": 1,
+        "job": config.job.id,
+        "state": the_state.as_str(),
+        "exit_code": the_state.exit_code(),
+        "conditions": conditions(&facts).iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "shape": ledger.shape,
+        "last_attempted": scope(attempted),
+        "last_verified": scope(verified),
+        "backlog": backlog,
+        "observed_newest": ledger.observed.keys().next_back(),
+        "coverage": partitions,
+        "discrepancies": discrepancies.iter().map(listed).collect::<Vec<_>>(),
+        "unfinished": unfinished.iter().map(listed).collect::<Vec<_>>(),
+        "gaps": gaps,
+        "chain": ledger.chain,
+        "runner": {
+            "running": runner_held,
+            "pid": ledger.runner.pid,
+            "last_cycle_age_s": last_cycle_age,
+            "stopped": ledger.runner.stopped,
+            "budget_blocked": ledger.runner.budget_blocked,
+            "usage": ledger.runner.usage,
+        },
+        "cycles": cycles,
+    });
+    StatusView { state: the_state, document }
+}
+
+/// The status as a person reads it.
+pub fn text(view: &StatusView) -> String {
+    use std::fmt::Write;
+    let d = &view.document;
+    let mut out = String::new();
+    let s = |v: &Json| v.to_string();
+    let _ = writeln!(out, "state: {} (exit {})", view.state.as_str(), view.state.exit_code());
+    let _ = writeln!(out, "conditions: {}", s(&d["conditions"]));
+    let _ = writeln!(out, "last attempted: {}", s(&d["last_attempted"]));
+    let _ = writeln!(out, "last verified: {}", s(&d["last_verified"]));
+    let _ = writeln!(out, "backlog: {}", d["backlog"]);
+    for p in d["coverage"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "coverage {}/{}: verified {} gaps {}",
+            p["topic"].as_str().unwrap_or("?"),
+            p["partition"],
+            s(&p["verified"]),
+            s(&p["gaps"])
+        );
+    }
+    for (title, key) in [("discrepancy", "discrepancies"), ("unfinished", "unfinished"), ("gap", "gaps")] {
+        for r in d[key].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "{title}: {} checkpoint {} {}",
+                r["audit"].as_str().unwrap_or("?"),
+                r["checkpoint"],
+                s(&r["reason"])
+            );
+        }
+    }
+    let _ = writeln!(out, "runner: {}", s(&d["runner"]));
+    out
+}
