@@ -135,6 +135,10 @@ pub struct Reference {
     pub argv: Vec<String>,
     /// Arguments appended when an audit starts from a held state; empty when it cannot.
     pub with_state_in: Vec<String>,
+    /// Arguments appended when the scope spans the run from its start (a
+    /// windowed job's first audit, its whole lineage), such as the run's
+    /// first offsets, which checkpoints do not record.
+    pub from_run_start: Vec<String>,
     pub credential_env: Vec<String>,
 }
 
@@ -355,9 +359,16 @@ fn one_of_the_credentials(f: &Fields, field: &str, credentials: &[String]) -> Re
 }
 
 fn read_reference(f: &Fields) -> Result<Reference, FieldError> {
-    f.only(&["argv", "with_state_in", "credential_env"])?;
+    f.only(&["argv", "with_state_in", "from_run_start", "credential_env"])?;
     let argv = arguments(f, "argv", 1)?;
     let with_state_in = arguments(f, "with_state_in", 0)?;
+    let from_run_start = arguments(f, "from_run_start", 0)?;
+    if let Some(i) = from_run_start.iter().position(|a| a.contains("{state_in}")) {
+        return Err(FieldError::new(
+            format!("{}[{i}]", f.field_path("from_run_start")),
+            "{state_in} belongs in reference.with_state_in: a scope from the run's start starts from no state",
+        ));
+    }
     check_program(f, &argv)?;
     if !holds(&argv, "{scope}") || !holds(&argv, "{out}") {
         return Err(f.error("argv", "expected the arguments to hold {scope} and {out}"));
@@ -379,7 +390,7 @@ fn read_reference(f: &Fields) -> Result<Reference, FieldError> {
             ));
         }
     }
-    Ok(Reference { argv, with_state_in, credential_env: env_names(f, "credential_env")? })
+    Ok(Reference { argv, with_state_in, from_run_start, credential_env: env_names(f, "credential_env")? })
 }
 
 fn read_selection(f: &Fields) -> Result<Selection, FieldError> {

@@ -38,6 +38,9 @@ use crate::steps::{self, AuditFiles, StepContext, Verdict};
 const COLLECT_TRIES: usize = 3;
 /// How far back an increment's collection reaches, in completed checkpoints.
 pub const MAX_REACH_BACK: usize = 8;
+/// At most this many checkpoints wait, collected early, for the next cycle:
+/// a runner slower than the job must not spend its cycles only collecting.
+pub const MAX_COLLECTED_EARLY: usize = 4;
 /// The mark of a directory the runner made (retention deletes only these).
 pub const OWNED_MARK: &str = ".clink-audit-owned";
 
@@ -333,7 +336,9 @@ impl<'a> Runner<'a> {
             self.ledger.cursor = Some(*newest);
         }
         for (ck, rec) in &self.ledger.audits {
-            let open = rec.open_attempt().is_some();
+            // Selected before but never started (a cycle interrupted, or the
+            // disk budget reached): still owed its first attempt.
+            let open = rec.open_attempt().is_some() || rec.attempts.is_empty();
             let due = rec.outcome.is_some_and(Outcome::is_retried)
                 && rec.next_due_s.is_some_and(|d| d <= now_s)
                 && rec.open_attempt().is_none();
@@ -613,13 +618,21 @@ impl<'a> Runner<'a> {
                         self.ledger.shape = facts.shape;
                         self.event("shape", json!({"shape": facts.shape, "checkpoint": ck}));
                     }
-                    if let Some(rec) = self.ledger.audits.get_mut(&ck) {
-                        rec.ranges = facts.ranges;
-                    }
                 }
             }
-            Step::Reference if self.ledger.shape == Shape::Windowed && files.state_out.is_file() => {
-                self.hold_state(ck, &files.state_out)?;
+            Step::Reference => {
+                // Coverage is recorded only once it is known whole; an audit without it counts nothing.
+                match steps::spanned(&files.scope, &files.reference) {
+                    Ok(ranges) => {
+                        if let Some(rec) = self.ledger.audits.get_mut(&ck) {
+                            rec.ranges = ranges;
+                        }
+                    }
+                    Err(why) => self.event("coverage-unknown", json!({"checkpoint": ck, "why": why})),
+                }
+                if self.ledger.shape == Shape::Windowed && files.state_out.is_file() {
+                    self.hold_state(ck, &files.state_out)?;
+                }
             }
             _ => {}
         }
@@ -717,6 +730,15 @@ impl<'a> Runner<'a> {
             .map(|(ck, ms)| (*ck, *ms))
             .collect();
         for (ck, ms) in new {
+            let waiting = self
+                .ledger
+                .audits
+                .values()
+                .filter(|r| r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some()))
+                .count();
+            if waiting >= MAX_COLLECTED_EARLY {
+                return Ok(());
+            }
             self.eligible.insert(ck);
             if self.over_budget(ck).is_some() {
                 continue;

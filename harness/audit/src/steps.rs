@@ -185,6 +185,8 @@ pub fn child(step: Step, ctx: &StepContext) -> Child {
             let mut argv: Vec<String> = c.reference.argv.clone();
             if ctx.since.is_some() {
                 argv.extend(c.reference.with_state_in.iter().cloned());
+            } else if scope_facts(&f.scope).is_ok_and(|s| s.from_run_start) {
+                argv.extend(c.reference.from_run_start.iter().cloned());
             }
             let state_in = ctx.since.as_ref().map(|(_, p)| path_arg(p)).unwrap_or_default();
             let args = argv[1..].iter().map(|a| substitute(a, f, &state_in)).collect();
@@ -520,8 +522,12 @@ pub fn reference_rows(path: &Path) -> Option<u64> {
 
 /// What the scope says: the shape, and per topic and partition its range.
 pub struct ScopeFacts {
+    /// Per topic and partition: where the scope starts (none: at the run's
+    /// start, which checkpoints do not record) and where it ends.
     pub shape: Shape,
-    pub ranges: Vec<(Partition, OffsetRange)>,
+    /// The scope spans the run from its start (a windowed lineage, or a record-wise `--from-run-start`).
+    pub from_run_start: bool,
+    pub ranges: Vec<(Partition, Option<u64>, u64)>,
 }
 
 /// Reads the scope the scope step wrote.
@@ -533,17 +539,44 @@ pub fn scope_facts(path: &Path) -> Result<ScopeFacts, String> {
         Some(2 | 3) => Shape::Windowed,
         other => return Err(format!("{}: scope version {other:?}", path.display())),
     };
+    let from_run_start = shape == Shape::Windowed && scope.get("version").and_then(Json::as_u64) == Some(2)
+        || scope.get("from_run_start").and_then(Json::as_bool) == Some(true);
     let mut ranges = Vec::new();
     for source in scope.get("sources").and_then(Json::as_array).into_iter().flatten() {
         let topic = field(source, "topic").ok_or("a scope source without a topic")?.to_string();
         for p in source.get("partitions").and_then(Json::as_array).into_iter().flatten() {
             let num = |k: &str| p.get(k).and_then(Json::as_u64);
-            let (Some(partition), Some(from), Some(to)) = (num("partition"), num("from"), num("to")) else {
-                return Err(format!("{}: a partition without partition, from and to", path.display()));
+            let (Some(partition), Some(to)) = (num("partition"), num("to")) else {
+                return Err(format!("{}: a partition without partition and to", path.display()));
             };
-            let range = OffsetRange::new(from, to).map_err(|e| e.to_string())?;
-            ranges.push((Partition { topic: topic.clone(), partition: partition as u32 }, range));
+            ranges.push((Partition { topic: topic.clone(), partition: partition as u32 }, num("from"), to));
         }
     }
-    Ok(ScopeFacts { shape, ranges })
+    Ok(ScopeFacts { shape, from_run_start, ranges })
+}
+
+/// The offsets an audit spans, per topic and partition: the scope's, with a
+/// start at the run's start taken from the reference's own reading of the
+/// log (its end line's `ranges`), never guessed.
+pub fn spanned(scope: &Path, reference: &Path) -> Result<Vec<(Partition, OffsetRange)>, String> {
+    let facts = scope_facts(scope)?;
+    let read = last_line(reference);
+    let started = |partition: u32| -> Option<u64> {
+        read.as_ref()?.get("ranges")?.as_array()?.iter().find_map(|r| {
+            (r.get("partition")?.as_u64()? == u64::from(partition)).then(|| r.get("from")?.as_u64()).flatten()
+        })
+    };
+    facts
+        .ranges
+        .into_iter()
+        .map(|(p, from, to)| {
+            let from = from.or_else(|| started(p.partition)).ok_or_else(|| {
+                format!(
+                    "partition {} of {} starts at the run's start and the reference read no start",
+                    p.partition, p.topic
+                )
+            })?;
+            Ok((p, OffsetRange::new(from, to).map_err(|e| e.to_string())?))
+        })
+        .collect()
 }

@@ -206,6 +206,7 @@ fn a_missing_field_anywhere_is_refused() {
         "/reference",
         "/reference/argv",
         "/reference/with_state_in",
+        "/reference/from_run_start",
         "/reference/credential_env",
         "/selection",
         "/start_at",
@@ -467,7 +468,7 @@ fn the_fingerprint_of_the_example_is_pinned() {
     assert_eq!(c.fingerprint(), PINNED_FINGERPRINT, "{canonical}");
 }
 
-const PINNED_FINGERPRINT: &str = "40bbfe09389251c5d83223b238415d2f61d29e64a2b71dce6374f72b83abfa35";
+const PINNED_FINGERPRINT: &str = "9e2c2e22f87f7a636eb11eccda5c6e816fd4523d457735bb0374745f70fec8b2";
 
 #[test]
 fn the_fingerprint_changes_with_any_value() {
@@ -486,6 +487,7 @@ fn the_fingerprint_changes_with_any_value() {
         ("/reference/argv/1", json!("--scope-file={scope}")),
         ("/reference/with_state_in/0", json!("--from={state_in}")),
         ("/reference/credential_env", json!([])),
+        ("/reference/from_run_start", json!([])),
         ("/selection", json!("latest-only")),
         ("/start_at", json!("latest")),
         ("/bounds/child_timeout_s", json!(301)),
@@ -592,4 +594,16 @@ fn the_destinations_user_and_password_are_named_among_its_credentials() {
     refused(&with("/destination/key", json!(["id", "id"])), "destination.key[1]", "named twice");
     refused(&with("/destination/key", json!(["id; DROP"])), "destination.key[0]", "column name");
     refused(&with("/destination/key", json!("id")), "destination.key", "expected an array");
+}
+
+#[test]
+fn the_run_start_arguments_never_start_from_a_state() {
+    let c = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+    assert_eq!(c.reference.from_run_start, ["--run-start-offset=ALL=0"]);
+    refused(
+        &with("/reference/from_run_start", json!(["--state-in={state_in}"])),
+        "reference.from_run_start[0]",
+        "no state",
+    );
+    refused(&with("/reference/from_run_start", json!(["{nope}"])), "reference.from_run_start[0]", "");
 }
