@@ -59,6 +59,7 @@
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
         reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip ]; };
+        audit-gate = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip util-linux ]; };
       };
 
       # An app runs the packaged binaries (CLINK_BIN, CLINK_REFERENCE_AUDIT_BIN:
