@@ -474,9 +474,16 @@ fn verified_everything(audit: &Audit) -> Result<(), Failed> {
         return Err(fail(format!("no audit saw a row: {outcomes:?}")));
     }
     let (code, status) = audit.status()?;
-    for p in status["coverage"].as_array().into_iter().flatten() {
-        if !p["gaps"].as_array().is_some_and(Vec::is_empty) {
-            return Err(fail(format!("coverage is not contiguous: {p}")));
+    // Positive evidence: every partition verified as one range from the
+    // run's first offset (0 here) to the end of what the audits spanned.
+    let partitions = status["coverage"].as_array().cloned().unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(fail(format!("no partition is covered: {status}")));
+    }
+    for p in &partitions {
+        let whole = json!([{"start": 0, "end": p["extent"]["end"]}]);
+        if !p["gaps"].as_array().is_some_and(Vec::is_empty) || p["verified"] != whole || p["extent"]["end"] == 0 {
+            return Err(fail(format!("coverage is not one verified range from the run's start: {p}")));
         }
     }
     if code != 0 {

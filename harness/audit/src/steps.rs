@@ -557,12 +557,12 @@ pub fn scope_facts(path: &Path) -> Result<ScopeFacts, String> {
 
 /// The offsets an audit spans, per topic and partition: the scope's, with a
 /// start at the run's start taken from the reference's own reading of the
-/// log (its end line's `ranges`), never guessed.
+/// log (its end line's `recorded.ranges`), never guessed.
 pub fn spanned(scope: &Path, reference: &Path) -> Result<Vec<(Partition, OffsetRange)>, String> {
     let facts = scope_facts(scope)?;
     let read = last_line(reference);
     let started = |partition: u32| -> Option<u64> {
-        read.as_ref()?.get("ranges")?.as_array()?.iter().find_map(|r| {
+        read.as_ref()?.pointer("/recorded/ranges")?.as_array()?.iter().find_map(|r| {
             (r.get("partition")?.as_u64()? == u64::from(partition)).then(|| r.get("from")?.as_u64()).flatten()
         })
     };
