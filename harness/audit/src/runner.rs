@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clink_basics::digest::sha256_hex;
-use clink_upgrade::runner::{self as procs_runner, Stopped};
+use clink_upgrade::runner::{self as procs_runner, dir_bytes, Stopped};
 use serde_json::{json, Map, Value as Json};
 use thiserror::Error;
 
@@ -89,20 +89,6 @@ impl RunProgress for NoProgress {}
 pub fn audit_id(job: &str, fingerprint: &str, checkpoint: u64) -> String {
     let digest = sha256_hex(format!("{job}\n{fingerprint}").as_bytes());
     format!("ck{checkpoint}-{}", &digest[..16])
-}
-
-/// Bytes of regular files under `dir`.
-pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    let mut total = 0;
-    for entry in entries.flatten() {
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => total += dir_bytes(&entry.path()),
-            Ok(t) if t.is_file() => total += entry.metadata().map_or(0, |m| m.len()),
-            _ => {}
-        }
-    }
-    total
 }
 
 enum StepEnd {
@@ -423,7 +409,7 @@ impl<'a> Runner<'a> {
             progress.step(self.cycle, ck, step);
             let mut tries = 0;
             let verdict = loop {
-                let since = self.windowed_base(ck, &bases);
+                let since = bases.first().copied();
                 let ctx = StepContext {
                     config: self.config,
                     clink: &clink,
@@ -528,10 +514,6 @@ impl<'a> Runner<'a> {
         let reach = between.len().saturating_sub(MAX_REACH_BACK);
         let lowest = between.get(reach).copied().unwrap_or(0);
         self.ledger.chain.held.iter().rev().copied().filter(|b| *b < ck && *b >= lowest).collect()
-    }
-
-    fn windowed_base(&self, _ck: u64, bases: &[u64]) -> Option<u64> {
-        bases.first().copied()
     }
 
     /// The epochs to collect: a windowed audit's reach back to its oldest

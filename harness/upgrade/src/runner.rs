@@ -164,7 +164,8 @@ fn rss_mib(pid: u32) -> Option<u64> {
     Some(kib / 1024)
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
+/// Bytes of the regular files under `dir` (links not followed).
+pub fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     for entry in entries.flatten() {
