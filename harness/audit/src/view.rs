@@ -109,6 +109,13 @@ pub fn build(
             matches!(r.outcome, Some(Outcome::Partial | Outcome::Error)) || (crashed && !runner_held)
         })
         .collect();
+    // A verified audit whose spanned offsets were not recorded counts no
+    // coverage; it is not finished as far as coverage goes, so status says so.
+    let coverage_unknown: Vec<&AuditRecord> = ledger
+        .audits
+        .values()
+        .filter(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage) && r.ranges.is_empty())
+        .collect();
     let eligible = eligible(config, ledger);
     let backlog =
         eligible.iter().filter(|(ck, _)| ledger.audits.get(ck).is_none_or(|r| r.attempts.is_empty())).count() as u64;
@@ -121,7 +128,7 @@ pub fn build(
         unacknowledged_discrepancies: discrepancies.iter().filter(|r| !acked(r)).count(),
         acknowledged_discrepancies: discrepancies.iter().filter(|r| acked(r)).count(),
         runner_stopped,
-        unfinished_audits: unfinished.len(),
+        unfinished_audits: unfinished.len() + coverage_unknown.len(),
         backlog,
         backlog_threshold: expect.backlog_threshold,
         last_verified_age_s: verified.map(|r| age_s(now_ms, r.completed_ms)),
@@ -185,6 +192,11 @@ pub fn build(
         "coverage": partitions,
         "discrepancies": discrepancies.iter().map(listed).collect::<Vec<_>>(),
         "unfinished": unfinished.iter().map(listed).collect::<Vec<_>>(),
+        "coverage_unknown": coverage_unknown
+            .iter()
+            .map(|r| json!({"audit": r.id, "checkpoint": r.checkpoint, "outcome": r.outcome,
+                            "reason": "verified, but the offsets it spans were not recorded: it counts no coverage"}))
+            .collect::<Vec<_>>(),
         "gaps": gaps,
         "chain": ledger.chain,
         "runner": {
@@ -221,7 +233,12 @@ pub fn text(view: &StatusView) -> String {
             s(&p["gaps"])
         );
     }
-    for (title, key) in [("discrepancy", "discrepancies"), ("unfinished", "unfinished"), ("gap", "gaps")] {
+    for (title, key) in [
+        ("discrepancy", "discrepancies"),
+        ("unfinished", "unfinished"),
+        ("coverage unknown", "coverage_unknown"),
+        ("gap", "gaps"),
+    ] {
         for r in d[key].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,
@@ -234,4 +251,70 @@ pub fn text(view: &StatusView) -> String {
     }
     let _ = writeln!(out, "runner: {}", s(&d["runner"]));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coverage::{OffsetRange, Partition};
+    use crate::ledger::{Attempt, StepRecord};
+
+    const EXAMPLE: &str = include_str!("../examples/audit.json");
+
+    fn passed(ck: u64, ranges: Vec<(Partition, OffsetRange)>) -> AuditRecord {
+        let step = |step| StepRecord { step, exit_code: Some(0), seconds: 0.1, note: String::new(), outcome: None };
+        AuditRecord {
+            id: format!("ck{ck}-test"),
+            checkpoint: ck,
+            completed_ms: 1_000,
+            outcome: Some(Outcome::Passed),
+            attempts: vec![Attempt {
+                n: 1,
+                cycle: 1,
+                started_ms: 1_000,
+                ended_ms: Some(2_000),
+                outcome: Some(Outcome::Passed),
+                reason: None,
+                since: None,
+                steps: Step::ALL.iter().map(|s| step(*s)).collect(),
+            }],
+            next_due_s: None,
+            published: true,
+            ranges,
+            findings: Vec::new(),
+            evidence_deleted: false,
+        }
+    }
+
+    fn view(records: Vec<AuditRecord>) -> StatusView {
+        let config = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+        let mut ledger = Ledger::new("f");
+        ledger.cursor = records.iter().map(|r| r.checkpoint).max();
+        for r in records {
+            ledger.observed.insert(r.checkpoint, r.completed_ms);
+            ledger.audits.insert(r.checkpoint, r);
+        }
+        ledger.runner.last_cycle_end_ms = Some(2_000);
+        let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
+        build(&config, &ledger, &BTreeMap::new(), true, expect, 3_000)
+    }
+
+    fn range(start: u64, end: u64) -> (Partition, OffsetRange) {
+        (Partition { topic: "t".into(), partition: 0 }, OffsetRange::new(start, end).unwrap())
+    }
+
+    #[test]
+    fn passes_with_their_offsets_are_healthy() {
+        let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, vec![range(10, 20)])]);
+        assert_eq!(v.state, State::Healthy, "{}", v.document);
+        assert_eq!(v.document["coverage_unknown"], json!([]));
+    }
+
+    #[test]
+    fn a_pass_whose_offsets_are_unknown_is_incomplete_and_listed() {
+        let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, Vec::new())]);
+        assert_eq!(v.state, State::Incomplete, "{}", v.document);
+        assert_eq!(v.document["coverage_unknown"][0]["checkpoint"], 2);
+        assert!(text(&v).contains("coverage unknown: ck2-test"), "{}", text(&v));
+    }
 }
