@@ -14,6 +14,7 @@
 //! never passed; `.ci/run` starts them and fails on any ignored trial.
 
 use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -132,10 +133,18 @@ struct Live {
     produced: u64,
     retain: u32,
     interval_ms: u64,
+    capture_retain: u32,
 }
 
 impl Live {
     fn start(kind: Kind, services: &BTreeMap<String, String>, retain: u32, interval_ms: u64) -> Result<Live, Failed> {
+        let mut live = Live::prepare(kind, services, retain, interval_ms)?;
+        live.run(None)?;
+        Ok(live)
+    }
+
+    /// The topic (with its first events), the table and the job's file; the job not started.
+    fn prepare(kind: Kind, services: &BTreeMap<String, String>, retain: u32, interval_ms: u64) -> Result<Live, Failed> {
         let name = unique("audit");
         let dir = scratch().join(&name);
         std::fs::create_dir_all(dir.join("trace")).map_err(fail)?;
@@ -150,6 +159,7 @@ impl Live {
             produced: 0,
             retain,
             interval_ms,
+            capture_retain: 40,
         };
         let ddl = std::fs::read_to_string(kind.fixture().join("table.sql")).map_err(fail)?;
         live.conn()?
@@ -168,7 +178,6 @@ impl Live {
         }
         std::fs::write(live.dir.join("job.json"), serde_json::to_vec_pretty(&job).unwrap()).map_err(fail)?;
         live.produce(400)?;
-        live.run(None)?;
         Ok(live)
     }
 
@@ -205,7 +214,12 @@ impl Live {
             .arg("--capture-dir")
             .arg(d.join("capture"))
             .args(["--checkpoint-interval-ms", &self.interval_ms.to_string()])
-            .args(["--retain-checkpoints", &self.retain.to_string(), "--capture-retain-epochs", "40"])
+            .args([
+                "--retain-checkpoints",
+                &self.retain.to_string(),
+                "--capture-retain-epochs",
+                &self.capture_retain.to_string(),
+            ])
             .args(["--kafka-bootstrap", &self.bootstrap, "--clickhouse", &self.clickhouse])
             .env("CLINK_PROTOCOL_TRACE_DIR", d.join("trace"))
             .stdout(Stdio::null())
@@ -286,6 +300,8 @@ struct Overrides {
     retain_passed: u32,
     reference_extra: Vec<String>,
     reference_program: Option<PathBuf>,
+    /// `backoff.initial_s` and `backoff.max_s`.
+    backoff: (u64, u64),
 }
 
 impl Default for Overrides {
@@ -297,6 +313,7 @@ impl Default for Overrides {
             retain_passed: 50,
             reference_extra: Vec::new(),
             reference_program: None,
+            backoff: (1, 4),
         }
     }
 }
@@ -350,7 +367,7 @@ impl Audit {
             "start_at": "earliest",
             "bounds": {"child_timeout_s": 120, "bundle_bytes": o.bundle_bytes, "bundle_files": 100000,
                        "rows": 1000000, "query_timeout_s": 30},
-            "backoff": {"initial_s": 1, "max_s": 4},
+            "backoff": {"initial_s": o.backoff.0, "max_s": o.backoff.1},
             "max_attempts": 3,
             "retain_passed": o.retain_passed,
             "retain_states": 3,
@@ -860,6 +877,584 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A clink-reference-audit that sleeps 3 s first while `mark` exists, then is the real one.
+fn slow_reference(live: &Live, mark: &Path) -> Result<PathBuf, Failed> {
+    let path = live.dir.join("reference-slow");
+    let script = format!(
+        "#!/bin/sh\nif [ -e {} ]; then sleep 3; fi\nexec {} \"$@\"\n",
+        mark.display(),
+        reference_bin()?.display()
+    );
+    std::fs::write(&path, script).map_err(fail)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
+    Ok(path)
+}
+
+/// Starts `clink-audit run` and waits until the ledger shows it inside `step`.
+fn run_until_in(audit: &Audit, step: &str) -> Result<(Reaped, Json), Failed> {
+    let mut runner = Reaped(audit.command("run").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(fail)?);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ledger = audit.ledger().unwrap_or(Json::Null);
+        if ledger["running"]["step"] == step {
+            return Ok((runner, ledger["running"].clone()));
+        }
+        if Instant::now() > deadline || runner.0.try_wait().map_err(fail)?.is_some() {
+            return Err(fail(format!("the runner was never seen in {step}: {}", ledger["running"])));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last attempt's reason of checkpoint `ck`.
+fn last_reason(audit: &Audit, ck: u64) -> Result<String, Failed> {
+    let ledger = audit.ledger()?;
+    let attempts = &ledger["audits"][ck.to_string()]["attempts"];
+    Ok(attempts.as_array().and_then(|a| a.last()).map_or(String::new(), |a| a["reason"].to_string()))
+}
+
+/// Every audit's attempts' outcomes, oldest first.
+fn attempt_outcomes(audit: &Audit) -> Result<BTreeMap<u64, Vec<String>>, Failed> {
+    let ledger = audit.ledger()?;
+    Ok(ledger["audits"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(ck, r)| {
+            let outcomes = r["attempts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| a["outcome"].as_str().unwrap_or("unfinished").to_string())
+                .collect();
+            (ck.parse().unwrap_or(0), outcomes)
+        })
+        .collect())
+}
+
+/// A variable the configuration names is not set: the audit is an error
+/// naming it, its reference is never started, and once it is set the
+/// retry after the backoff passes, with the failed attempt kept.
+fn unset_credential(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::start(Kind::Records, services, 20, 1500)?;
+    live.wait_checkpoints(2)?;
+    live.stop()?;
+    let mut audit = Audit::new(&live, Overrides::default())?;
+    let full = audit.env.clone();
+    audit.env.retain(|(k, _)| k != "CLINK_AUDIT_TEST_REF_SECRET");
+    let mut cmd = audit.command("run");
+    cmd.env_remove("CLINK_AUDIT_TEST_REF_SECRET");
+    expect_code(&cmd.output().map_err(fail)?, &[0], "run without the reference's variable")?;
+    let outcomes = audit.outcomes()?;
+    if outcomes.is_empty() || outcomes.values().any(|(o, _)| o != "error") {
+        return Err(fail(format!("an unset variable did not make every audit an error: {outcomes:?}")));
+    }
+    let ck = *outcomes.keys().next().unwrap();
+    let reason = last_reason(&audit, ck)?;
+    if !reason.contains("CLINK_AUDIT_TEST_REF_SECRET") || !reason.contains("not set") {
+        return Err(fail(format!("the error does not name the unset variable: {reason}")));
+    }
+    let ledger = audit.ledger()?;
+    let steps = &ledger["audits"][ck.to_string()]["attempts"][0]["steps"];
+    let reference = steps.as_array().and_then(|s| s.iter().find(|s| s["step"] == "reference"));
+    if reference.is_none_or(|r| !r["exit_code"].is_null()) {
+        return Err(fail(format!("the reference was started without its variable: {steps}")));
+    }
+    let (code, status) = audit.status()?;
+    if code != 3 || status["state"] != "incomplete" {
+        return Err(fail(format!("status {code} {}, expected 3 (incomplete)", status["state"])));
+    }
+    audit.env = full;
+    std::thread::sleep(Duration::from_millis(1200));
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)?;
+    let attempts = attempt_outcomes(&audit)?;
+    if attempts[&ck] != ["error", "passed"] && attempts[&ck] != ["error", "empty"] {
+        return Err(fail(format!("checkpoint {ck}'s attempts: {:?}", attempts[&ck])));
+    }
+    Ok(())
+}
+
+/// Checkpoints that complete while a cycle runs are collected at once,
+/// but at most four wait so; the rest are audited in a later cycle.
+fn collected_early_bounded(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::start(Kind::Records, services, 60, 300)?;
+    let mark = live.dir.join("reference-slow.on");
+    std::fs::write(&mark, b"").map_err(fail)?;
+    let audit = Audit::new(
+        &live,
+        Overrides { reference_program: Some(slow_reference(&live, &mark)?), ..Overrides::default() },
+    )?;
+    live.wait_checkpoints(1)?;
+    live.produce(200)?;
+    let out = audit.run()?;
+    expect_code(&out, &[0], "a cycle while the job checkpoints every 300 ms")?;
+    let ledger = audit.ledger()?;
+    let eligible: Vec<u64> =
+        ledger["cycles"][0]["eligible"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Json::as_u64).collect());
+    let newest_eligible = eligible.iter().max().copied().unwrap_or(0);
+    let mid_cycle = live.completed().into_iter().filter(|ck| *ck > newest_eligible).count();
+    let waiting: Vec<u64> = ledger["audits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|r| {
+            let a = r["attempts"].as_array().and_then(|a| a.last());
+            a.is_some_and(|a| a["ended_ms"].is_null() && a["steps"].as_array().is_some_and(|s| s.len() == 1))
+        })
+        .filter_map(|r| r["checkpoint"].as_u64())
+        .collect();
+    if mid_cycle <= 4 || waiting.len() != 4 {
+        return Err(fail(format!(
+            "{mid_cycle} checkpoints completed during the cycle (more than 4 needed); {} wait collected early \
+             (exactly 4 expected): {waiting:?}",
+            waiting.len()
+        )));
+    }
+    if waiting.iter().any(|ck| *ck <= newest_eligible) {
+        return Err(fail(format!("an eligible checkpoint was only collected: {waiting:?} of {eligible:?}")));
+    }
+    live.stop()?;
+    std::fs::remove_file(&mark).map_err(fail)?;
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)
+}
+
+/// A held state the reference's artifact does not name by its hash: the
+/// increment is an error (the runner cannot vouch for where it started),
+/// and the retry from the real state passes.
+fn state_in_mismatch(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::start(Kind::Windows, services, 20, 1500)?;
+    let mark = live.dir.join("tamper.on");
+    // With the mark, the reference is handed a copy of the held state with
+    // one more newline: the same windows, other bytes.
+    let wrapper = live.dir.join("reference-tampering");
+    let script = format!(
+        "#!/bin/sh\nif [ -e {mark} ]; then\n  n=0; for a in \"$@\"; do shift; case \"$a\" in\n    \
+         --state-in=*) f=\"${{a#--state-in=}}\"; {{ cat \"$f\"; echo; }} > \"$f.copy\"; set -- \"$@\" \
+         \"--state-in=$f.copy\"; n=1;;\n    *) set -- \"$@\" \"$a\";;\n  esac; done\n  \
+         [ $n = 1 ] && touch {mark}.used\nfi\nexec {real} \"$@\"\n",
+        mark = mark.display(),
+        real = reference_bin()?.display()
+    );
+    std::fs::write(&wrapper, script).map_err(fail)?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
+    let audit = Audit::new(&live, Overrides { reference_program: Some(wrapper), ..Overrides::default() })?;
+    live.wait_checkpoints(2)?;
+    catch_up(&audit, &live)?;
+    live.produce(300)?;
+    live.wait_checkpoints(2)?;
+    live.stop()?;
+    std::fs::write(&mark, b"").map_err(fail)?;
+    let before: Vec<u64> = audit.outcomes()?.keys().copied().collect();
+    expect_code(&audit.run()?, &[0], "run with a tampered state")?;
+    if !mark.with_extension("on.used").exists() {
+        return Err(fail("no increment was given a held state to tamper with"));
+    }
+    let outcomes = audit.outcomes()?;
+    let new: Vec<(&u64, &(String, usize))> = outcomes.iter().filter(|(ck, _)| !before.contains(ck)).collect();
+    let Some((ck, (outcome, _))) = new.first() else { return Err(fail("nothing new was audited")) };
+    let reason = last_reason(&audit, **ck)?;
+    if outcome != "error" || !reason.contains("does not say it started from the held state") {
+        return Err(fail(format!("checkpoint {ck}: {outcome}: {reason} (an error naming the held state expected)")));
+    }
+    std::fs::remove_file(&mark).map_err(fail)?;
+    std::thread::sleep(Duration::from_millis(1200));
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)
+}
+
+/// The pid the ledger recorded for the orphaned child belongs to another
+/// process now: it is left alone, said so, and the audit resumes.
+fn reused_pid(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::start(Kind::Records, services, 20, 1500)?;
+    let mark = live.dir.join("reference-slow.on");
+    std::fs::write(&mark, b"").map_err(fail)?;
+    let audit = Audit::new(
+        &live,
+        Overrides { reference_program: Some(slow_reference(&live, &mark)?), ..Overrides::default() },
+    )?;
+    live.wait_checkpoints(2)?;
+    live.stop()?;
+    let (mut runner, running) = run_until_in(&audit, "reference")?;
+    runner.0.kill().map_err(fail)?;
+    runner.0.wait().map_err(fail)?;
+    let pgid = running["child"]["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) of the process group this trial's runner started.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    // A process of another program now holds the pid the ledger names; the
+    // kernel will not hand out a chosen pid, so the ledger is pointed at it.
+    // It leads a process group of its own, as a child of another runner or
+    // a shell's job would: killing the recorded group would kill it.
+    let bystander = Reaped(
+        std::os::unix::process::CommandExt::process_group(&mut Command::new("sleep"), 0)
+            .arg("120")
+            .spawn()
+            .map_err(fail)?,
+    );
+    let path = audit.state.join("ledger.json");
+    let mut ledger = audit.ledger()?;
+    ledger["running"]["child"]["pid"] = json!(bystander.0.id());
+    std::fs::write(&path, serde_json::to_vec(&ledger).unwrap()).map_err(fail)?;
+    std::fs::remove_file(&mark).map_err(fail)?;
+    expect_code(&audit.run()?, &[0], "the runner after a crash")?;
+    let alive = std::fs::read_to_string(format!("/proc/{}/stat", bystander.0.id()))
+        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')));
+    if !alive {
+        return Err(fail("the runner signalled a process that merely reuses the orphan's pid"));
+    }
+    let events = std::fs::read_to_string(audit.state.join("events.ndjson")).map_err(fail)?;
+    let said = events.lines().any(|l| l.contains("\"orphan\"") && l.contains("another process"));
+    if !said {
+        return Err(fail(format!("the reused pid was not recorded: {events}")));
+    }
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)
+}
+
+/// The windowed job killed at a protocol step and resumed: the chain goes
+/// on from the state held at the restore point.
+fn windows_killed_and_resumed(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    const AT: u64 = 4;
+    let mut live = Live::prepare(Kind::Windows, services, 20, 1500)?;
+    let audit = Audit::new(&live, Overrides::default())?;
+    live.run(Some(&format!("coordinator.after_completed_marker@{AT}")))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut job = live.child.take().ok_or("no job")?;
+    while job.try_wait().map_err(fail)?.is_none() {
+        if Instant::now() > deadline {
+            let _ = job.kill();
+            return Err(fail(format!("the job was not killed at checkpoint {AT} within 60 s")));
+        }
+        live.produce(100)?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if live.completed().last() != Some(&AT) {
+        return Err(fail(format!("killed at {AT}, the job completed {:?}", live.completed())));
+    }
+    catch_up(&audit, &live)?;
+    let held = audit.ledger()?["chain"]["held"].clone();
+    if !held.as_array().is_some_and(|h| h.contains(&json!(AT))) {
+        return Err(fail(format!("the state at {AT} is not held: {held}")));
+    }
+    live.run(None)?;
+    live.produce(300)?;
+    live.wait_checkpoints(3)?;
+    live.stop()?;
+    let restored = std::fs::read_to_string(live.dir.join(format!("ck/_jobs/{}/RESTORED", live.kind.id())))
+        .map_err(|e| fail(format!("the resumed job wrote no RESTORED record: {e}")))?;
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)?;
+    let ledger = audit.ledger()?;
+    let after = ledger["audits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|r| r["checkpoint"].as_u64().is_some_and(|c| c > AT))
+        .ok_or("nothing above the restore point was audited")?;
+    let since = after["attempts"].as_array().and_then(|a| a.last()).map(|a| a["since"].clone());
+    if since != Some(json!(AT)) {
+        return Err(fail(format!(
+            "the first audit after the restore ({}) did not start from the state held at {AT}: since {since:?}; \
+             RESTORED {restored}",
+            after["checkpoint"]
+        )));
+    }
+    Ok(())
+}
+
+/// Latest-only over a windowed job left too far behind: no held state is
+/// within reach, so the audit is partial and status says where the chain broke.
+fn broken_chain(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::prepare(Kind::Windows, services, 30, 500)?;
+    live.capture_retain = 4;
+    live.run(None)?;
+    let audit = Audit::new(&live, Overrides { selection: "latest-only", ..Overrides::default() })?;
+    live.wait_checkpoints(2)?;
+    expect_code(&audit.run()?, &[0], "the first cycle")?;
+    // Checkpoints completing during the cycle were collected and wait; the
+    // one latest-only chose seeds the chain.
+    let seeded = audit.outcomes()?;
+    if !seeded.values().any(|(o, _)| o == "passed" || o == "empty") {
+        return Err(fail(format!("the chain was not seeded: {seeded:?}")));
+    }
+    live.produce(300)?;
+    live.wait_checkpoints(12)?;
+    live.stop()?;
+    expect_code(&audit.run()?, &[0], "the cycle after the job ran on")?;
+    let outcomes = audit.outcomes()?;
+    let newest = *outcomes.keys().next_back().unwrap();
+    let ledger = audit.ledger()?;
+    let broken = ledger["chain"]["broken"].as_str().unwrap_or("");
+    if outcomes[&newest].0 != "partial" || !broken.contains(&format!("broken at checkpoint {newest}")) {
+        return Err(fail(format!(
+            "checkpoint {newest}: {:?}; chain {} (partial, broken at {newest} expected)",
+            outcomes[&newest], ledger["chain"]
+        )));
+    }
+    let (code, status) = audit.status()?;
+    if code != 3 || status["chain"]["broken"].as_str() != Some(broken) || status["state"] != "incomplete" {
+        return Err(fail(format!("status {code} {}: chain {}", status["state"], status["chain"])));
+    }
+    let text = audit.command("status").args(["--cycle-within-s", "3600"]).output().map_err(fail)?;
+    if !String::from_utf8_lossy(&text.stdout).contains(&format!("broken at checkpoint {newest}")) {
+        return Err(fail(format!(
+            "status's text does not say where the chain broke: {}",
+            String::from_utf8_lossy(&text.stdout)
+        )));
+    }
+    Ok(())
+}
+
+/// What starts a stopped server again: its argv, working directory and environment.
+#[derive(Clone)]
+struct Relaunch {
+    argv: Vec<std::ffi::OsString>,
+    cwd: PathBuf,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+/// A service of this trial's own (`gates/services start --only NAME`),
+/// stopped for real and started again on the same port with the same
+/// command line, working directory, environment and data.
+struct Dedicated {
+    env_file: PathBuf,
+    vars: BTreeMap<String, String>,
+    pid: u32,
+    relaunch: Option<Relaunch>,
+    restarted: Option<Child>,
+}
+
+impl Dedicated {
+    fn start(name: &str, dir: &Path) -> Result<Dedicated, Failed> {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        let env_file = dir.join(format!("{name}.env"));
+        let out = Command::new(workspace().join("gates/services"))
+            .args(["start", "--only", name, "--env"])
+            .arg(&env_file)
+            .output()
+            .map_err(fail)?;
+        expect_code(&out, &[0], &format!("gates/services start --only {name}"))?;
+        let vars: BTreeMap<String, String> = std::fs::read_to_string(&env_file)
+            .map_err(fail)?
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let key = if name == "clickhouse" { "CLINK_CLICKHOUSE_PID" } else { "CLINK_KAFKA_PID" };
+        let pid = vars.get(key).and_then(|p| p.parse().ok()).ok_or_else(|| fail(format!("no {key}")))?;
+        Ok(Dedicated { env_file, vars, pid, relaunch: None, restarted: None })
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+    }
+
+    /// SIGTERM, as a service manager stops it; SIGKILL after 30 s.
+    fn stop(&mut self) -> Result<(), Failed> {
+        let argv: Vec<std::ffi::OsString> = std::fs::read(format!("/proc/{}/cmdline", self.pid))
+            .map_err(fail)?
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| std::ffi::OsStr::from_bytes(a).to_os_string())
+            .collect();
+        let cwd = std::fs::read_link(format!("/proc/{}/cwd", self.pid)).map_err(fail)?;
+        let env = std::fs::read(format!("/proc/{}/environ", self.pid))
+            .map_err(fail)?
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let i = kv.iter().position(|b| *b == b'=')?;
+                Some((
+                    std::ffi::OsStr::from_bytes(&kv[..i]).to_os_string(),
+                    std::ffi::OsStr::from_bytes(&kv[i + 1..]).to_os_string(),
+                ))
+            })
+            .collect();
+        self.relaunch = Some(Relaunch { argv, cwd, env });
+        // SAFETY: kill(2) of the server this trial started.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Dedicated::alive(self.pid) {
+            if Instant::now() > deadline {
+                // SAFETY: as above.
+                unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The same server again; waits until `answers` says it answers.
+    fn restart(&mut self, answers: impl Fn(&Dedicated) -> bool) -> Result<(), Failed> {
+        let Relaunch { argv, cwd, env } = self.relaunch.clone().ok_or("restart before stop")?;
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(cwd.join("restarted.log")).map_err(fail)?;
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&cwd)
+            .env_clear()
+            .envs(env)
+            .stdout(log.try_clone().map_err(fail)?)
+            .stderr(log)
+            .spawn()
+            .map_err(fail)?;
+        self.pid = child.id();
+        self.restarted = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !answers(self) {
+            if Instant::now() > deadline {
+                return Err(fail(format!("{} did not answer within 90 s of its restart", argv[0].to_string_lossy())));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.restarted.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(workspace().join("gates/services")).arg("stop").arg("--env").arg(&self.env_file).output();
+    }
+}
+
+fn clickhouse_answers(d: &Dedicated) -> bool {
+    Endpoint::parse(&d.vars["CLINK_CLICKHOUSE_HTTP"])
+        .ok()
+        .and_then(|e| Connection::open(&e).ok())
+        .is_some_and(|c| c.execute("a ping", "SELECT 1").is_ok())
+}
+
+fn kafka_answers(d: &Dedicated) -> bool {
+    Command::new("python3")
+        .arg(workspace().join("gates/services.d/kafka-probe.py"))
+        .args([&d.vars["CLINK_KAFKA_BOOTSTRAP"], "--timeout", "2"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The dependency trials' backoff: long enough that a cycle started at once
+/// finds a partial audit not yet due.
+const BACKOFF: (u64, u64) = (8, 16);
+
+/// Every audit's attempts are one per cycle, each after the backoff of the
+/// one before (the ledger's clock is in seconds, as the runner's rule is).
+fn backoff_respected(audit: &Audit, (initial, max): (u64, u64)) -> Result<(), Failed> {
+    let ledger = audit.ledger()?;
+    for (ck, record) in ledger["audits"].as_object().into_iter().flatten() {
+        let attempts = record["attempts"].as_array().cloned().unwrap_or_default();
+        for (n, pair) in attempts.windows(2).enumerate() {
+            let (prev, next) = (&pair[0], &pair[1]);
+            let delay = (initial << n).min(max);
+            let ended = prev["ended_ms"].as_u64().ok_or_else(|| fail(format!("{ck}: an attempt never ended")))? / 1000;
+            let started = next["started_ms"].as_u64().unwrap_or(0) / 1000;
+            if started < ended + delay || next["cycle"].as_u64() <= prev["cycle"].as_u64() {
+                return Err(fail(format!(
+                    "checkpoint {ck}: attempt {} (cycle {}, at {started} s) came {} s after the one before \
+                     (cycle {}, ended {ended} s); the backoff was {delay} s",
+                    n + 2,
+                    next["cycle"],
+                    started.saturating_sub(ended),
+                    prev["cycle"]
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps until every audit waiting for a retry is due.
+fn wait_until_due(audit: &Audit) -> Result<(), Failed> {
+    let ledger = audit.ledger()?;
+    let due = ledger["audits"].as_object().into_iter().flatten().filter_map(|(_, r)| r["next_due_s"].as_u64()).max();
+    if let Some(due) = due {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(fail)?.as_secs();
+        std::thread::sleep(Duration::from_secs(due.saturating_sub(now) + 1));
+    }
+    Ok(())
+}
+
+/// A dependency stopped while a cycle runs: the audits it fails are
+/// partial, not tried again before their backoff, and pass once it is back.
+fn dependency_stopped(services: &BTreeMap<String, String>, which: &str) -> Result<(), Failed> {
+    let dir = scratch().join(unique(&format!("dedicated_{which}")));
+    let mut dedicated = Dedicated::start(which, &dir)?;
+    let mut mine = services.clone();
+    for (k, v) in &dedicated.vars {
+        if k.starts_with(if which == "clickhouse" { "CLINK_CLICKHOUSE_" } else { "CLINK_KAFKA_" }) {
+            mine.insert(k.clone(), v.clone());
+        }
+    }
+    let mut live = Live::start(Kind::Records, &mine, 20, 1500)?;
+    live.wait_checkpoints(1)?;
+    live.produce(300)?;
+    live.wait_checkpoints(2)?;
+    live.stop()?;
+    let (step, sub) = if which == "clickhouse" { ("reconcile", "incident-reconcile") } else { ("reference", "") };
+    let mark = live.dir.join("reference-slow.on");
+    let mut audit = Audit::new(
+        &live,
+        Overrides {
+            reference_program: Some(slow_reference(&live, &mark)?),
+            reference_extra: vec!["--deadline-ms=8000".into()],
+            backoff: BACKOFF,
+            ..Overrides::default()
+        },
+    )?;
+    if sub.is_empty() {
+        std::fs::write(&mark, b"").map_err(fail)?;
+    } else {
+        audit.slow(sub, 3)?;
+    }
+    let (mut runner, running) = run_until_in(&audit, step)?;
+    dedicated.stop()?;
+    let ck = running["checkpoint"].as_u64().unwrap();
+    let out = runner.0.wait().map_err(fail)?;
+    if out.code() != Some(0) {
+        return Err(fail(format!("the cycle with {which} stopped ended {out:?}")));
+    }
+    let outcomes = audit.outcomes()?;
+    let reason = last_reason(&audit, ck)?;
+    if outcomes[&ck].0 != "partial" {
+        return Err(fail(format!("checkpoint {ck} with {which} stopped in its {step}: {:?}: {reason}", outcomes[&ck])));
+    }
+    // A cycle at once: what is not due yet is not tried again.
+    let before = audit.outcomes()?;
+    expect_code(&audit.run()?, &[0], "a cycle at once")?;
+    let after = audit.outcomes()?;
+    let held_back = before.iter().filter(|(_, (o, _))| o == "partial").any(|(c, (_, n))| after[c].1 == *n);
+    if !held_back {
+        return Err(fail(format!("the cycle right after tried every partial audit again: {before:?} then {after:?}")));
+    }
+    backoff_respected(&audit, BACKOFF)?;
+    let (code, status) = audit.status()?;
+    if code != 3 || status["state"] != "incomplete" {
+        return Err(fail(format!("status {code} {} with {which} down, expected 3 (incomplete)", status["state"])));
+    }
+    dedicated.restart(if which == "clickhouse" { clickhouse_answers } else { kafka_answers })?;
+    if mark.exists() {
+        std::fs::remove_file(&mark).map_err(fail)?;
+    }
+    audit.slow("none", 0)?;
+    wait_until_due(&audit)?;
+    catch_up(&audit, &live)?;
+    verified_everything(&audit)?;
+    backoff_respected(&audit, BACKOFF)?;
+    let attempts = &attempt_outcomes(&audit)?[&ck];
+    let (first, rest) = attempts.split_first().ok_or("no attempt")?;
+    let (_, between) = rest.split_last().ok_or("one attempt only")?;
+    if first != "partial" || between.iter().any(|o| o != "partial") {
+        return Err(fail(format!(
+            "checkpoint {ck}'s attempts: {attempts:?} (partial until it is back, then verified)"
+        )));
+    }
+    Ok(())
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     if args.test_threads.is_none() {
@@ -876,6 +1471,14 @@ fn main() {
         ("selection::retention-outruns-expired", expired),
         ("bounds::disk-budget-starts-nothing-deletes-nothing", disk_budget),
         ("credentials-and-hostile-arguments", credentials_and_arguments),
+        ("credentials::unset-variable-is-an-error-then-retried", unset_credential),
+        ("runner::at-most-four-collected-early", collected_early_bounded),
+        ("runner::reused-pid-left-alone", reused_pid),
+        ("windows::state-in-not-the-held-one-is-an-error", state_in_mismatch),
+        ("windows::killed-at-a-fault-point-chain-resumes", windows_killed_and_resumed),
+        ("windows::broken-chain-reported-where-it-broke", broken_chain),
+        ("dependency::clickhouse-stopped-mid-cycle", |s| dependency_stopped(s, "clickhouse")),
+        ("dependency::kafka-stopped-mid-cycle", |s| dependency_stopped(s, "kafka")),
     ];
     let services = services();
     // The reference is built before any job starts: a job's retention would
