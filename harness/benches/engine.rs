@@ -26,8 +26,15 @@
 //!   start dominates), and trace validation of a 10,000-event trace.
 //! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
 //!   against the services `gates/services start` runs (skipped without them).
+//! - `audit`: `gates/audit-gate --no-kills` on both Kafka→ClickHouse jobs at
+//!   10,000 events/s with a checkpoint every 10 s: the delay from a
+//!   checkpoint completing to its audit published (median, max), the
+//!   polling runner's CPU and peak memory, how often status said `behind`,
+//!   and the rate the job sustained by its audited offsets (one run, a few
+//!   minutes; skipped without the services).
 //! - `models` (only when named): each TLA+ model's TLC time.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -731,6 +738,84 @@ fn connectors(scratch: &Path, figures: &mut Vec<Figure>) {
     }
 }
 
+/// One job's line of `gates/audit-gate --figures` (clink-audit-figures v1).
+fn audit_figures(line: &serde_json::Value, figures: &mut Vec<Figure>) {
+    let job = line["job"].as_str().unwrap_or("?");
+    let number = |k: &str| line[k].as_f64();
+    let asked = format!(
+        "{} events/s asked, a checkpoint every {:.0} s",
+        line["rate_asked"],
+        number("checkpoint_interval_ms").unwrap_or(0.0) / 1000.0
+    );
+    if let (Some(median), Some(max)) = (number("delay_median_s"), number("delay_max_s")) {
+        figures.push(
+            Figure::new("audit", format!("{job}: checkpoint completed to audit published, median"), median, "s")
+                .goal(Goal::AtMost(30.0)),
+        );
+        figures.push(
+            Figure::new("audit", format!("{job}: checkpoint completed to audit published, max"), max, "s")
+                .goal(Goal::AtMost(30.0)),
+        );
+    }
+    if let (Some(cpu), Some(wall)) = (number("runner_cpu_s"), number("runner_wall_s")) {
+        figures.push(
+            Figure::new("audit", format!("{job}: the runner's own CPU"), cpu, "s")
+                .against(format!("of {wall:.0} s polling ({:.1}% of a core)", 100.0 * cpu / wall.max(1.0)), wall),
+        );
+    }
+    if let Some(rss) = number("runner_peak_rss_kib") {
+        figures.push(Figure::new("audit", format!("{job}: the runner's peak memory"), rss / 1024.0, "MiB"));
+    }
+    let states = &line["states"];
+    let reads: f64 = states.as_object().map_or(0.0, |m| m.values().filter_map(|v| v.as_f64()).sum());
+    let behind = states["behind"].as_f64().unwrap_or(0.0);
+    figures.push(
+        Figure::new("audit", format!("{job}: status said behind, times"), behind, "reads")
+            .against(format!("of {reads:.0} reads, one a second: {states}"), reads)
+            .goal(Goal::AtMost(0.0)),
+    );
+    if let Some(rate) = number("job_events_per_s") {
+        figures.push(
+            Figure::new("audit", format!("{job}: the job sustained (its audited offsets)"), rate, "ev/s")
+                .against(asked, line["rate_asked"].as_f64().unwrap_or(0.0))
+                .goal(Goal::AtLeast(10_000.0)),
+        );
+    }
+}
+
+fn audit(scratch: &Path, figures: &mut Vec<Figure>) {
+    if services().is_none() {
+        eprintln!("  audit: skipped: the services are not running (gates/services start)");
+        return;
+    }
+    let file = scratch.join("audit-figures.ndjson");
+    let _ = std::fs::remove_file(&file);
+    let target = Path::new(clink()).parent().and_then(Path::parent).expect("the bench's clink is under a target dir");
+    // The gate's own account goes to stderr: stdout is the table (or --json).
+    let to_stderr = std::io::stderr().as_fd().try_clone_to_owned().expect("stderr");
+    let status = Command::new(workspace().join("gates/audit-gate"))
+        .args(["--no-kills", "--rate", "10000", "--interval-ms", "10000", "--cycles", "10", "--checkpoints", "10"])
+        .arg("--figures")
+        .arg(&file)
+        .env("CARGO_TARGET_DIR", target)
+        .env_remove("CLINK_BIN")
+        .env_remove("CLINK_REFERENCE_AUDIT_BIN")
+        .current_dir(workspace())
+        .stdout(std::process::Stdio::from(to_stderr))
+        .status()
+        .expect("gates/audit-gate runs");
+    if !status.success() {
+        eprintln!("  audit: gates/audit-gate ended {status}: its figures below are of the jobs it finished");
+    }
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    for line in text.lines() {
+        match serde_json::from_str(line) {
+            Ok(doc) => audit_figures(&doc, figures),
+            Err(e) => eprintln!("  audit: a figures line that is not JSON ({e}): {line}"),
+        }
+    }
+}
+
 type Bench = fn(&Path, &mut Vec<Figure>);
 
 fn print_table(figures: &[Figure]) {
@@ -761,6 +846,7 @@ fn main() {
         ("ab", ab, true),
         ("tlc", tlc, true),
         ("connectors", connectors, true),
+        ("audit", audit, true),
         ("models", models, false),
     ];
     let mut figures = Vec::new();
