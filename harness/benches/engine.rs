@@ -26,8 +26,9 @@
 //!   start dominates), and trace validation of a 10,000-event trace.
 //! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
 //!   against the services `gates/services start` runs (skipped without them).
-//! - `audit`: `gates/audit-gate --no-kills` on both Kafka→ClickHouse jobs at
-//!   10,000 events/s with a checkpoint every 10 s: the delay from a
+//! - `audit`: `gates/audit-gate --no-kills` on both Kafka→ClickHouse jobs fed
+//!   11,000 events/s by one paced `clink produce --rate` (so that at least
+//!   10,000 are sustained), a checkpoint every 10 s: the delay from a
 //!   checkpoint completing to its audit published (median, max), the
 //!   polling runner's CPU and peak memory, how often status said `behind`,
 //!   and the rate the job sustained by its audited offsets (one run, a few
@@ -794,7 +795,7 @@ fn audit(scratch: &Path, figures: &mut Vec<Figure>) {
     // The gate's own account goes to stderr: stdout is the table (or --json).
     let to_stderr = std::io::stderr().as_fd().try_clone_to_owned().expect("stderr");
     let status = Command::new(workspace().join("gates/audit-gate"))
-        .args(["--no-kills", "--rate", "10000", "--interval-ms", "10000", "--cycles", "10", "--checkpoints", "10"])
+        .args(["--no-kills", "--rate", "11000", "--interval-ms", "10000", "--cycles", "10", "--checkpoints", "10"])
         .arg("--figures")
         .arg(&file)
         .env("CARGO_TARGET_DIR", target)

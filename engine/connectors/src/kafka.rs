@@ -16,7 +16,7 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -391,22 +391,48 @@ fn client_error(bootstrap: &str, what: &str, e: KafkaError) -> KafkaClientError 
 /// Writes messages to a topic, each to a partition the caller chose.
 pub struct LogWriter {
     bootstrap: String,
-    producer: ThreadedProducer<DefaultProducerContext>,
+    producer: ThreadedProducer<Deliveries>,
+}
+
+/// Counts the messages the broker never acknowledged, so that a flush can
+/// say so: a writer that reports everything sent as written is a load
+/// generator whose input is not what it claims.
+#[derive(Default)]
+pub struct Deliveries {
+    failed: std::sync::atomic::AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut first) = self.first.lock() {
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
 }
 
 impl LogWriter {
     pub fn connect(bootstrap: &str) -> Result<Self, KafkaClientError> {
-        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        let producer: ThreadedProducer<Deliveries> = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("acks", "all")
-            .set("enable.idempotence", "false")
+            // A retried batch is written once (the broker drops a repeated
+            // sequence): under load, retries without it duplicated input.
+            .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             // Small batches: a reader then meets the partitions interleaved
             // (a fetch returns whole batches, whatever its byte limit).
             .set("batch.num.messages", "64")
             .set("message.timeout.ms", "30000")
             .set_log_level(RDKafkaLogLevel::Error)
-            .create()
+            .create_with_context(Deliveries::default())
             .map_err(|e| client_error(bootstrap, "creating the producer", e))?;
         Ok(Self { bootstrap: bootstrap.to_string(), producer })
     }
@@ -429,6 +455,16 @@ impl LogWriter {
     /// Waits until every queued message is acknowledged (or `timeout`).
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaClientError> {
         self.producer.flush(timeout).map_err(|e| client_error(&self.bootstrap, "flushing", e))?;
+        let deliveries = self.producer.context();
+        let failed = deliveries.failed.load(std::sync::atomic::Ordering::Relaxed);
+        if failed > 0 {
+            let first = deliveries.first.lock().ok().and_then(|f| f.clone()).unwrap_or_default();
+            return Err(KafkaClientError::Client {
+                bootstrap: self.bootstrap.clone(),
+                what: "producing".into(),
+                message: format!("{failed} messages were not delivered (the first: {first})"),
+            });
+        }
         match self.producer.in_flight_count() {
             0 => Ok(()),
             n => Err(KafkaClientError::Client {

@@ -38,9 +38,33 @@ pub struct ProduceArgs {
     /// Skip the first N events of the stream (publish a continuation).
     #[arg(long, default_value_t = 0)]
     skip: u64,
+    /// Publish at most this many events per second, paced evenly (0: as
+    /// fast as the broker takes them). A load generator for a running job.
+    #[arg(long, default_value_t = 0, value_name = "EVENTS_PER_S")]
+    rate: u64,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Paces a stream of sends to `rate` per second from `start`.
+struct Pace {
+    start: Instant,
+    rate: u64,
+}
+
+impl Pace {
+    /// Waits until the `sent`th event is due (checked every 100 events, so
+    /// the wait is one sleep per batch rather than one per message).
+    fn wait_for(&self, sent: u64) {
+        if self.rate == 0 || !sent.is_multiple_of(100) {
+            return;
+        }
+        let due = self.start + Duration::from_secs_f64(sent as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
 }
 
 /// FNV-1a over the key: a partitioner whose choice never changes with a
@@ -66,7 +90,11 @@ pub fn main(args: ProduceArgs) -> Exit {
         Err(e) => return out.refuse(e),
     };
     let mut per_partition = vec![0u64; args.partitions as usize];
-    for (id, event) in (0..args.skip + args.events).zip(events(args.seed, args.accounts)).skip(args.skip as usize) {
+    let pace = Pace { start: Instant::now(), rate: args.rate };
+    for (sent, (id, event)) in
+        (0..args.skip + args.events).zip(events(args.seed, args.accounts)).skip(args.skip as usize).enumerate()
+    {
+        pace.wait_for(sent as u64);
         let partition = partition_of(&event.account, args.partitions);
         let message = json!({"id": id, "time": event.time, "account": event.account, "amount": event.amount});
         if let Err(e) = writer.send(&args.topic, partition, event.account.as_bytes(), message.to_string().as_bytes()) {
@@ -88,6 +116,7 @@ pub fn main(args: ProduceArgs) -> Exit {
         "first_id": args.skip,
         "per_partition": per_partition,
         "seconds": seconds,
+        "rate": (args.rate > 0).then_some(args.rate),
     });
     let text = || {
         format!("published {} events to {} ({} partitions) in {seconds:.1} s", args.events, args.topic, args.partitions)
@@ -98,6 +127,16 @@ pub fn main(args: ProduceArgs) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paced_stream_waits_for_each_batch_and_an_unpaced_one_never() {
+        let pace = Pace { start: Instant::now(), rate: 1000 };
+        pace.wait_for(200);
+        assert!(pace.start.elapsed() >= Duration::from_millis(200), "200 events at 1000/s take 0.2 s");
+        let unpaced = Pace { start: Instant::now(), rate: 0 };
+        unpaced.wait_for(1_000_000);
+        assert!(unpaced.start.elapsed() < Duration::from_millis(100));
+    }
 
     #[test]
     fn the_partitioner_is_fixed_by_its_definition() {
