@@ -1014,6 +1014,22 @@ fn collected_early_bounded(services: &BTreeMap<String, String>) -> Result<(), Fa
     if waiting.iter().any(|ck| *ck <= newest_eligible) {
         return Err(fail(format!("an eligible checkpoint was only collected: {waiting:?} of {eligible:?}")));
     }
+    // Every checkpoint the cycle audits was collected before the first audit
+    // was published: slow references ahead of one do not leave its evidence
+    // to the job's retention.
+    let events = std::fs::read_to_string(audit.state.join("events.ndjson")).map_err(fail)?;
+    let events: Vec<Json> = events.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let first_published = events.iter().position(|e| e["event"] == "audit-published").unwrap_or(events.len());
+    let ahead: Vec<u64> = events[..first_published]
+        .iter()
+        .filter(|e| e["event"] == "collected-ahead")
+        .filter_map(|e| e["checkpoint"].as_u64())
+        .collect();
+    if eligible.len() < 2 || eligible.iter().any(|ck| !ahead.contains(ck)) {
+        return Err(fail(format!(
+            "the cycle's checkpoints {eligible:?} were not all collected before its first audit was published: {ahead:?}"
+        )));
+    }
     live.stop()?;
     std::fs::remove_file(&mark).map_err(fail)?;
     catch_up(&audit, &live)?;

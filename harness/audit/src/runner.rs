@@ -105,6 +105,8 @@ pub struct Runner<'a> {
     cycle: u64,
     /// Checkpoints eligible when the current cycle began.
     eligible: BTreeSet<u64>,
+    /// The checkpoints the current cycle audits.
+    listed: BTreeSet<u64>,
     _lock: RunnerLock,
 }
 
@@ -127,6 +129,7 @@ impl<'a> Runner<'a> {
             ledger,
             cycle,
             eligible: BTreeSet::new(),
+            listed: BTreeSet::new(),
             _lock: lock,
         };
         runner.ledger.runner.pid = std::process::id();
@@ -213,6 +216,14 @@ impl<'a> Runner<'a> {
             note: None,
         };
         let mut end = CycleEnd::Done { attempted: 0, discrepancies: 0 };
+        self.listed = list.iter().copied().collect();
+        let list = match self.collect_ahead(&list, progress)? {
+            true => list,
+            false => {
+                end = CycleEnd::Interrupted;
+                Vec::new()
+            }
+        };
         for ck in list {
             if let Some(why) = self.over_budget(ck) {
                 self.ledger.runner.budget_blocked = Some(why.clone());
@@ -221,7 +232,11 @@ impl<'a> Runner<'a> {
                 break;
             }
             self.ledger.runner.budget_blocked = None;
-            let interrupted = !self.audit(ck, true, progress)?;
+            // Collection ahead may already have decided it (expired, a gap):
+            // one attempt per cycle.
+            let rec = &self.ledger.audits[&ck];
+            let decided_ahead = rec.open_attempt().is_none() && rec.attempted_in(self.cycle);
+            let interrupted = !decided_ahead && !self.audit(ck, true, progress)?;
             let rec = &self.ledger.audits[&ck];
             let last = rec.attempts.last();
             record.audits.push(CycleAudit {
@@ -701,6 +716,37 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
+    /// Collects, before auditing any, the checkpoints this cycle audits: the
+    /// job's retention does not wait for the audits ahead of one (a cycle of
+    /// slow references once let the captures of its last checkpoints be
+    /// purged). A windowed audit is collected when its turn comes, since its
+    /// increment starts from the state the audit before it leaves; before
+    /// the shape is known, only checkpoints whose whole lineage is within
+    /// reach are collected ahead (a windowed one's first audits are whole
+    /// lineages). Stops at the disk budget (the cycle then says so); false
+    /// when interrupted.
+    fn collect_ahead(&mut self, list: &[u64], progress: &mut dyn RunProgress) -> Result<bool, RunError> {
+        let ahead: Vec<u64> = match self.ledger.shape {
+            Shape::RecordWise => list.to_vec(),
+            Shape::Unknown => list.iter().copied().filter(|ck| *ck as usize <= MAX_REACH_BACK).collect(),
+            Shape::Windowed => Vec::new(),
+        };
+        for ck in ahead {
+            if self.over_budget(ck).is_some() {
+                break;
+            }
+            let collected = self.ledger.audits[&ck].open_attempt().is_some_and(|a| a.done(Step::Collect).is_some());
+            if collected {
+                continue;
+            }
+            self.event("collected-ahead", json!({"checkpoint": ck}));
+            if !self.audit(ck, false, progress)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// A checkpoint completed since the cycle began: collect it now, before
     /// the job's retention purges what bounds it; it is audited next cycle.
     fn collect_new_checkpoints(&mut self, progress: &mut dyn RunProgress) -> Result<(), RunError> {
@@ -716,6 +762,7 @@ impl<'a> Runner<'a> {
                 .ledger
                 .audits
                 .values()
+                .filter(|r| !self.listed.contains(&r.checkpoint))
                 .filter(|r| r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some()))
                 .count();
             if waiting >= MAX_COLLECTED_EARLY {
