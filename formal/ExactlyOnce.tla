@@ -90,7 +90,8 @@ Bugs == {"none",
          "orphan_left_to_init",            \* the open leaves an undecided orphan to init_transactions
          "open_skips_restore_zero",        \* the open settles nothing and arms nothing at restore point 0
          "restore_from_completed",         \* the restore takes the newest COMPLETED marker
-         "advance_before_confirmed_put"}   \* memory's confirmed point advances before the CONFIRMED put
+         "advance_before_confirmed_put",   \* memory's confirmed point advances before the CONFIRMED put
+         "no_fencing"}                     \* a worker acts on frames of a superseded coordinator
 
 \* The guards an accepted mutant may name (mutants/expected.txt), each the
 \* invariant of the same name and the rule that establishes it:
@@ -208,7 +209,10 @@ VARIABLES
     lostRcpt,    \* [Sinks -> Nat]: a commit the old incarnation executed, receipt not yet written
     \* ---------------- fault budgets spent ----------------
     walkStops,   \* walks cancelled or exhausted early
-    lostRunning  \* workers declared lost while running
+    lostRunning, \* workers declared lost while running
+    \* ---------------- a superseded coordinator's frames ----------------
+    zTrig,       \* a TriggerCheckpoint of a superseded coordinator still on its way
+    staleActed   \* ghost: a subtask acted on a frame of a superseded coordinator
 
 disk   == <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored>>
 coord  == <<phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
@@ -221,7 +225,8 @@ kcoord == <<confPt, confPut, walkC, walkOk, walkBad>>
 ktasks == <<kst, rcptDue, confirmDue, supp, openSt>>
 lost   == <<lostQ, lostRcpt>>
 kfaults == <<walkStops, lostRunning>>
-kvars  == <<kdisk, broker, kcoord, ktasks, lost, kfaults>>
+zombie == <<zTrig, staleActed>>
+kvars  == <<kdisk, broker, kcoord, ktasks, lost, kfaults, zombie>>
 vars   == <<disk, input, zPuts, coord, tasks, faults, kvars>>
 
 -----------------------------------------------------------------------------
@@ -353,6 +358,8 @@ KInit ==
     /\ lostRcpt = [s \in Sinks |-> 0]
     /\ walkStops = 0
     /\ lostRunning = 0
+    /\ zTrig = FALSE
+    /\ staleActed = FALSE
 
 -----------------------------------------------------------------------------
 (* Initial state: a fresh start.  No job directory, no RESTORED record,    *)
@@ -781,7 +788,8 @@ JobFails ==
     /\ lostQ' = [s \in Sinks |-> <<>>]
     /\ lostRcpt' = [s \in Sinks |-> 0]
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
-                   lastTrig, runRestore, restoreTo, restarts, faults, kdisk, broker, kfaults>>
+                   lastTrig, runRestore, restoreTo, restarts, faults, kdisk, broker, kfaults,
+                   zombie>>
 
 \* MUTANT sail_on_without_budget: with the budget spent, the failed
 \* checkpoint is forgotten and the job runs on.
@@ -817,7 +825,7 @@ Die ==
     /\ deaths' = deaths + 1
     /\ ProcessGone
     /\ UNCHANGED <<disk, input, zPuts, runRestore, supersessions, snapFails, taskErrors,
-                   kdisk, broker, kfaults>>
+                   kdisk, broker, kfaults, zombie>>
 
 \* Fault: a second `clink run` over the same checkpoint directory takes the
 \* job over while this one is still alive (a supervisor gave up on it).  The
@@ -837,9 +845,12 @@ Supersede ==
     /\ supersessions < MaxSupersede
     /\ supersessions' = supersessions + 1
     /\ zPuts' = IF pipeStage = "decided" THEN zPuts \cup {<<pipeC, dlv[pipeC]>>} ELSE zPuts
+    \* The commit-confirmed family: a running coordinator's trigger loop may
+    \* still send one TriggerCheckpoint under its superseded epoch.
+    /\ zTrig' = (Family = "confirmed" /\ phase = "running")
     /\ ProcessGone
     /\ UNCHANGED <<disk, input, runRestore, deaths, snapFails, taskErrors,
-                   kdisk, broker, kfaults>>
+                   kdisk, broker, kfaults, staleActed>>
 
 \* A superseded coordinator's COMPLETED put lands, at any later time
 \* (engine/src/runtime/coordinator.rs, Coordinator::write_marker, in the
@@ -967,7 +978,7 @@ KSinkPrepare(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, comC, commitQ, committedC, deaths,
                    supersessions, snapFails, taskErrors, receipt, confMarks, unres, confPt,
                    confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt,
-                   lostQ, lostRcpt, walkStops, lostRunning>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* Step 5 when the snapshot write fails: the sink aborts transaction c and
 \* acks ok=false.
@@ -987,7 +998,7 @@ KSinkPrepareFails(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, comC, commitQ, committedC,
                    deaths, supersessions, taskErrors, receipt, confMarks, unres, curTxn,
                    hollow, confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* Step 9 for a Kafka sink, SinkCommit: commit_transaction for c, executed by
 \* the broker.  Next state: sink.between_commit_and_receipt@c.
@@ -1009,7 +1020,7 @@ KSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* SinkReceipt: the commit receipt receipts/<s>/<c> made durable the instant
 \* the broker acknowledged the commit.  Next state: sink.after_external_commit@c.
@@ -1029,7 +1040,7 @@ SinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* SinkFinish: the tail of the commit callback erases the handle and
 \* resolves the open transaction, which frees the task thread for the next
@@ -1053,7 +1064,7 @@ SinkFinish(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, rcptDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* SinkConfirm: the worker sends CommitConfirmed(c) once the callback has
 \* returned; the coordinator counts it unless a restart has begun.
@@ -1072,7 +1083,7 @@ SinkConfirm(s) ==
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* WriteConfirmed: every sink confirmed c (the state before it is fault point
 \* coordinator.before_confirmed_marker@c); the hold takes c out of tracking
@@ -1097,7 +1108,7 @@ WriteConfirmed ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt, unres,
                    curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* AdvanceConfirmed: the second hold advances the in-memory confirmed restore
 \* point behind the durable marker.  A restart or a death in between leaves
@@ -1119,7 +1130,7 @@ AdvanceConfirmed ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, unres, curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* The restart's drain ends (the recoverable RestartDrained) and the restart
 \* is held for in-doubt resolution (RestartProceeds): the walk starts above
@@ -1141,7 +1152,7 @@ KRestartDrained ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
-                   confPt, lostQ, lostRcpt, walkStops, lostRunning>>
+                   confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* CoordRecovers for the family: a new process reads the markers once,
 \* seeds the confirmed restore point from the newest CONFIRMED marker, and
@@ -1158,7 +1169,7 @@ KCoordRecovers ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPut, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt,
-                   walkStops, lostRunning>>
+                   walkStops, lostRunning, zTrig, staleActed>>
 
 \* ---------------- the in-doubt walk ----------------
 \* Over the COMPLETED checkpoints above the confirmed restore point, in id
@@ -1187,7 +1198,7 @@ WalkSkips ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 ProvenBy(s, c) == c \in receipt[s] \/ (curTxn[s] = c /\ txnSt[s] = "committed")
 
@@ -1212,7 +1223,7 @@ WalkProbes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* The .unresolved markers an early stop at walkC leaves for sink s: every
 \* unreceipted handle of a completed checkpoint at or above it that the walk
@@ -1261,7 +1272,7 @@ WalkDecides ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, curTxn, txnSt,
                    hollow, confPut, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* WalkFinishes: nothing completed is left above; the restore point is the
 \* confirmed one.
@@ -1277,7 +1288,7 @@ WalkFinishes ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* Fault: WalkCancelled (the watchdog) or WalkExhausted (the broker stayed
 \* unreachable through every retry): an early stop at any step.
@@ -1293,7 +1304,7 @@ WalkCancelled ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks,
                    curTxn, txnSt, hollow, confPt, confPut, kst, rcptDue, confirmDue, supp,
-                   openSt, lostQ, lostRcpt, lostRunning>>
+                   openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed>>
 
 \* ---------------- the open ----------------
 \* A reopening Kafka sink settles its orphan, the transaction named by the
@@ -1322,7 +1333,7 @@ SinkDescribes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, lostQ, lostRcpt,
-                   walkStops, lostRunning>>
+                   walkStops, lostRunning, zTrig, staleActed>>
 
 \* SinkOpens: the orphan ended with an abort under its own identity (the
 \* broker takes the abort or an old incarnation's commit first, and the
@@ -1355,7 +1366,7 @@ KSinkOpens(s) ==
                    pipeStage, srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, confMarks, curTxn, hollow,
                    confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   lostQ, lostRcpt, walkStops, lostRunning>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
 
 \* ---------------- a worker declared lost and still running ----------------
 \* Fault: the coordinator declares the worker lost (heartbeat silence, an
@@ -1386,7 +1397,7 @@ WorkerLost ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
-                   confPt, walkStops>>
+                   confPt, walkStops, zTrig, staleActed>>
 
 \* The old incarnation executes a commit frame: the broker commits it if the
 \* transaction is still the id's newest and ongoing (not fenced by a
@@ -1410,7 +1421,7 @@ LostSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, walkStops,
-                   lostRunning>>
+                   lostRunning, zTrig, staleActed>>
 
 \* The old incarnation writes the receipt of a commit it executed.
 LostSinkReceipt(s) ==
@@ -1427,6 +1438,36 @@ LostSinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, walkStops,
+                   lostRunning, zTrig, staleActed>>
+
+\* ---------------- a superseded coordinator's barrier ----------------
+\* The superseded coordinator's TriggerCheckpoint reaches the worker that
+\* hosts the source, after the next leader redeployed the job.  The worker
+\* is bound to the leader's epoch and drops a frame from an epoch below it
+\* (Fenced).  Unfenced, the barrier runs through the job and a Kafka sink
+\* seals a transaction for it that no coordinator will ever commit: its
+\* task thread waits for that commit and prepares nothing more.
+StaleTrigger(s) ==
+    /\ Family = "confirmed"
+    /\ zTrig
+    /\ phase = "running"
+    /\ zTrig' = FALSE
+    /\ IF Bug = "no_fencing"
+          \* MUTANT: the worker acts on a frame of a superseded epoch.
+          THEN /\ SinkFree(s)
+               /\ pending[s] = {}
+               /\ curTxn' = [curTxn EXCEPT ![s] = 0]
+               /\ txnSt' = [txnSt EXCEPT ![s] = "ongoing"]
+               /\ pending' = [pending EXCEPT ![s] = {0}]
+               /\ staleActed' = TRUE
+          ELSE UNCHANGED <<curTxn, txnSt, pending, staleActed>>
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
+                   zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
+                   restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
+                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, commitQ,
+                   committedC, deaths, supersessions, snapFails, taskErrors, receipt,
+                   confMarks, unres, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
+                   rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
                    lostRunning>>
 
 \* ---------------- one protocol, two families ----------------
@@ -1505,7 +1546,7 @@ Faults ==
     \/ \E s \in Sinks : SinkPrepareFails(s)
     \/ WalkCancelled
     \/ WorkerLost
-    \/ \E s \in Sinks : LostSinkCommit(s) \/ LostSinkReceipt(s)
+    \/ \E s \in Sinks : LostSinkCommit(s) \/ LostSinkReceipt(s) \/ StaleTrigger(s)
 
 Next == Progress \/ Faults \/ Done
 
@@ -1544,6 +1585,7 @@ TypeOK ==
     /\ supp \in [Sinks -> SUBSET Positions]
     /\ openSt \in [Sinks -> {"fresh", "none", "gone", "ongoing", "committed", "aborted"}]
     /\ walkStops <= MaxWalkStops /\ lostRunning <= MaxLostRunning
+    /\ zTrig \in BOOLEAN /\ staleActed \in BOOLEAN
 
 \* Position p reached sink s with rows (it is owed to the output).
 Owed(s, p) == input[s][p] # "empty"
@@ -1633,6 +1675,9 @@ ConfirmedMeansCommitted ==
 \* from the disk; the purge it would allow is not modelled, so the order is
 \* held here).
 ConfirmedMemoryOnDisk == confPt = 0 \/ confPt \in confMarks
+
+\* No subtask acted on a frame from a superseded coordinator.
+Fenced == ~staleActed
 
 \* Guard: until a Kafka sink has opened in the deploy that restores from R,
 \* every transaction committed at the broker above R of that sink has a
