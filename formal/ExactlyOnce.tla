@@ -91,7 +91,8 @@ Bugs == {"none",
          "open_skips_restore_zero",        \* the open settles nothing and arms nothing at restore point 0
          "restore_from_completed",         \* the restore takes the newest COMPLETED marker
          "advance_before_confirmed_put",   \* memory's confirmed point advances before the CONFIRMED put
-         "no_fencing"}                     \* a worker acts on frames of a superseded coordinator
+         "no_fencing",                     \* a worker acts on frames of a superseded coordinator
+         "confirm_before_commit"}          \* CommitConfirmed is sent when the commit frame is taken
 
 \* The guards an accepted mutant may name (mutants/expected.txt), each the
 \* invariant of the same name and the rule that establishes it:
@@ -1069,7 +1070,11 @@ SinkFinish(s) ==
 \* SinkConfirm: the worker sends CommitConfirmed(c) once the callback has
 \* returned; the coordinator counts it unless a restart has begun.
 SinkConfirm(s) ==
-    LET c == confirmDue[s] IN
+    LET early == /\ Bug = "confirm_before_commit"
+                 /\ comC[s] # 0 /\ kst[s] = "taken" /\ s \notin committedC[comC[s]]
+        \* MUTANT: the confirmation goes out as the commit frame is taken.
+        c == IF early THEN comC[s] ELSE confirmDue[s]
+    IN
     /\ Family = "confirmed"
     /\ phase \in TasksRun
     /\ c # 0
