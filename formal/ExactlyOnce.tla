@@ -115,7 +115,7 @@ ASSUME {MaxDeaths, MaxSupersede, MaxSnapFails, RestartBudget, MaxTaskErrors, Max
 \* never finds an interval empty; the walk and a lost worker left running are
 \* the commit-confirmed family's.
 ASSUME Family = "confirmed" => MaxEmpty = 0
-ASSUME Family = "recoverable" => MaxWalkStops = 0 /\ MaxLostRunning = 0
+ASSUME Family = "recoverable" => MaxWalkStops = 0
 ASSUME Sinks # {}
 
 Guarded(g) == g \notin Unguarded
@@ -208,6 +208,7 @@ VARIABLES
     \* ---------------- a worker declared lost and still running ----------------
     lostQ,       \* [Sinks -> Seq(Ids)]: commit frames on the old incarnation's wire
     lostRcpt,    \* [Sinks -> Nat]: a commit the old incarnation executed, receipt not yet written
+    lostPend,    \* [Sinks -> SUBSET Ids]: the handles a recoverable old incarnation still holds
     \* ---------------- fault budgets spent ----------------
     walkStops,   \* walks cancelled or exhausted early
     lostRunning, \* workers declared lost while running
@@ -224,7 +225,7 @@ kdisk  == <<receipt, confMarks, unres>>
 broker == <<curTxn, txnSt, hollow>>
 kcoord == <<confPt, confPut, walkC, walkOk, walkBad>>
 ktasks == <<kst, rcptDue, confirmDue, supp, openSt>>
-lost   == <<lostQ, lostRcpt>>
+lost   == <<lostQ, lostRcpt, lostPend>>
 kfaults == <<walkStops, lostRunning>>
 zombie == <<zTrig, staleActed>>
 kvars  == <<kdisk, broker, kcoord, ktasks, lost, kfaults, zombie>>
@@ -357,6 +358,7 @@ KInit ==
     /\ openSt = [s \in Sinks |-> "fresh"]
     /\ lostQ = [s \in Sinks |-> <<>>]
     /\ lostRcpt = [s \in Sinks |-> 0]
+    /\ lostPend = [s \in Sinks |-> {}]
     /\ walkStops = 0
     /\ lostRunning = 0
     /\ zTrig = FALSE
@@ -788,6 +790,7 @@ JobFails ==
     /\ KCoordGone
     /\ lostQ' = [s \in Sinks |-> <<>>]
     /\ lostRcpt' = [s \in Sinks |-> 0]
+    /\ lostPend' = [s \in Sinks |-> {}]
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
                    lastTrig, runRestore, restoreTo, restarts, faults, kdisk, broker, kfaults,
                    zombie>>
@@ -817,6 +820,7 @@ ProcessGone ==
     /\ KCoordGone
     /\ lostQ' = [s \in Sinks |-> <<>>]
     /\ lostRcpt' = [s \in Sinks |-> 0]
+    /\ lostPend' = [s \in Sinks |-> {}]
 
 \* Fault: the process dies (SIGKILL at any fault point, or any step), or a
 \* failed job's process exits and is run again.  Only the disk survives.
@@ -979,7 +983,7 @@ KSinkPrepare(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, comC, commitQ, committedC, deaths,
                    supersessions, snapFails, taskErrors, receipt, confMarks, unres, confPt,
                    confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt,
-                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* Step 5 when the snapshot write fails: the sink aborts transaction c and
 \* acks ok=false.
@@ -999,7 +1003,7 @@ KSinkPrepareFails(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, comC, commitQ, committedC,
                    deaths, supersessions, taskErrors, receipt, confMarks, unres, curTxn,
                    hollow, confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* Step 9 for a Kafka sink, SinkCommit: commit_transaction for c, executed by
 \* the broker.  Next state: sink.between_commit_and_receipt@c.
@@ -1021,7 +1025,7 @@ KSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* SinkReceipt: the commit receipt receipts/<s>/<c> made durable the instant
 \* the broker acknowledged the commit.  Next state: sink.after_external_commit@c.
@@ -1041,7 +1045,7 @@ SinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* SinkFinish: the tail of the commit callback erases the handle and
 \* resolves the open transaction, which frees the task thread for the next
@@ -1065,7 +1069,7 @@ SinkFinish(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, rcptDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* SinkConfirm: the worker sends CommitConfirmed(c) once the callback has
 \* returned; the coordinator counts it unless a restart has begun.
@@ -1088,7 +1092,7 @@ SinkConfirm(s) ==
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* WriteConfirmed: every sink confirmed c (the state before it is fault point
 \* coordinator.before_confirmed_marker@c); the hold takes c out of tracking
@@ -1113,7 +1117,7 @@ WriteConfirmed ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt, unres,
                    curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* AdvanceConfirmed: the second hold advances the in-memory confirmed restore
 \* point behind the durable marker.  A restart or a death in between leaves
@@ -1135,7 +1139,7 @@ AdvanceConfirmed ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, unres, curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* The restart's drain ends (the recoverable RestartDrained) and the restart
 \* is held for in-doubt resolution (RestartProceeds): the walk starts above
@@ -1157,7 +1161,7 @@ KRestartDrained ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
-                   confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* CoordRecovers for the family: a new process reads the markers once,
 \* seeds the confirmed restore point from the newest CONFIRMED marker, and
@@ -1174,7 +1178,7 @@ KCoordRecovers ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPut, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt,
-                   walkStops, lostRunning, zTrig, staleActed>>
+                   walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* ---------------- the in-doubt walk ----------------
 \* Over the COMPLETED checkpoints above the confirmed restore point, in id
@@ -1203,7 +1207,7 @@ WalkSkips ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 ProvenBy(s, c) == c \in receipt[s] \/ (curTxn[s] = c /\ txnSt[s] = "committed")
 
@@ -1228,7 +1232,7 @@ WalkProbes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* The .unresolved markers an early stop at walkC leaves for sink s: every
 \* unreceipted handle of a completed checkpoint at or above it that the walk
@@ -1277,7 +1281,7 @@ WalkDecides ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, curTxn, txnSt,
                    hollow, confPut, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* WalkFinishes: nothing completed is left above; the restore point is the
 \* confirmed one.
@@ -1293,7 +1297,7 @@ WalkFinishes ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* Fault: WalkCancelled (the watchdog) or WalkExhausted (the broker stayed
 \* unreachable through every retry): an early stop at any step.
@@ -1309,7 +1313,7 @@ WalkCancelled ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks,
                    curTxn, txnSt, hollow, confPt, confPut, kst, rcptDue, confirmDue, supp,
-                   openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed>>
+                   openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed, lostPend>>
 
 \* ---------------- the open ----------------
 \* A reopening Kafka sink settles its orphan, the transaction named by the
@@ -1338,7 +1342,7 @@ SinkDescribes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, lostQ, lostRcpt,
-                   walkStops, lostRunning, zTrig, staleActed>>
+                   walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* SinkOpens: the orphan ended with an abort under its own identity (the
 \* broker takes the abort or an old incarnation's commit first, and the
@@ -1371,7 +1375,7 @@ KSinkOpens(s) ==
                    pipeStage, srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, confMarks, curTxn, hollow,
                    confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* ---------------- a worker declared lost and still running ----------------
 \* Fault: the coordinator declares the worker lost (heartbeat silence, an
@@ -1381,7 +1385,7 @@ KSinkOpens(s) ==
 \* already on its wire (the one taken and not executed, and the queued ones)
 \* and a receipt it owes, and executes them later; it prepares nothing
 \* more.  Budget MaxLostRunning.
-WorkerLost ==
+KWorkerLost ==
     /\ Family = "confirmed"
     /\ phase = "running"
     /\ pipeC = 0
@@ -1402,12 +1406,12 @@ WorkerLost ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
-                   confPt, walkStops, zTrig, staleActed>>
+                   confPt, walkStops, zTrig, staleActed, lostPend>>
 
 \* The old incarnation executes a commit frame: the broker commits it if the
 \* transaction is still the id's newest and ongoing (not fenced by a
 \* reopened sink's init, nor aborted by its open); a refused commit ends it.
-LostSinkCommit(s) ==
+KLostSinkCommit(s) ==
     LET c == Head(lostQ[s])
         ok == curTxn[s] = c /\ txnSt[s] = "ongoing"
     IN
@@ -1426,7 +1430,7 @@ LostSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* The old incarnation writes the receipt of a commit it executed.
 LostSinkReceipt(s) ==
@@ -1443,7 +1447,7 @@ LostSinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, walkStops,
-                   lostRunning, zTrig, staleActed>>
+                   lostRunning, zTrig, staleActed, lostPend>>
 
 \* ---------------- a superseded coordinator's barrier ----------------
 \* The superseded coordinator's TriggerCheckpoint reaches the worker that
@@ -1473,7 +1477,57 @@ StaleTrigger(s) ==
                    committedC, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning>>
+                   lostRunning, lostPend>>
+
+\* The recoverable family's worker declared lost and still running.  The
+\* coordinator drops the process's frames and, since nothing of the session
+\* can complete any more, chooses the restore point at once and redeploys.
+\* The old incarnation of each sink keeps its in-memory handles (lostPend)
+\* and the commit frames on its wire; its staged files stay where they are.
+RWorkerLost ==
+    /\ Family = "recoverable"
+    /\ phase = "running"
+    /\ pipeC = 0
+    /\ lostRunning < MaxLostRunning
+    /\ lostRunning' = lostRunning + 1
+    /\ lostQ' = [s \in Sinks |-> (IF comC[s] # 0 THEN <<comC[s]>> ELSE <<>>) \o commitQ[s]]
+    /\ lostPend' = pending
+    /\ phase' = "deploying"
+    /\ restoreTo' = RestorePoint(FALSE)
+    /\ runBase' = 0
+    /\ ResetDeploy
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
+                   zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
+                   snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
+                   confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp,
+                   openSt, lostRcpt, walkStops, zTrig, staleActed>>
+
+\* The old incarnation executes a commit frame (StagedFileSink::commit): it
+\* renames out of .staged/ the handles it holds up to c whose files are
+\* still there; one the reopened sink already re-committed or deleted is
+\* gone, and its rename does nothing.
+RLostSinkCommit(s) ==
+    LET c == Head(lostQ[s])
+        H == {h \in lostPend[s] : h <= c} \cap staged[s]
+    IN
+    /\ Family = "recoverable"
+    /\ phase # "down"
+    /\ lostQ[s] # <<>>
+    /\ lostQ' = [lostQ EXCEPT ![s] = Tail(@)]
+    /\ published' = [published EXCEPT ![s] = @ \cup H]
+    /\ staged' = [staged EXCEPT ![s] = @ \ H]
+    /\ lostPend' = [lostPend EXCEPT ![s] = {h \in @ : h > c}]
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, phase,
+                   runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
+                   failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
+                   srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
+                   deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
+                   curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
+                   rcptDue, confirmDue, supp, openSt, lostRcpt, walkStops, lostRunning,
+                   zTrig, staleActed>>
+
+WorkerLost == IF Family = "recoverable" THEN RWorkerLost ELSE KWorkerLost
+LostSinkCommit(s) == IF Family = "recoverable" THEN RLostSinkCommit(s) ELSE KLostSinkCommit(s)
 
 \* ---------------- one protocol, two families ----------------
 SinkPrepare(s) == IF Family = "recoverable" THEN RSinkPrepare(s) ELSE KSinkPrepare(s)
