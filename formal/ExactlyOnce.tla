@@ -1158,9 +1158,16 @@ KRestartDrained ==
     /\ walkC' = confPt + 1
     /\ walkOk' = {}
     /\ walkBad' = {}
+    \* A cancelled Kafka sink leaves its prepared transaction open at the
+    \* broker (the walk or the reopened sink's fence decides it).
+    /\ txnSt' = IF Bug = "close_aborts_prepared"
+                   \* MUTANT: the cancelled sink aborts what it holds prepared.
+                   THEN [s \in Sinks |-> IF pending[s] # {} /\ txnSt[s] = "ongoing"
+                                          THEN "aborted" ELSE txnSt[s]]
+                   ELSE txnSt
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
-                   snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
+                   snapFails, taskErrors, receipt, confMarks, unres, curTxn, hollow,
                    confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
 
 \* CoordRecovers for the family: a new process reads the markers once,
