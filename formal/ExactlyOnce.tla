@@ -54,7 +54,8 @@ CONSTANTS
     MaxTaskErrors,  \* fault budget: subtask errors (a Failed frame) that restart the job
     MaxEmpty,       \* (sink, position) pairs whose interval brought the sink no rows
     MaxWalkStops,   \* fault budget: in-doubt walks cancelled or exhausted early ("confirmed")
-    MaxLostRunning, \* fault budget: workers declared lost while still running ("confirmed")
+    MaxLostRunning, \* fault budget: workers declared lost while still running
+    MaxExpiries,    \* fault budget: broker transactions that expire ("confirmed")
     Family,         \* "recoverable" or "confirmed"
     Bug,            \* "none", or the name of one mutant
     Unguarded       \* a subset of Guards: guards taken out (see Guards)
@@ -92,7 +93,8 @@ Bugs == {"none",
          "restore_from_completed",         \* the restore takes the newest COMPLETED marker
          "advance_before_confirmed_put",   \* memory's confirmed point advances before the CONFIRMED put
          "no_fencing",                     \* a worker acts on frames of a superseded coordinator
-         "confirm_before_commit"}          \* CommitConfirmed is sent when the commit frame is taken
+         "confirm_before_commit",          \* CommitConfirmed is sent when the commit frame is taken
+         "refused_commit_ignored"}         \* a commit the broker refused is taken as done
 
 \* The guards an accepted mutant may name (mutants/expected.txt), each the
 \* invariant of the same name and the rule that establishes it:
@@ -110,12 +112,12 @@ ASSUME Bug \in Bugs
 ASSUME Unguarded \subseteq Guards
 ASSUME MaxCkpt \in Nat /\ MaxInFlight \in Nat \ {0}
 ASSUME {MaxDeaths, MaxSupersede, MaxSnapFails, RestartBudget, MaxTaskErrors, MaxEmpty,
-        MaxWalkStops, MaxLostRunning} \subseteq Nat
+        MaxWalkStops, MaxLostRunning, MaxExpiries} \subseteq Nat
 \* A Kafka sink seals a transaction at every barrier, records or none, so it
 \* never finds an interval empty; the walk and a lost worker left running are
 \* the commit-confirmed family's.
 ASSUME Family = "confirmed" => MaxEmpty = 0
-ASSUME Family = "recoverable" => MaxWalkStops = 0
+ASSUME Family = "recoverable" => MaxWalkStops = 0 /\ MaxExpiries = 0
 ASSUME Sinks # {}
 
 Guarded(g) == g \notin Unguarded
@@ -212,6 +214,7 @@ VARIABLES
     \* ---------------- fault budgets spent ----------------
     walkStops,   \* walks cancelled or exhausted early
     lostRunning, \* workers declared lost while running
+    expiries,    \* broker transactions expired
     \* ---------------- a superseded coordinator's frames ----------------
     zTrig,       \* a TriggerCheckpoint of a superseded coordinator still on its way
     staleActed   \* ghost: a subtask acted on a frame of a superseded coordinator
@@ -226,7 +229,7 @@ broker == <<curTxn, txnSt, hollow>>
 kcoord == <<confPt, confPut, walkC, walkOk, walkBad>>
 ktasks == <<kst, rcptDue, confirmDue, supp, openSt>>
 lost   == <<lostQ, lostRcpt, lostPend>>
-kfaults == <<walkStops, lostRunning>>
+kfaults == <<walkStops, lostRunning, expiries>>
 zombie == <<zTrig, staleActed>>
 kvars  == <<kdisk, broker, kcoord, ktasks, lost, kfaults, zombie>>
 vars   == <<disk, input, zPuts, coord, tasks, faults, kvars>>
@@ -361,6 +364,7 @@ KInit ==
     /\ lostPend = [s \in Sinks |-> {}]
     /\ walkStops = 0
     /\ lostRunning = 0
+    /\ expiries = 0
     /\ zTrig = FALSE
     /\ staleActed = FALSE
 
@@ -983,7 +987,7 @@ KSinkPrepare(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, comC, commitQ, committedC, deaths,
                    supersessions, snapFails, taskErrors, receipt, confMarks, unres, confPt,
                    confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt,
-                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* Step 5 when the snapshot write fails: the sink aborts transaction c and
 \* acks ok=false.
@@ -1003,7 +1007,7 @@ KSinkPrepareFails(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, comC, commitQ, committedC,
                    deaths, supersessions, taskErrors, receipt, confMarks, unres, curTxn,
                    hollow, confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* Step 9 for a Kafka sink, SinkCommit: commit_transaction for c, executed by
 \* the broker.  Next state: sink.between_commit_and_receipt@c.
@@ -1025,7 +1029,7 @@ KSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* SinkReceipt: the commit receipt receipts/<s>/<c> made durable the instant
 \* the broker acknowledged the commit.  Next state: sink.after_external_commit@c.
@@ -1045,7 +1049,7 @@ SinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* SinkFinish: the tail of the commit callback erases the handle and
 \* resolves the open transaction, which frees the task thread for the next
@@ -1069,7 +1073,7 @@ SinkFinish(s) ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, rcptDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* SinkConfirm: the worker sends CommitConfirmed(c) once the callback has
 \* returned; the coordinator counts it unless a restart has begun.
@@ -1092,7 +1096,7 @@ SinkConfirm(s) ==
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* WriteConfirmed: every sink confirmed c (the state before it is fault point
 \* coordinator.before_confirmed_marker@c); the hold takes c out of tracking
@@ -1117,7 +1121,7 @@ WriteConfirmed ==
                    pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt, unres,
                    curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* AdvanceConfirmed: the second hold advances the in-memory confirmed restore
 \* point behind the durable marker.  A restart or a death in between leaves
@@ -1139,7 +1143,7 @@ AdvanceConfirmed ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, unres, curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* The restart's drain ends (the recoverable RestartDrained) and the restart
 \* is held for in-doubt resolution (RestartProceeds): the walk starts above
@@ -1168,7 +1172,7 @@ KRestartDrained ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, hollow,
-                   confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   confPt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* CoordRecovers for the family: a new process reads the markers once,
 \* seeds the confirmed restore point from the newest CONFIRMED marker, and
@@ -1185,7 +1189,7 @@ KCoordRecovers ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPut, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt,
-                   walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* ---------------- the in-doubt walk ----------------
 \* Over the COMPLETED checkpoints above the confirmed restore point, in id
@@ -1214,7 +1218,7 @@ WalkSkips ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 ProvenBy(s, c) == c \in receipt[s] \/ (curTxn[s] = c /\ txnSt[s] = "committed")
 
@@ -1239,7 +1243,7 @@ WalkProbes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* The .unresolved markers an early stop at walkC leaves for sink s: every
 \* unreceipted handle of a completed checkpoint at or above it that the walk
@@ -1288,7 +1292,7 @@ WalkDecides ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, curTxn, txnSt,
                    hollow, confPut, kst, rcptDue, confirmDue, supp, openSt, lostQ,
-                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* WalkFinishes: nothing completed is left above; the restore point is the
 \* confirmed one.
@@ -1304,7 +1308,7 @@ WalkFinishes ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkOk, walkBad, kst, rcptDue,
-                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* Fault: WalkCancelled (the watchdog) or WalkExhausted (the broker stayed
 \* unreachable through every retry): an early stop at any step.
@@ -1320,7 +1324,7 @@ WalkCancelled ==
                    srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks,
                    curTxn, txnSt, hollow, confPt, confPut, kst, rcptDue, confirmDue, supp,
-                   openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed, lostPend>>
+                   openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* ---------------- the open ----------------
 \* A reopening Kafka sink settles its orphan, the transaction named by the
@@ -1349,7 +1353,7 @@ SinkDescribes(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, lostQ, lostRcpt,
-                   walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* SinkOpens: the orphan ended with an abort under its own identity (the
 \* broker takes the abort or an old incarnation's commit first, and the
@@ -1382,7 +1386,7 @@ KSinkOpens(s) ==
                    pipeStage, srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, confMarks, curTxn, hollow,
                    confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
-                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+                   lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* ---------------- a worker declared lost and still running ----------------
 \* Fault: the coordinator declares the worker lost (heartbeat silence, an
@@ -1413,7 +1417,7 @@ KWorkerLost ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
-                   confPt, walkStops, zTrig, staleActed, lostPend>>
+                   confPt, walkStops, zTrig, staleActed, lostPend, expiries>>
 
 \* The old incarnation executes a commit frame: the broker commits it if the
 \* transaction is still the id's newest and ongoing (not fenced by a
@@ -1437,7 +1441,7 @@ KLostSinkCommit(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* The old incarnation writes the receipt of a commit it executed.
 LostSinkReceipt(s) ==
@@ -1454,7 +1458,7 @@ LostSinkReceipt(s) ==
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, walkStops,
-                   lostRunning, zTrig, staleActed, lostPend>>
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* ---------------- a superseded coordinator's barrier ----------------
 \* The superseded coordinator's TriggerCheckpoint reaches the worker that
@@ -1484,7 +1488,7 @@ StaleTrigger(s) ==
                    committedC, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
-                   lostRunning, lostPend>>
+                   lostRunning, lostPend, expiries>>
 
 \* The recoverable family's worker declared lost and still running.  The
 \* coordinator drops the process's frames and, since nothing of the session
@@ -1507,7 +1511,7 @@ RWorkerLost ==
                    zPuts, nextId, lastTrig, runRestore, restarts, deaths, supersessions,
                    snapFails, taskErrors, receipt, confMarks, unres, curTxn, txnSt, hollow,
                    confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp,
-                   openSt, lostRcpt, walkStops, zTrig, staleActed>>
+                   openSt, lostRcpt, walkStops, zTrig, staleActed, expiries>>
 
 \* The old incarnation executes a commit frame (StagedFileSink::commit): it
 \* renames out of .staged/ the handles it holds up to c whose files are
@@ -1531,10 +1535,56 @@ RLostSinkCommit(s) ==
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostRcpt, walkStops, lostRunning,
-                   zTrig, staleActed>>
+                   zTrig, staleActed, expiries>>
 
 WorkerLost == IF Family = "recoverable" THEN RWorkerLost ELSE KWorkerLost
 LostSinkCommit(s) == IF Family = "recoverable" THEN RLostSinkCommit(s) ELSE KLostSinkCommit(s)
+
+\* ---------------- broker transaction expiry ----------------
+\* Fault: the broker expires an open transaction (transaction.timeout.ms):
+\* it aborts.  Budget MaxExpiries.
+TxnExpires(s) ==
+    /\ Family = "confirmed"
+    /\ txnSt[s] = "ongoing"
+    /\ expiries < MaxExpiries
+    /\ expiries' = expiries + 1
+    /\ txnSt' = [txnSt EXCEPT ![s] = "aborted"]
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
+                   zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
+                   restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
+                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
+                   receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
+                   walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
+                   lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend>>
+
+\* A commit the broker refuses (its transaction expired): the sink's commit
+\* callback fails, and its Failed frame makes the coordinator restart the job
+\* (or fail it, with no budget left) as for any subtask error.
+KSinkCommitFails(s) ==
+    LET c == comC[s] IN
+    /\ Family = "confirmed"
+    /\ phase \in TasksRun
+    /\ c # 0
+    /\ kst[s] = "taken"
+    /\ ~(curTxn[s] = c /\ txnSt[s] = "ongoing")
+    /\ IF Bug = "refused_commit_ignored"
+          \* MUTANT: the refusal is taken for an acknowledgement.
+          THEN /\ kst' = [kst EXCEPT ![s] = "committed"]
+               /\ rcptDue' = [rcptDue EXCEPT ![s] = c]
+               /\ UNCHANGED <<comC, pending, errorDue>>
+          ELSE /\ comC' = [comC EXCEPT ![s] = 0]
+               /\ pending' = [pending EXCEPT ![s] = {}]
+               /\ errorDue' = (errorDue \/ phase = "running")
+               /\ UNCHANGED <<kst, rcptDue>>
+    /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
+                   zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
+                   restarts, inflight, failedAt, discarded, acked, nacked, pipeC,
+                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
+                   deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
+                   curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad,
+                   confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
+                   lostRunning, zTrig, staleActed, lostPend, expiries>>
 
 \* ---------------- one protocol, two families ----------------
 SinkPrepare(s) == IF Family = "recoverable" THEN RSinkPrepare(s) ELSE KSinkPrepare(s)
@@ -1589,6 +1639,7 @@ Progress ==
                         \/ SinkConfirm(s)
                         \/ SinkDescribes(s)
                         \/ WalkProbes(s)
+                        \/ KSinkCommitFails(s)
     \/ \E c \in Ids : CoordComplete(c)
     \/ WriteConfirmed
     \/ AdvanceConfirmed
@@ -1613,6 +1664,7 @@ Faults ==
     \/ WalkCancelled
     \/ WorkerLost
     \/ \E s \in Sinks : LostSinkCommit(s) \/ LostSinkReceipt(s) \/ StaleTrigger(s)
+    \/ \E s \in Sinks : TxnExpires(s)
 
 Next == Progress \/ Faults \/ Done
 
@@ -1650,7 +1702,7 @@ TypeOK ==
     /\ kst \in [Sinks -> {"taken", "committed"}]
     /\ supp \in [Sinks -> SUBSET Positions]
     /\ openSt \in [Sinks -> {"fresh", "none", "gone", "ongoing", "committed", "aborted"}]
-    /\ walkStops <= MaxWalkStops /\ lostRunning <= MaxLostRunning
+    /\ walkStops <= MaxWalkStops /\ lostRunning <= MaxLostRunning /\ expiries <= MaxExpiries
     /\ zTrig \in BOOLEAN /\ staleActed \in BOOLEAN
 
 \* Position p reached sink s with rows (it is owed to the output).
