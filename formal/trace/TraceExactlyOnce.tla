@@ -202,7 +202,7 @@ Produce(e) ==
              /\ discarded' = discarded \ {e.ckpt}
              /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig,
                             runRestore, restoreTo, restarts, inflight, failedAt,
-                            errorDue, acked, nacked, pipeC, pipeStage, tasks, faults>>
+                            errorDue, acked, nacked, pipeC, pipeStage, tasks, faults, kvars>>
        /\ UNCHANGED traceOnly
     \/ /\ e.event = "WriteCompleted"
        /\ LiveEpoch(e)
