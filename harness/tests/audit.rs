@@ -978,7 +978,11 @@ fn unset_credential(services: &BTreeMap<String, String>) -> Result<(), Failed> {
 /// Checkpoints that complete while a cycle runs are collected at once,
 /// but at most four wait so; the rest are audited in a later cycle.
 fn collected_early_bounded(services: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let mut live = Live::start(Kind::Records, services, 60, 300)?;
+    // Retention longer than the trial: what waits beyond the four is
+    // audited later, never purged first (that is the retention trial's).
+    let mut live = Live::prepare(Kind::Records, services, 600, 300)?;
+    live.capture_retain = 600;
+    live.run(None)?;
     let mark = live.dir.join("reference-slow.on");
     std::fs::write(&mark, b"").map_err(fail)?;
     let audit = Audit::new(

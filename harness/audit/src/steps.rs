@@ -277,9 +277,18 @@ fn field<'a>(j: &'a Json, name: &str) -> Option<&'a str> {
 fn error(step: Step, done: &Finished, what: &str) -> Verdict {
     Verdict::Decided(
         Outcome::Error,
-        format!("{}: {} ({what}): {}", step.as_str(), done.describe(), done.last_error_line()),
+        format!("{}: {} ({what}): {}", step.as_str(), done.describe(), why_it_failed(done)),
         Vec::new(),
     )
+}
+
+/// For the operator: a `--json` child's refusal says why on stdout
+/// (`clink-command-result`'s `reason`), anything else on stderr.
+fn why_it_failed(done: &Finished) -> String {
+    parse(&done.stdout)
+        .filter(|j| field(j, "format") == Some("clink-command-result"))
+        .and_then(|j| field(&j, "reason").map(str::to_string))
+        .unwrap_or_else(|| done.last_error_line())
 }
 
 /// What a finished child means.
