@@ -614,6 +614,52 @@ fn discrepancy(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     expect_code(&unknown, &[2], "acknowledge of an unknown audit")
 }
 
+/// The one value a query answers.
+fn scalar(conn: &Connection, statement: &str) -> Result<String, Failed> {
+    let rows = conn.select("a test's query", statement, &[]).map_err(fail)?;
+    rows.first().and_then(|r| r.first()).cloned().flatten().ok_or_else(|| fail(format!("no value: {statement}")))
+}
+
+/// A row deleted from the table behind the job's back: the audit of the
+/// checkpoint that owed it is a discrepancy naming the key as missing, and
+/// status says so until it is acknowledged.
+fn row_deleted(services: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let mut live = Live::start(Kind::Records, services, 20, 1500)?;
+    let audit = Audit::new(&live, Overrides::default())?;
+    live.wait_checkpoints(2)?;
+    catch_up(&audit, &live)?;
+    live.produce(300)?;
+    live.wait_checkpoints(2)?;
+    live.stop()?;
+    let t = sql::qualified("default", &live.table);
+    let conn = live.conn()?;
+    let newest = scalar(&conn, &format!("SELECT max(id) FROM {t}"))?;
+    conn.execute("a deletion", &format!("ALTER TABLE {t} DELETE WHERE id = {newest}")).map_err(fail)?;
+    // A ClickHouse mutation finishes in the background.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(&conn, &format!("SELECT count() FROM {t} WHERE id = {newest}"))? != "0" {
+        if Instant::now() > deadline {
+            return Err(fail(format!("row {newest} was still there 30 s after its deletion")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    catch_up(&audit, &live)?;
+    let outcomes = audit.outcomes()?;
+    let found: Vec<u64> = outcomes.iter().filter(|(_, (o, _))| o == "discrepancy").map(|(ck, _)| *ck).collect();
+    let [ck] = found[..] else { return Err(fail(format!("expected one discrepancy: {outcomes:?}"))) };
+    let findings = audit.ledger()?["audits"][ck.to_string()]["findings"].to_string();
+    if !findings.contains("reference-destination") || !findings.contains("missing") || !findings.contains(&newest) {
+        return Err(fail(format!(
+            "the finding does not name the relationship and the missing key {newest}: {findings}"
+        )));
+    }
+    let (code, status) = audit.status()?;
+    if code != 1 || status["state"] != "discrepancy" {
+        return Err(fail(format!("status {code}, expected 1 (discrepancy): {}", status["state"])));
+    }
+    Ok(())
+}
+
 fn second_runner(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     let mut live = Live::start(Kind::Records, services, 20, 1500)?;
     let audit = Audit::new(&live, Overrides::default())?;
@@ -1485,6 +1531,7 @@ fn main() {
         ("records::healthy-while-polling", |s| healthy(Kind::Records, s)),
         ("windows::healthy-chain", |s| healthy(Kind::Windows, s)),
         ("records::row-added-is-a-discrepancy-until-acknowledged", discrepancy),
+        ("records::row-deleted-is-a-discrepancy-naming-its-key", row_deleted),
         ("runner::second-runner-refused", second_runner),
         ("runner::killed-in-each-step", killed_in_each_step),
         ("selection::latest-only-skips", latest_only),
