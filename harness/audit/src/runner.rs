@@ -29,7 +29,7 @@ use crate::ledger::{
     StepRecord,
 };
 use crate::lock::{acquire, Holder, LockError, RunnerLock};
-use crate::outcome::{next_attempt_due, Outcome};
+use crate::outcome::{may_attempt, next_attempt_due, Outcome};
 use crate::procs::{identify, stop_orphan, usage, Orphan, ProcessId};
 use crate::report;
 use crate::steps::{self, AuditFiles, StepContext, Verdict};
@@ -341,8 +341,8 @@ impl<'a> Runner<'a> {
             // disk budget reached): still owed its first attempt.
             let open = rec.open_attempt().is_some() || rec.attempts.is_empty();
             let due = rec.outcome.is_some_and(Outcome::is_retried)
-                && rec.next_due_s.is_some_and(|d| d <= now_s)
-                && rec.open_attempt().is_none();
+                && rec.open_attempt().is_none()
+                && may_attempt(rec.next_due_s, now_s, rec.attempted_in(self.cycle));
             if open || due {
                 list.insert(*ck);
             }
