@@ -1164,9 +1164,7 @@ fn reused_pid(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     std::fs::write(&path, serde_json::to_vec(&ledger).unwrap()).map_err(fail)?;
     std::fs::remove_file(&mark).map_err(fail)?;
     expect_code(&audit.run()?, &[0], "the runner after a crash")?;
-    let alive = std::fs::read_to_string(format!("/proc/{}/stat", bystander.0.id()))
-        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')));
-    if !alive {
+    if !alive(bystander.0.id()) {
         return Err(fail("the runner signalled a process that merely reuses the orphan's pid"));
     }
     let events = std::fs::read_to_string(audit.state.join("events.ndjson")).map_err(fail)?;
@@ -1272,6 +1270,12 @@ fn broken_chain(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Whether a process is running (present and not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+}
+
 /// What starts a stopped server again: its argv, working directory and environment.
 #[derive(Clone)]
 struct Relaunch {
@@ -1288,7 +1292,7 @@ struct Dedicated {
     vars: BTreeMap<String, String>,
     pid: u32,
     relaunch: Option<Relaunch>,
-    restarted: Option<Child>,
+    restarted: Option<Reaped>,
 }
 
 impl Dedicated {
@@ -1310,11 +1314,6 @@ impl Dedicated {
         let key = if name == "clickhouse" { "CLINK_CLICKHOUSE_PID" } else { "CLINK_KAFKA_PID" };
         let pid = vars.get(key).and_then(|p| p.parse().ok()).ok_or_else(|| fail(format!("no {key}")))?;
         Ok(Dedicated { env_file, vars, pid, relaunch: None, restarted: None })
-    }
-
-    fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
     }
 
     /// SIGTERM, as a service manager stops it; SIGKILL after 30 s.
@@ -1341,7 +1340,7 @@ impl Dedicated {
         // SAFETY: kill(2) of the server this trial started.
         unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Dedicated::alive(self.pid) {
+        while alive(self.pid) {
             if Instant::now() > deadline {
                 // SAFETY: as above.
                 unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
@@ -1366,7 +1365,7 @@ impl Dedicated {
             .spawn()
             .map_err(fail)?;
         self.pid = child.id();
-        self.restarted = Some(child);
+        self.restarted = Some(Reaped(child));
         let deadline = Instant::now() + Duration::from_secs(90);
         while !answers(self) {
             if Instant::now() > deadline {
@@ -1380,10 +1379,7 @@ impl Dedicated {
 
 impl Drop for Dedicated {
     fn drop(&mut self) {
-        if let Some(mut c) = self.restarted.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        drop(self.restarted.take());
         let _ = Command::new(workspace().join("gates/services")).arg("stop").arg("--env").arg(&self.env_file).output();
     }
 }
