@@ -1,4 +1,5 @@
-//! Keys: the canonical bytes of a record's key, and which subtask owns it.
+//! Keys: the canonical bytes of a record's key, which subtask owns it, and
+//! the shared form keyed state holds it in.
 //!
 //! A key's bytes are the canonical row encoding of its columns, so the same
 //! key always has the same bytes and keys order and hash identically
@@ -7,6 +8,17 @@
 //! FNV-1a, written out here rather than taken from a crate, because it must
 //! never change between builds: a restored subtask must own the keys whose
 //! state it restored, and the std hasher promises no stability.
+//!
+//! Keyed state holds a key as a [`Key`]: its bytes once, shared by the state
+//! entry and every timer of that key, so a record whose key is already known
+//! costs no allocation. A row's key is hashed and routed from a reused
+//! scratch buffer ([`key_group_in`]), never from an owned copy. This module
+//! never decides what a key's state is, only what a key is.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::value::{decode_row, encode_row, Row, Value};
@@ -34,11 +46,20 @@ pub fn key_group_of(row: &[Value], key_columns: &[usize]) -> u32 {
         static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
     SCRATCH.with(|scratch| {
-        let bytes = key_bytes_into(scratch.take(), row, key_columns);
-        let group = key_group(&bytes);
+        let mut bytes = scratch.take();
+        let group = key_group_in(&mut bytes, row, key_columns);
         scratch.set(bytes);
         group
     })
+}
+
+/// [`key_group_of`] with the caller's scratch buffer (the output gate keeps
+/// one), so the hot path needs no thread-local lookup either.
+pub fn key_group_in(scratch: &mut Vec<u8>, row: &[Value], key_columns: &[usize]) -> u32 {
+    let bytes = key_bytes_into(std::mem::take(scratch), row, key_columns);
+    let group = key_group(&bytes);
+    *scratch = bytes;
+    group
 }
 
 /// The key's values back from its bytes.
@@ -79,6 +100,70 @@ pub fn subtask_for_group(group: u32, parallelism: u32) -> u32 {
 
 pub fn subtask_for_key(key: &[u8], parallelism: u32) -> u32 {
     subtask_for_group(key_group(key), parallelism)
+}
+
+/// A key's canonical bytes, held once and shared: a clone is a reference
+/// count, so a key's state entry and its timers hold one allocation between
+/// them. It orders, compares and hashes exactly as its bytes do (so maps of
+/// keys iterate in byte order and are looked up by `&[u8]`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Arc<[u8]>);
+
+impl Key {
+    /// How many holders share this key's bytes (a state entry and its timers).
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+impl Deref for Key {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for Key {
+    fn from(bytes: &[u8]) -> Key {
+        Key(Arc::from(bytes))
+    }
+}
+
+impl From<Vec<u8>> for Key {
+    fn from(bytes: Vec<u8>) -> Key {
+        Key(Arc::from(bytes))
+    }
+}
+
+impl PartialEq<[u8]> for Key {
+    fn eq(&self, other: &[u8]) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl<const N: usize> PartialEq<&[u8; N]> for Key {
+    fn eq(&self, other: &&[u8; N]) -> bool {
+        *self.0 == other[..]
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?})", &*self.0)
+    }
 }
 
 #[cfg(test)]

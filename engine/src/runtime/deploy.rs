@@ -27,8 +27,10 @@ use super::task::source::SourceTriggers;
 use super::task::{self, TaskContext};
 use super::{RunError, RunOptions, TriggerMode};
 
-/// Frames buffered between two subtasks.
-const CHANNEL_FRAMES: usize = 64;
+/// Frames buffered on a subtask's input: with batches of up to
+/// `output::BATCH_ELEMENTS` elements, about 16k elements, enough that a
+/// consumer's snapshot (a few fsyncs) rarely stops its producers.
+const CHANNEL_FRAMES: usize = 16;
 
 /// One subtask of the deployment.
 #[derive(Debug, Clone)]

@@ -3,16 +3,15 @@
 //! The input gate merges the channels of the subtask's input edge: it aligns
 //! barriers (a channel that delivered barrier `c` is held back until every
 //! channel has), combines watermarks (the minimum over the channels still
-//! open), and folds the channels' ends into one. The output gate routes rows
-//! over the subtask's output edges (forward or by key group), broadcasts
-//! watermarks, barriers and ends, and batches elements into frames.
+//! open), and folds the channels' ends into one. Frames arrive as batches;
+//! the gate hands their elements over one at a time, in each channel's
+//! order, and never copies a batch to do so. The output gate (routing,
+//! batches and their flush rules) is [`super::output`], re-exported here.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use crossbeam_channel::{select, Receiver, RecvTimeoutError, TryRecvError};
 
 use crate::checkpoint::markers::CheckpointKind;
 pub use crate::routing::Route;
@@ -20,6 +19,7 @@ use crate::timers::NO_WATERMARK;
 use crate::value::Row;
 
 use super::frames::{DataFrame, Element, ToTask};
+pub use super::output::{Disconnected, OutputEdge, OutputGate};
 
 /// What the input gate hands its subtask next.
 #[derive(Debug)]
@@ -59,7 +59,8 @@ enum ChannelState {
 pub struct InputGate {
     data: Receiver<DataFrame>,
     control: Receiver<ToTask>,
-    queues: Vec<VecDeque<Element>>,
+    /// Per channel, the batches received and not yet handed over, in order.
+    queues: Vec<VecDeque<std::vec::IntoIter<Element>>>,
     states: Vec<ChannelState>,
     watermarks: Vec<i64>,
     combined: i64,
@@ -86,11 +87,7 @@ impl InputGate {
     /// The next input, waiting at most until `deadline` (forever when `None`).
     pub fn next(&mut self, deadline: Option<Instant>) -> Input {
         loop {
-            // Control frames first: a commit never waits behind data.
-            if let Ok(frame) = self.control.try_recv() {
-                return Input::Control(frame);
-            }
-            if let Some(input) = self.next_buffered() {
+            if let Some(input) = self.ready() {
                 return input;
             }
             if self.finished {
@@ -112,15 +109,8 @@ impl InputGate {
                 },
                 recv(self.data) -> frame => match frame {
                     Ok(frame) => {
-                        let channels = self.queues.len();
-                        match self.queues.get_mut(frame.channel as usize) {
-                            Some(queue) => queue.extend(frame.elements),
-                            None => {
-                                return Input::Violation(format!(
-                                    "a frame for channel {} of an input gate with {channels} channels",
-                                    frame.channel
-                                ))
-                            }
+                        if let Some(violation) = self.enqueue(frame) {
+                            return violation;
                         }
                     }
                     // Every producer is gone without ending its stream: torn down.
@@ -128,6 +118,61 @@ impl InputGate {
                 },
                 recv(timer) -> _ => return Input::Timeout,
             }
+        }
+    }
+
+    /// The next input if one is ready now, without waiting: `None` when the
+    /// subtask would have to wait (what a task flushes its output before).
+    pub fn try_next(&mut self) -> Option<Input> {
+        if let Some(input) = self.ready() {
+            return Some(input);
+        }
+        match self.control.try_recv() {
+            Ok(frame) => Some(Input::Control(frame)),
+            Err(TryRecvError::Disconnected) => Some(Input::Cancelled),
+            Err(TryRecvError::Empty) => None,
+        }
+    }
+
+    /// What can be handed over without waiting: a control frame first (a
+    /// commit never waits behind data), then buffered elements, then frames
+    /// already in the data channel.
+    fn ready(&mut self) -> Option<Input> {
+        loop {
+            if let Ok(frame) = self.control.try_recv() {
+                return Some(Input::Control(frame));
+            }
+            if let Some(input) = self.next_buffered() {
+                return Some(input);
+            }
+            if self.finished {
+                return None;
+            }
+            match self.data.try_recv() {
+                Ok(frame) => {
+                    if let Some(violation) = self.enqueue(frame) {
+                        return Some(violation);
+                    }
+                }
+                // Every producer is gone without ending its stream: torn down.
+                Err(TryRecvError::Disconnected) => return Some(Input::Cancelled),
+                Err(TryRecvError::Empty) => return None,
+            }
+        }
+    }
+
+    /// Queues a received batch on its channel, or names the violation.
+    fn enqueue(&mut self, frame: DataFrame) -> Option<Input> {
+        let channels = self.queues.len();
+        match self.queues.get_mut(frame.channel as usize) {
+            Some(queue) => {
+                queue.push_back(frame.elements.into_iter());
+                None
+            }
+            None => Some(Input::Violation(format!(
+                "a frame for channel {} of an input gate with {channels} channels",
+                frame.channel
+            ))),
         }
     }
 
@@ -154,7 +199,7 @@ impl InputGate {
                 idle_rounds += 1;
                 continue;
             }
-            let Some(element) = self.queues[ch].pop_front() else {
+            let Some(element) = pop_element(&mut self.queues[ch]) else {
                 self.next_channel = (ch + 1) % n;
                 idle_rounds += 1;
                 continue;
@@ -236,101 +281,21 @@ impl InputGate {
     }
 }
 
-/// One output edge: its route and one sender per consumer subtask, each with
-/// the channel index this subtask has at that consumer.
-pub struct OutputEdge {
-    pub route: Route,
-    pub targets: Vec<(Sender<DataFrame>, u32)>,
-}
-
-/// Elements are sent in frames of at most this many.
-pub const FRAME_ELEMENTS: usize = 256;
-
-pub struct OutputGate {
-    subtask: u32,
-    edges: Vec<OutputEdge>,
-    buffers: Vec<Vec<Vec<Element>>>,
-    cancel: Arc<AtomicBool>,
-}
-
-/// The consumers went away or the deployment was cancelled mid-send.
-#[derive(Debug)]
-pub struct Disconnected;
-
-impl OutputGate {
-    pub fn new(subtask: u32, edges: Vec<OutputEdge>, cancel: Arc<AtomicBool>) -> Self {
-        let buffers = edges.iter().map(|e| vec![Vec::new(); e.targets.len()]).collect();
-        Self { subtask, edges, buffers, cancel }
-    }
-
-    /// Routes one row to every output edge.
-    pub fn emit(&mut self, row: Row) -> Result<(), Disconnected> {
-        let last = self.edges.len().saturating_sub(1);
-        let mut row = Some(row);
-        for i in 0..self.edges.len() {
-            let edge = &self.edges[i];
-            let r = row.as_ref().ok_or(Disconnected)?;
-            let target = edge.route.target(self.subtask, r, edge.targets.len() as u32) as usize;
-            let r = if i == last { row.take().ok_or(Disconnected)? } else { r.clone() };
-            self.push(i, target, Element::Record(r))?;
+/// The next element of a channel's queued batches, dropping spent batches.
+fn pop_element(queue: &mut VecDeque<std::vec::IntoIter<Element>>) -> Option<Element> {
+    loop {
+        let batch = queue.front_mut()?;
+        if let Some(element) = batch.next() {
+            return Some(element);
         }
-        Ok(())
-    }
-
-    /// Sends an element to every consumer subtask this subtask feeds.
-    pub fn broadcast(&mut self, element: Element) -> Result<(), Disconnected> {
-        for i in 0..self.edges.len() {
-            let edge = &self.edges[i];
-            for t in edge.route.broadcast_targets(self.subtask, edge.targets.len() as u32) {
-                self.push(i, t as usize, element.clone())?;
-            }
-        }
-        Ok(())
-    }
-
-    fn push(&mut self, edge: usize, target: usize, element: Element) -> Result<(), Disconnected> {
-        let buffer = self.buffers[edge].get_mut(target).ok_or(Disconnected)?;
-        buffer.push(element);
-        if buffer.len() >= FRAME_ELEMENTS {
-            self.flush_one(edge, target)?;
-        }
-        Ok(())
-    }
-
-    /// Sends every buffered element.
-    pub fn flush(&mut self) -> Result<(), Disconnected> {
-        for edge in 0..self.edges.len() {
-            for target in 0..self.buffers[edge].len() {
-                self.flush_one(edge, target)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn flush_one(&mut self, edge: usize, target: usize) -> Result<(), Disconnected> {
-        let elements = std::mem::take(&mut self.buffers[edge][target]);
-        if elements.is_empty() {
-            return Ok(());
-        }
-        let (sender, channel) = &self.edges[edge].targets[target];
-        let mut frame = DataFrame { channel: *channel, elements };
-        loop {
-            if self.cancel.load(Ordering::Relaxed) {
-                return Err(Disconnected);
-            }
-            match sender.send_timeout(frame, Duration::from_millis(100)) {
-                Ok(()) => return Ok(()),
-                Err(SendTimeoutError::Timeout(back)) => frame = back,
-                Err(SendTimeoutError::Disconnected(_)) => return Err(Disconnected),
-            }
-        }
+        queue.pop_front();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossbeam_channel::unbounded;
+    use crossbeam_channel::{unbounded, Sender};
 
     fn gate(channels: usize) -> (InputGate, Sender<DataFrame>, Sender<ToTask>) {
         let (dtx, drx) = unbounded();

@@ -10,6 +10,7 @@ mod coordinator;
 mod deploy;
 pub mod frames;
 pub mod gates;
+pub mod output;
 pub mod protocol;
 pub mod requests;
 pub mod task;
