@@ -386,7 +386,7 @@ fn timer_key(timer: &Timer, text: bool, key_type: Option<ColumnType>) -> Result<
     }
     if !text {
         let values = key_values(&timer.key).map_err(|e| format!("the timer's key is not a canonical key: {e}"))?;
-        return Ok((timer.key.clone(), values));
+        return Ok((timer.key.to_vec(), values));
     }
     let text = std::str::from_utf8(&timer.key).map_err(|_| "a text timer key that is not UTF-8".to_string())?;
     let value = match key_type {

@@ -11,15 +11,18 @@ use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::keys::Key;
 
 /// One registered timer: its due time, the key it belongs to (canonical key
 /// bytes, empty for an unkeyed operator), and an operator-chosen namespace
-/// (a window's start, say). Timers order by time, then key, then namespace,
-/// which is the order they fire in.
+/// (a window's start, say). Timers order by time, then key bytes, then
+/// namespace, which is the order they fire in. The key is shared with the
+/// operator's state entry for it ([`Key`]), so registering a timer copies no
+/// key bytes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timer {
     pub time: i64,
-    pub key: Vec<u8>,
+    pub key: Key,
     pub namespace: i64,
 }
 
@@ -88,11 +91,19 @@ impl TimerService {
     /// Advances the watermark and takes the event-time timers it made due, in
     /// firing order. A watermark at or below the current one changes nothing.
     pub fn advance_watermark(&mut self, watermark: i64) -> Vec<Timer> {
+        let mut due = Vec::new();
+        self.advance_watermark_into(watermark, &mut due);
+        due
+    }
+
+    /// [`advance_watermark`](Self::advance_watermark) into the caller's
+    /// buffer (appended), which the driver reuses from watermark to watermark.
+    pub fn advance_watermark_into(&mut self, watermark: i64, due: &mut Vec<Timer>) {
         if watermark <= self.watermark {
-            return Vec::new();
+            return;
         }
         self.watermark = watermark;
-        take_due(&mut self.event_time, watermark)
+        take_due(&mut self.event_time, watermark, due);
     }
 
     /// Moves a manual clock to `now` (a wall clock is not moved) and takes the
@@ -101,7 +112,9 @@ impl TimerService {
         if let Clock::Manual(t) = &mut self.clock {
             *t = (*t).max(now);
         }
-        take_due(&mut self.processing_time, now)
+        let mut due = Vec::new();
+        take_due(&mut self.processing_time, now, &mut due);
+        due
     }
 
     /// How many timers are registered, of both kinds.
@@ -148,7 +161,7 @@ impl TimerService {
             let mut set = BTreeSet::new();
             for _ in 0..n {
                 let time = r.i64()?;
-                let key = r.bytes()?.to_vec();
+                let key = Key::from(r.bytes()?);
                 let namespace = r.i64()?;
                 set.insert(Timer { time, key, namespace });
             }
@@ -162,8 +175,7 @@ impl TimerService {
     }
 }
 
-fn take_due(set: &mut BTreeSet<Timer>, upto: i64) -> Vec<Timer> {
-    let mut due = Vec::new();
+fn take_due(set: &mut BTreeSet<Timer>, upto: i64, due: &mut Vec<Timer>) {
     while let Some(first) = set.first() {
         if first.time > upto {
             break;
@@ -172,7 +184,6 @@ fn take_due(set: &mut BTreeSet<Timer>, upto: i64) -> Vec<Timer> {
             due.push(t);
         }
     }
-    due
 }
 
 #[cfg(test)]
@@ -180,7 +191,7 @@ mod tests {
     use super::*;
 
     fn timer(time: i64, key: &str) -> Timer {
-        Timer { time, key: key.as_bytes().to_vec(), namespace: 0 }
+        Timer { time, key: Key::from(key.as_bytes()), namespace: 0 }
     }
 
     #[test]

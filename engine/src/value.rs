@@ -66,14 +66,22 @@ impl Decimal {
                 frac_part.len()
             )));
         }
-        let mut unscaled: i128 = 0;
         let padded = frac_part.bytes().chain(std::iter::repeat(b'0')).take(max_scale.into());
-        for digit in int_part.bytes().chain(padded) {
-            unscaled = unscaled
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(i128::from(digit - b'0')))
-                .ok_or_else(|| DecimalError(format!("{text:?} is too large")))?;
-        }
+        let digits = int_part.bytes().chain(padded);
+        // Up to 18 digits cannot overflow a u64: the common case (every input
+        // line's amount) skips the checked 128-bit arithmetic.
+        let unscaled = if int_part.len() + usize::from(max_scale) <= 18 {
+            i128::from(digits.fold(0u64, |v, digit| v * 10 + u64::from(digit - b'0')))
+        } else {
+            let mut unscaled: i128 = 0;
+            for digit in digits {
+                unscaled = unscaled
+                    .checked_mul(10)
+                    .and_then(|v| v.checked_add(i128::from(digit - b'0')))
+                    .ok_or_else(|| DecimalError(format!("{text:?} is too large")))?;
+            }
+            unscaled
+        };
         Ok(Decimal::new(if negative { -unscaled } else { unscaled }, max_scale))
     }
 }

@@ -5,7 +5,7 @@
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{Reader, Writer};
 use crate::event::Event;
-use crate::timers::{Clock, TimerService};
+use crate::timers::{Clock, Timer, TimerService};
 use crate::value::Row;
 
 use super::{Context, OperatorError, Transform};
@@ -17,6 +17,8 @@ pub const TIMERS_SLOT_VERSION: u32 = 1;
 pub struct Driver {
     op: Box<dyn Transform>,
     timers: TimerService,
+    /// The timers a watermark made due, reused from watermark to watermark.
+    due: Vec<Timer>,
     /// The subtask this driver runs and its operator's parallelism, when it
     /// runs in a deployment (replay and decoding leave it unset).
     #[cfg_attr(not(feature = "defect-restore-routes-timers"), allow(dead_code))]
@@ -25,7 +27,7 @@ pub struct Driver {
 
 impl Driver {
     pub fn new(op: Box<dyn Transform>, clock: Clock) -> Self {
-        Self { op, timers: TimerService::new(clock), owner: None }
+        Self { op, timers: TimerService::new(clock), due: Vec::new(), owner: None }
     }
 
     /// The same driver, told which subtask of how many it runs. A restore at
@@ -43,11 +45,14 @@ impl Driver {
                 self.op.on_record(row, &mut cx)
             }
             Event::Watermark { time, .. } => {
-                for timer in self.timers.advance_watermark(time) {
+                self.timers.advance_watermark_into(time, &mut self.due);
+                let mut due = std::mem::take(&mut self.due);
+                let fired = due.drain(..).try_for_each(|timer| {
                     let mut cx = Context { out: &mut *out, timers: &mut self.timers };
-                    self.op.on_event_timer(timer, &mut cx)?;
-                }
-                Ok(())
+                    self.op.on_event_timer(timer, &mut cx)
+                });
+                self.due = due;
+                fired
             }
             Event::ProcessingTime(now) => {
                 for timer in self.timers.advance_processing_time(now) {

@@ -14,8 +14,6 @@
 //! text, a documented encoding other than the keyed state's. A restore at
 //! the same layout keeps every timer either way.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value as Json;
 
 use crate::checkpoint::StateSlots;
@@ -23,7 +21,7 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{ColumnType, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, Key, KeyedMap};
 use super::window::{column, key_columns, typed_column};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
@@ -80,46 +78,69 @@ pub fn plan(params: &Json, input: &Schema) -> Result<Plan, FieldError> {
     Ok(Plan { key, time, timeout_ms: timeout_ms as i64, timer_key, output })
 }
 
+/// One key's state: its shared key (which its timers hold too, with
+/// canonical timer keys), the greatest event time seen, and how often it
+/// went idle. Either may be absent in a restored snapshot; a key seen in
+/// this run always has `last_seen`.
+#[derive(Debug, Clone)]
+struct KeyState {
+    key: Key,
+    last_seen: Option<i64>,
+    idle_count: Option<i64>,
+}
+
 pub struct IdleDetector {
     plan: Plan,
-    last_seen: BTreeMap<Vec<u8>, i64>,
-    idle_count: BTreeMap<Vec<u8>, i64>,
-    /// With text timer keys: each key's text to its canonical bytes (derived
+    keys: KeyedMap<KeyState>,
+    /// With text timer keys: each key's text to its canonical key (derived
     /// from `last_seen`, never snapshotted).
-    text_keys: BTreeMap<Vec<u8>, Vec<u8>>,
+    text_keys: KeyedMap<Key>,
     /// A record's key bytes, reused from record to record.
     scratch: Vec<u8>,
 }
 
 impl IdleDetector {
     pub fn new(plan: Plan) -> Self {
-        Self {
-            plan,
-            last_seen: BTreeMap::new(),
-            idle_count: BTreeMap::new(),
-            text_keys: BTreeMap::new(),
-            scratch: Vec::new(),
-        }
+        Self { plan, keys: KeyedMap::default(), text_keys: KeyedMap::default(), scratch: Vec::new() }
     }
 
-    /// The key a timer of this operator carries for a key's canonical bytes.
-    fn timer_key(&mut self, key: &[u8]) -> Result<Vec<u8>, OperatorError> {
+    /// The key a timer of this operator carries for a key.
+    fn timer_key(&mut self, key: &Key) -> Result<Key, OperatorError> {
         match self.plan.timer_key {
-            TimerKey::Canonical => Ok(key.to_vec()),
+            TimerKey::Canonical => Ok(key.clone()),
             TimerKey::Text => {
-                let text = text_of_key(key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
-                self.text_keys.insert(text.clone(), key.to_vec());
+                let text = Key::from(text_of_key(key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?);
+                self.text_keys.insert(text.clone(), key.clone());
                 Ok(text)
             }
         }
     }
 
     /// The canonical key a timer serves.
-    fn state_key(&self, timer_key: &[u8]) -> Option<Vec<u8>> {
+    fn state_key(&self, timer_key: &Key) -> Option<Key> {
         match self.plan.timer_key {
-            TimerKey::Canonical => Some(timer_key.to_vec()),
-            TimerKey::Text => self.text_keys.get(timer_key).cloned(),
+            TimerKey::Canonical => Some(timer_key.clone()),
+            TimerKey::Text => self.text_keys.get(&**timer_key).cloned(),
         }
+    }
+
+    /// The state of the key whose bytes are `key`, made when it is new (the
+    /// restore's path; a record's is [`see`]).
+    fn state_of(&mut self, key: &[u8]) -> &mut KeyState {
+        let new = |key: &Key| KeyState { key: key.clone(), last_seen: None, idle_count: None };
+        self.keys.entry(Key::from(key)).or_insert_with_key(new)
+    }
+}
+
+/// A record of `time` seen for a key: its last-seen time advances, and the
+/// key is returned when it did (a timer is then due at the time + timeout).
+fn see(state: &mut KeyState, time: i64) -> Option<Key> {
+    let seen = state.last_seen.get_or_insert(i64::MIN);
+    if time > *seen {
+        *seen = time;
+        Some(state.key.clone())
+    } else {
+        None
     }
 }
 
@@ -133,24 +154,28 @@ impl Transform for IdleDetector {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
-        let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
         let time = *time;
-        let seen = match self.last_seen.get_mut(key.as_slice()) {
-            Some(seen) => seen,
-            None => self.last_seen.entry(key.clone()).or_insert(i64::MIN),
+        let bytes = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
+        // Found by its bytes in the reused buffer: a known key costs no allocation.
+        let advanced = match self.keys.get_mut(bytes.as_slice()) {
+            Some(state) => see(state, time),
+            None => {
+                let key = Key::from(bytes.as_slice());
+                let mut state = KeyState { key: key.clone(), last_seen: None, idle_count: None };
+                let advanced = see(&mut state, time);
+                self.keys.insert(key, state);
+                advanced
+            }
         };
-        if time > *seen {
-            *seen = time;
-            let timer_key = match self.timer_key(&key) {
-                Ok(timer_key) => timer_key,
-                Err(e) => {
-                    self.scratch = key;
-                    return Err(e);
-                }
-            };
-            cx.timers.register_event_time(Timer { time: time.saturating_add(self.plan.timeout_ms), key: timer_key, namespace: 0 });
+        self.scratch = bytes;
+        if let Some(key) = advanced {
+            let timer_key = self.timer_key(&key)?;
+            cx.timers.register_event_time(Timer {
+                time: time.saturating_add(self.plan.timeout_ms),
+                key: timer_key,
+                namespace: 0,
+            });
         }
-        self.scratch = key;
         Ok(())
     }
 
@@ -158,37 +183,54 @@ impl Transform for IdleDetector {
         let Some(key) = self.state_key(&timer.key) else {
             return Ok(());
         };
-        let Some(&seen) = self.last_seen.get(&key) else {
+        let timeout = self.plan.timeout_ms;
+        let Some(state) = self.keys.get_mut(&*key) else {
             return Ok(());
         };
-        if seen.saturating_add(self.plan.timeout_ms) != timer.time {
+        let Some(seen) = state.last_seen else {
+            return Ok(());
+        };
+        if seen.saturating_add(timeout) != timer.time {
             // The key was seen again since this timer was set; a later timer stands.
             return Ok(());
         }
-        let count = self.idle_count.entry(key.clone()).or_insert(0);
+        let count = state.idle_count.get_or_insert(0);
         *count += 1;
+        let count = *count;
         let mut row = key_values(&key).map_err(|e| OperatorError::state(LAST_SEEN_SLOT, e))?;
-        row.extend([Value::Timestamp(seen), Value::Int(*count)]);
+        row.extend([Value::Timestamp(seen), Value::Int(count)]);
         cx.emit(row);
         Ok(())
     }
 
     fn snapshot(&self, slots: &mut StateSlots) -> Result<(), OperatorError> {
-        put_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, &self.last_seen, |w, v| {
+        let last_seen = self.keys.iter().filter_map(|(k, s)| s.last_seen.as_ref().map(|v| (k, v)));
+        put_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, last_seen, |w, v| {
             w.i64(*v);
         });
-        put_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, &self.idle_count, |w, v| {
+        let idle_count = self.keys.iter().filter_map(|(k, s)| s.idle_count.as_ref().map(|v| (k, v)));
+        put_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, idle_count, |w, v| {
             w.i64(*v);
         });
         Ok(())
     }
 
     fn restore(&mut self, slots: &StateSlots) -> Result<(), OperatorError> {
-        self.last_seen = get_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, |r| r.i64())?;
-        self.idle_count = get_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, |r| r.i64())?;
+        let last_seen = get_keyed(slots, LAST_SEEN_SLOT, SLOT_VERSION, |r| r.i64())?;
+        let idle_count = get_keyed(slots, IDLE_COUNT_SLOT, SLOT_VERSION, |r| r.i64())?;
+        self.keys.clear();
+        for (key, seen) in last_seen {
+            self.state_of(&key).last_seen = Some(seen);
+        }
+        for (key, count) in idle_count {
+            self.state_of(&key).idle_count = Some(count);
+        }
         self.text_keys.clear();
         if self.plan.timer_key == TimerKey::Text {
-            let keys: Vec<Vec<u8>> = self.last_seen.keys().cloned().collect();
+            // In key order, as the keys were restored before.
+            let mut keys: Vec<Key> =
+                self.keys.values().filter(|s| s.last_seen.is_some()).map(|s| s.key.clone()).collect();
+            keys.sort();
             for key in keys {
                 self.timer_key(&key)?;
             }

@@ -1,26 +1,37 @@
-//! Keyed state helpers shared by the keyed operators: the encoding of a keyed
-//! state slot (entries in key order), and the params every keyed operator
-//! reads. A key's bytes are [`crate::keys`]'.
+//! Keyed state helpers shared by the keyed operators: the in-memory map a
+//! keyed operator holds its state in, and the encoding of a keyed state slot
+//! (entries in key order). A key's bytes and its shared form are
+//! [`crate::keys`]'. A snapshot never depends on the map's iteration order:
+//! its entries are written sorted by key bytes.
 
 use std::collections::BTreeMap;
 
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::codec::{DecodeError, Reader, Writer};
-pub use crate::keys::{key_bytes, key_bytes_into, key_of_values, key_values};
+pub use crate::keys::{key_bytes, key_bytes_into, key_of_values, key_values, Key};
 
 use super::OperatorError;
 
-/// Writes a keyed slot: the entry count, then each key and its value.
-pub fn put_keyed<V>(
+/// Keyed state in memory: each key's entry under its shared bytes, found
+/// from a record's key bytes with no allocation. FxHash, which is not
+/// DoS-resistant: crafted keys can slow a subtask down, never change what it
+/// computes (nothing is read out of the map in its iteration order).
+pub type KeyedMap<V> = rustc_hash::FxHashMap<Key, V>;
+
+/// Writes a keyed slot: the entry count, then each key and its value, in
+/// key-byte order whatever order `entries` come in.
+pub fn put_keyed<'a, K: AsRef<[u8]> + 'a, V: 'a>(
     slots: &mut StateSlots,
     name: &str,
     version: u32,
-    map: &BTreeMap<Vec<u8>, V>,
+    entries: impl IntoIterator<Item = (&'a K, &'a V)>,
     mut write_value: impl FnMut(&mut Writer, &V),
 ) {
+    let mut sorted: Vec<(&[u8], &V)> = entries.into_iter().map(|(k, v)| (k.as_ref(), v)).collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut w = Writer::new();
-    w.u32(map.len() as u32);
-    for (key, value) in map {
+    w.u32(sorted.len() as u32);
+    for (key, value) in sorted {
         w.bytes(key);
         write_value(&mut w, value);
     }
@@ -71,6 +82,20 @@ mod tests {
             w.i64(*v);
         });
         assert_eq!(get_keyed(&slots, "last_seen", 1, |r| r.i64()).unwrap(), map);
+        // A hash map's entries are written in key order too: the same bytes.
+        let mut keyed: KeyedMap<i64> = KeyedMap::default();
+        for (k, v) in [(b"b".to_vec(), 2), (b"a".to_vec(), 1), (b"c".to_vec(), 3)] {
+            keyed.insert(Key::from(k), v);
+        }
+        let sorted: BTreeMap<Vec<u8>, i64> = keyed.iter().map(|(k, v)| (k.to_vec(), *v)).collect();
+        let (mut from_hash, mut from_tree) = (StateSlots::new(), StateSlots::new());
+        put_keyed(&mut from_hash, "s", 1, &keyed, |w, v| {
+            w.i64(*v);
+        });
+        put_keyed(&mut from_tree, "s", 1, &sorted, |w, v| {
+            w.i64(*v);
+        });
+        assert_eq!(from_hash.get("s").unwrap().bytes, from_tree.get("s").unwrap().bytes);
         assert!(get_keyed(&slots, "last_seen", 2, |r| r.i64()).is_err());
         assert!(get_keyed(&slots, "windows", 1, |r| r.i64()).is_err());
     }

@@ -60,14 +60,14 @@ impl Transform for ProcTimeCounter {
         let count = self.counts.entry(key.clone()).or_insert(0);
         if *count == 0 {
             let due = cx.timers.now_ms().saturating_add(self.plan.interval_ms);
-            cx.timers.register_processing_time(Timer { time: due, key, namespace: 0 });
+            cx.timers.register_processing_time(Timer { time: due, key: key.into(), namespace: 0 });
         }
         *count += 1;
         Ok(())
     }
 
     fn on_processing_timer(&mut self, timer: Timer, cx: &mut Context<'_>) -> Result<(), OperatorError> {
-        let Some(count) = self.counts.remove(&timer.key) else {
+        let Some(count) = self.counts.remove(&*timer.key) else {
             return Ok(());
         };
         let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(COUNTS_SLOT, e))?;

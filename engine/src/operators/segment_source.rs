@@ -60,21 +60,38 @@ pub struct LineError(pub String);
 
 /// Parses one line (without its newline).
 pub fn parse_line(line: &str) -> Result<Line, LineError> {
+    Ok(match parse_borrowed(line)? {
+        Parsed::Event { time, account, amount } => Line::Event { time, account: account.to_string(), amount },
+        Parsed::Watermark(time) => Line::Watermark(time),
+        Parsed::End => Line::End,
+    })
+}
+
+/// One parsed line, its account still borrowed from the line: the one
+/// parser, which [`parse_line`], the source and [`validate_input`] share.
+enum Parsed<'a> {
+    Event { time: i64, account: &'a str, amount: Decimal },
+    Watermark(i64),
+    End,
+}
+
+fn parse_borrowed(line: &str) -> Result<Parsed<'_>, LineError> {
     let line = line.strip_suffix('\r').unwrap_or(line);
     if line == "END" {
-        return Ok(Line::End);
+        return Ok(Parsed::End);
     }
-    let fields: Vec<&str> = line.split(',').collect();
-    match fields.as_slice() {
-        ["E", time, account, amount] => {
+    // Fields split without collecting them: this runs for every input line.
+    let mut fields = line.split(',');
+    match (fields.next(), fields.next(), fields.next(), fields.next(), fields.next()) {
+        (Some("E"), Some(time), Some(account), Some(amount), None) => {
             let time = parse_time(time)?;
             if account.is_empty() {
                 return Err(LineError("the account is empty".into()));
             }
             let amount = Decimal::parse(amount, AMOUNT_SCALE).map_err(|e| LineError(e.to_string()))?;
-            Ok(Line::Event { time, account: (*account).to_string(), amount })
+            Ok(Parsed::Event { time, account, amount })
         }
-        ["W", time] => Ok(Line::Watermark(parse_time(time)?)),
+        (Some("W"), Some(time), None, _, _) => Ok(Parsed::Watermark(parse_time(time)?)),
         _ => Err(LineError(format!(
             "{:?} is not E,<time_ms>,<account>,<amount> or W,<time_ms> or END",
             truncate(line, 80)
@@ -142,21 +159,21 @@ pub struct InputSummary {
 /// parse, naming its file and line; also refuses lines after END.
 pub fn validate_input(dir: &Path) -> Result<InputSummary, OperatorError> {
     let mut summary = InputSummary::default();
+    let mut buf = Vec::new();
     for name in list_segments(dir)? {
         summary.segments += 1;
         let path = dir.join(&name);
         let mut reader = open(&path)?;
         let mut line_no = 0u64;
-        let mut buf = String::new();
-        while read_bounded_line(&mut reader, &mut buf, &path, line_no + 1)? {
+        while let Some(line) = read_bounded_line(&mut reader, &mut buf, &path, line_no + 1)? {
             line_no += 1;
             if summary.has_end {
                 return Err(input_error(&path, line_no, "a line after END"));
             }
-            match parse_line(&buf).map_err(|e| input_error(&path, line_no, &e.0))? {
-                Line::Event { .. } => summary.events += 1,
-                Line::Watermark(_) => summary.watermarks += 1,
-                Line::End => summary.has_end = true,
+            match parse_borrowed(line).map_err(|e| input_error(&path, line_no, &e.0))? {
+                Parsed::Event { .. } => summary.events += 1,
+                Parsed::Watermark(_) => summary.watermarks += 1,
+                Parsed::End => summary.has_end = true,
             }
         }
     }
@@ -171,30 +188,25 @@ fn open(path: &Path) -> Result<BufReader<File>, OperatorError> {
     File::open(path).map(BufReader::new).map_err(OperatorError::io(path))
 }
 
-/// Reads one line into `buf` without its newline; false at the end of the file.
-fn read_bounded_line(
+/// Reads one line into `buf` (reused from line to line) and returns it
+/// without its newline; `None` at the end of the file.
+fn read_bounded_line<'b>(
     reader: &mut BufReader<File>,
-    buf: &mut String,
+    buf: &'b mut Vec<u8>,
     path: &Path,
     line_no: u64,
-) -> Result<bool, OperatorError> {
+) -> Result<Option<&'b str>, OperatorError> {
     buf.clear();
-    let mut bytes = Vec::new();
-    let n = reader
-        .by_ref()
-        .take(MAX_LINE_BYTES as u64 + 1)
-        .read_until(b'\n', &mut bytes)
-        .map_err(OperatorError::io(path))?;
+    let n = reader.by_ref().take(MAX_LINE_BYTES as u64 + 1).read_until(b'\n', buf).map_err(OperatorError::io(path))?;
     if n == 0 {
-        return Ok(false);
+        return Ok(None);
     }
-    if bytes.last() == Some(&b'\n') {
-        bytes.pop();
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
     } else if n > MAX_LINE_BYTES {
         return Err(input_error(path, line_no, &format!("the line is longer than {MAX_LINE_BYTES} bytes")));
     }
-    *buf = String::from_utf8(bytes).map_err(|_| input_error(path, line_no, "the line is not UTF-8"))?;
-    Ok(true)
+    std::str::from_utf8(buf).map(Some).map_err(|_| input_error(path, line_no, "the line is not UTF-8"))
 }
 
 /// Where the source is: the segment it reads, how many of its lines it has
@@ -236,7 +248,9 @@ pub struct SegmentSource {
     position: Position,
     restored_watermark: Option<i64>,
     reader: Option<BufReader<File>>,
-    buf: String,
+    /// The path of the segment `reader` reads (kept, not joined per line).
+    reader_path: PathBuf,
+    buf: Vec<u8>,
     follow: bool,
     stop: StopSignal,
 }
@@ -251,7 +265,8 @@ impl SegmentSource {
             position: Position { segment: String::new(), line: 0, watermark: NO_WATERMARK, ended: false },
             restored_watermark: None,
             reader: None,
-            buf: String::new(),
+            reader_path: PathBuf::new(),
+            buf: Vec::new(),
             follow: false,
             stop: StopSignal::default(),
         }
@@ -293,7 +308,8 @@ impl SegmentSource {
             Some(name) => {
                 self.position.segment = name;
                 self.position.line = 0;
-                self.reader = Some(open(&self.segment_path())?);
+                self.reader_path = self.segment_path();
+                self.reader = Some(open(&self.reader_path)?);
                 Ok(true)
             }
             None => Ok(false),
@@ -305,7 +321,7 @@ impl SegmentSource {
         let path = self.segment_path();
         let mut reader = open(&path)?;
         for n in 1..=self.position.line {
-            if !read_bounded_line(&mut reader, &mut self.buf, &path, n)? {
+            if read_bounded_line(&mut reader, &mut self.buf, &path, n)?.is_none() {
                 return Err(OperatorError::Input(format!(
                     "{}: the restored position is line {} but the segment has only {} lines",
                     path.display(),
@@ -315,6 +331,7 @@ impl SegmentSource {
             }
         }
         self.reader = Some(reader);
+        self.reader_path = path;
         Ok(())
     }
 }
@@ -347,29 +364,31 @@ impl Source for SegmentSource {
             if self.reader.is_none() && !self.advance_segment()? {
                 return Ok(self.out_of_input());
             }
-            let path = self.segment_path();
+            let path = &self.reader_path;
             let line_no = self.position.line + 1;
             let reader = self.reader.as_mut().ok_or_else(|| OperatorError::Protocol("no open segment".into()))?;
-            if !read_bounded_line(reader, &mut self.buf, &path, line_no)? {
+            let Some(line) = read_bounded_line(reader, &mut self.buf, path, line_no)? else {
                 self.reader = None;
                 if !self.advance_segment()? {
                     return Ok(self.out_of_input());
                 }
                 continue;
-            }
+            };
             self.position.line = line_no;
-            let parsed = parse_line(&self.buf).map_err(|e| input_error(&path, line_no, &e.0))?;
+            let parsed = parse_borrowed(line).map_err(|e| input_error(path, line_no, &e.0))?;
             return Ok(match parsed {
-                Line::Event { time, account, amount } => {
-                    SourceItem::Record(vec![Value::Timestamp(time), Value::Str(account), Value::Decimal(amount)])
-                }
-                Line::Watermark(time) if time > self.position.watermark => {
+                Parsed::Event { time, account, amount } => SourceItem::Record(vec![
+                    Value::Timestamp(time),
+                    Value::Str(account.to_string()),
+                    Value::Decimal(amount),
+                ]),
+                Parsed::Watermark(time) if time > self.position.watermark => {
                     self.position.watermark = time;
                     SourceItem::Watermark(time)
                 }
                 // A watermark that does not advance says nothing new.
-                Line::Watermark(_) => continue,
-                Line::End => {
+                Parsed::Watermark(_) => continue,
+                Parsed::End => {
                     self.position.ended = true;
                     SourceItem::End
                 }

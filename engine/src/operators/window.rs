@@ -16,7 +16,7 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{decode_value, encode_value, Column, ColumnType, Decimal, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, Key, KeyedMap};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "tumbling_window";
@@ -102,22 +102,86 @@ struct Accumulator {
     sum: Value,
 }
 
+/// One key's open windows: its shared key (which its timers hold too), its
+/// values (decoded once, for the rows it fires), and its windows by start.
+/// A key has one or two windows open at a time, so a sorted vector is the
+/// map; an entry whose windows all fired stays until the next sweep.
+#[derive(Debug, Clone)]
+struct KeyWindows {
+    key: Key,
+    values: Row,
+    open: Vec<(i64, Accumulator)>,
+}
+
+impl KeyWindows {
+    fn new(key: Key) -> Result<KeyWindows, OperatorError> {
+        let values = key_values(&key).map_err(|e| OperatorError::state(WINDOWS_SLOT, e))?;
+        Ok(KeyWindows { key, values, open: Vec::new() })
+    }
+
+    fn position(&self, start: i64) -> Result<usize, usize> {
+        self.open.binary_search_by_key(&start, |(s, _)| *s)
+    }
+
+    /// Adds a record's value to its window `[start, end)`, opening the window
+    /// (and registering its timer, once) when it is new. True when the window
+    /// was opened in an entry that had none open.
+    fn add(
+        &mut self,
+        start: i64,
+        end: i64,
+        value: &Value,
+        zero: Value,
+        cx: &mut Context<'_>,
+    ) -> Result<bool, OperatorError> {
+        match self.position(start) {
+            Ok(i) => {
+                let acc = &mut self.open[i].1;
+                acc.count += 1;
+                acc.sum = add(&acc.sum, value)?;
+                Ok(false)
+            }
+            Err(i) => {
+                let acc = Accumulator { count: 1, sum: add(&zero, value)? };
+                let was_empty = self.open.is_empty();
+                self.open.insert(i, (start, acc));
+                // The timer of a window is registered when its accumulator is
+                // made; it stays registered until it fires (the timer set is
+                // snapshotted).
+                cx.timers.register_event_time(Timer { time: end, key: self.key.clone(), namespace: start });
+                Ok(was_empty)
+            }
+        }
+    }
+}
+
 pub struct TumblingWindow {
     plan: Plan,
-    windows: BTreeMap<Vec<u8>, BTreeMap<i64, Accumulator>>,
+    windows: KeyedMap<KeyWindows>,
+    /// Entries with no open window, swept once they outnumber the rest.
+    empty: usize,
     /// A record's key bytes, reused from record to record.
     scratch: Vec<u8>,
 }
 
 impl TumblingWindow {
     pub fn new(plan: Plan) -> Self {
-        Self { plan, windows: BTreeMap::new(), scratch: Vec::new() }
+        Self { plan, windows: KeyedMap::default(), empty: 0, scratch: Vec::new() }
     }
 
     fn zero(&self) -> Value {
         match self.plan.value_type {
             ColumnType::Decimal { scale } => Value::Decimal(Decimal::new(0, scale)),
             _ => Value::Int(0),
+        }
+    }
+
+    /// Drops the entries with no open window once they outnumber the others,
+    /// so memory follows the open windows, not every key ever seen.
+    fn sweep(&mut self) {
+        if self.empty > 64 && self.empty * 2 > self.windows.len() {
+            self.windows.retain(|_, entry| !entry.open.is_empty());
+            self.empty = 0;
         }
     }
 }
@@ -158,39 +222,44 @@ impl Transform for TumblingWindow {
         }
         let key = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
         let value = row.get(self.plan.value).unwrap_or(&Value::Null);
-        // The timer of a window is registered when its accumulator is made;
-        // it stays registered until it fires (the timer set is snapshotted).
-        let existing = self.windows.get_mut(key.as_slice()).and_then(|per_key| per_key.get_mut(&start));
-        if let Some(acc) = existing {
-            acc.count += 1;
-            acc.sum = add(&acc.sum, value)?;
-            self.scratch = key;
-            return Ok(());
-        }
-        let acc = Accumulator { count: 1, sum: add(&self.zero(), value)? };
-        self.windows.entry(key.clone()).or_default().insert(start, acc);
-        cx.timers.register_event_time(Timer { time: end, key: key.clone(), namespace: start });
+        let zero = self.zero();
+        // Found by its bytes in the reused buffer: a known key costs no allocation.
+        let result = match self.windows.get_mut(key.as_slice()) {
+            Some(entry) => entry.add(start, end, value, zero, cx),
+            None => KeyWindows::new(Key::from(key.as_slice())).and_then(|mut entry| {
+                let opened = entry.add(start, end, value, zero, cx)?;
+                self.windows.insert(entry.key.clone(), entry);
+                self.empty += 1;
+                Ok(opened)
+            }),
+        };
         self.scratch = key;
+        if result? {
+            self.empty = self.empty.saturating_sub(1);
+        }
         Ok(())
     }
 
     fn on_event_timer(&mut self, timer: Timer, cx: &mut Context<'_>) -> Result<(), OperatorError> {
-        let Some(per_key) = self.windows.get_mut(&timer.key) else {
+        let Some(entry) = self.windows.get_mut(&*timer.key) else {
             return Ok(());
         };
-        let Some(acc) = per_key.remove(&timer.namespace) else {
+        let Ok(i) = entry.position(timer.namespace) else {
             return Ok(());
         };
-        if per_key.is_empty() {
-            self.windows.remove(&timer.key);
-        }
-        let mut row = key_values(&timer.key).map_err(|e| OperatorError::state(WINDOWS_SLOT, e))?;
+        let (_, acc) = entry.open.remove(i);
+        let mut row = Vec::with_capacity(entry.values.len() + 4);
+        row.extend(entry.values.iter().cloned());
         row.extend([
             Value::Timestamp(timer.namespace),
             Value::Timestamp(window_end(timer.namespace, self.plan.size_ms)),
             Value::Int(acc.count),
             acc.sum,
         ]);
+        if entry.open.is_empty() {
+            self.empty += 1;
+            self.sweep();
+        }
         cx.emit(row);
         Ok(())
     }
@@ -199,11 +268,11 @@ impl Transform for TumblingWindow {
         // DEFECT memory_windows (feature defect-memory-windows): the windows
         // are kept in memory only; the checkpoint holds an empty slot, so a
         // restore starts every window empty, without a warning.
-        let memory_only = BTreeMap::new();
-        let windows = if cfg!(feature = "defect-memory-windows") { &memory_only } else { &self.windows };
-        put_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, windows, |w: &mut Writer, per_key| {
-            w.u32(per_key.len() as u32);
-            for (start, acc) in per_key {
+        let open = self.windows.iter().filter(|(_, entry)| !entry.open.is_empty());
+        let open = open.filter(|_| !cfg!(feature = "defect-memory-windows"));
+        put_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, open, |w: &mut Writer, entry| {
+            w.u32(entry.open.len() as u32);
+            for (start, acc) in &entry.open {
                 w.i64(*start).i64(acc.count);
                 encode_value(w, &acc.sum);
             }
@@ -212,12 +281,14 @@ impl Transform for TumblingWindow {
     }
 
     fn restore(&mut self, slots: &StateSlots) -> Result<(), OperatorError> {
-        self.windows = decode_windows(slots)?
-            .into_iter()
-            .map(|(key, per_key)| {
-                (key, per_key.into_iter().map(|(start, (count, sum))| (start, Accumulator { count, sum })).collect())
-            })
-            .collect();
+        let mut windows = KeyedMap::default();
+        for (bytes, per_key) in decode_windows(slots)? {
+            let mut entry = KeyWindows::new(Key::from(bytes))?;
+            entry.open = per_key.into_iter().map(|(start, (count, sum))| (start, Accumulator { count, sum })).collect();
+            windows.insert(entry.key.clone(), entry);
+        }
+        self.empty = windows.values().filter(|entry: &&KeyWindows| entry.open.is_empty()).count();
+        self.windows = windows;
         Ok(())
     }
 }
