@@ -98,9 +98,8 @@ impl Writer {
 
     /// An unsigned LEB128 varint: 7 bits a byte, low first.
     pub fn uvarint(&mut self, mut v: u128) -> &mut Self {
-        if v < 0x80 {
-            self.buf.push(v as u8);
-            return self;
+        if let Ok(small) = u64::try_from(v) {
+            return self.uvarint64(small);
         }
         while v >= 0x80 {
             self.buf.push((v as u8) | 0x80);
@@ -110,20 +109,30 @@ impl Writer {
         self
     }
 
-    /// A signed varint, zigzag-mapped so small magnitudes take few bytes.
-    pub fn ivarint(&mut self, v: i128) -> &mut Self {
-        self.uvarint(((v << 1) ^ (v >> 127)) as u128)
-    }
-
-    /// A signed varint of a 64-bit value (the common case, in 64-bit arithmetic).
-    pub fn ivarint64(&mut self, v: i64) -> &mut Self {
-        let mut u = ((v << 1) ^ (v >> 63)) as u64;
+    /// [`uvarint`](Self::uvarint) of a 64-bit value, in 64-bit arithmetic
+    /// (the same bytes).
+    pub fn uvarint64(&mut self, mut u: u64) -> &mut Self {
         while u >= 0x80 {
             self.buf.push((u as u8) | 0x80);
             u >>= 7;
         }
         self.buf.push(u as u8);
         self
+    }
+
+    /// A signed varint, zigzag-mapped so small magnitudes take few bytes.
+    pub fn ivarint(&mut self, v: i128) -> &mut Self {
+        // Within i64 the zigzag value is the 64-bit one: the same bytes,
+        // without 128-bit arithmetic (a decimal's unscaled value, say).
+        if let Ok(v) = i64::try_from(v) {
+            return self.ivarint64(v);
+        }
+        self.uvarint(((v << 1) ^ (v >> 127)) as u128)
+    }
+
+    /// A signed varint of a 64-bit value (the common case, in 64-bit arithmetic).
+    pub fn ivarint64(&mut self, v: i64) -> &mut Self {
+        self.uvarint64(((v << 1) ^ (v >> 63)) as u64)
     }
 }
 
@@ -279,6 +288,32 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The varint bytes by the 128-bit definition alone (no fast path).
+    fn varint_by_definition(mut v: u128) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    #[test]
+    fn the_64_bit_fast_paths_write_the_bytes_of_the_128_bit_definition() {
+        let edges = [0i128, 1, -1, 63, -64, 64, -65, i64::MAX.into(), i64::MIN.into()];
+        let around = [i128::from(i64::MAX) + 1, i128::from(i64::MIN) - 1, i128::MAX, i128::MIN];
+        for v in edges.into_iter().chain(around).chain((0..64).map(|b| 1i128 << b).flat_map(|p| [p, -p, p - 1])) {
+            let mut w = Writer::new();
+            w.ivarint(v);
+            assert_eq!(w.into_bytes(), varint_by_definition(((v << 1) ^ (v >> 127)) as u128), "ivarint {v}");
+            let u = v.unsigned_abs();
+            let mut w = Writer::new();
+            w.uvarint(u);
+            assert_eq!(w.into_bytes(), varint_by_definition(u), "uvarint {u}");
+        }
+    }
 
     #[test]
     fn varints_round_trip_at_their_extremes_and_refuse_overlong_ones() {

@@ -186,12 +186,7 @@ impl EventEncoder {
     /// Appends one event in the version 3 encoding.
     pub fn encode(&mut self, w: &mut Writer, event: &Event) {
         match event {
-            Event::Record(row) => {
-                w.u8(TAG_RECORD).uvarint(row.len() as u128);
-                for value in row {
-                    self.value(w, value);
-                }
-            }
+            Event::Record(row) => self.encode_record(w, row),
             Event::Watermark { time, idle } => {
                 w.u8(if *idle { TAG_IDLE_WATERMARK } else { TAG_WATERMARK });
                 w.ivarint64(delta(*time, &mut self.last.watermark));
@@ -199,6 +194,17 @@ impl EventEncoder {
             Event::ProcessingTime(now) => {
                 w.u8(TAG_PROCESSING_TIME).ivarint64(delta(*now, &mut self.last.clock));
             }
+        }
+    }
+
+    /// Appends one record event, from a borrowed row (what [`encode`] writes
+    /// for `Event::Record`; a sink records its rows without copying them).
+    ///
+    /// [`encode`]: Self::encode
+    pub fn encode_record(&mut self, w: &mut Writer, row: &[Value]) {
+        w.u8(TAG_RECORD).uvarint64(row.len() as u64);
+        for value in row {
+            self.value(w, value);
         }
     }
 

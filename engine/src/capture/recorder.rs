@@ -7,13 +7,15 @@
 //! up to four times the bound), and its header says it was truncated and how
 //! many events there really were.
 
+use std::collections::BTreeSet;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::durable::temp_name;
 use crate::codec::Writer;
 use crate::event::Event;
+use crate::value::Value;
 
 use super::format::{encode_header, CaptureHeader, EventEncoder, CAPTURE_VERSION};
 use super::{epoch_file_name, sink_evidence_name, OpSpecFile, SinkEvidence, OP_SPEC_NAME};
@@ -42,6 +44,8 @@ pub struct EpochWritten {
 
 pub struct EpochRecorder {
     dir: PathBuf,
+    /// The epochs with files in `dir`, oldest first (what retention prunes).
+    epochs: BTreeSet<u64>,
     job: u64,
     operator: u64,
     subtask: u32,
@@ -62,9 +66,11 @@ impl EpochRecorder {
     pub fn create(dir: PathBuf, bound: u64, retain_epochs: u64, spec: &OpSpecFile) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let json = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
-        write_replacing(&dir, OP_SPEC_NAME, &json)?;
+        write_replacing(&dir, OP_SPEC_NAME, &[&json])?;
+        let epochs = epochs_in(&dir)?;
         Ok(Self {
             dir,
+            epochs,
             job: spec.job_id(),
             operator: spec.operator_id(),
             subtask: spec.subtask,
@@ -88,22 +94,31 @@ impl EpochRecorder {
     /// Records one event handed to the operator.
     #[inline]
     pub fn record(&mut self, event: &Event) {
-        self.true_events += 1;
-        let keep = match event {
-            Event::Record(_) => {
-                self.true_records += 1;
-                let keep = self.stored_records < self.bound;
-                self.stored_records += u64::from(keep);
-                keep
-            }
+        match event {
+            Event::Record(row) => self.record_row(row),
             _ => {
+                self.true_events += 1;
                 let keep = self.stored_control < self.bound.saturating_mul(CONTROL_EVENT_FACTOR);
                 self.stored_control += u64::from(keep);
-                keep
+                if keep {
+                    self.encoder.encode(&mut self.buf, event);
+                    self.stored_events += 1;
+                } else {
+                    self.truncated = true;
+                }
             }
-        };
-        if keep {
-            self.encoder.encode(&mut self.buf, event);
+        }
+    }
+
+    /// Records one record handed to the operator, from a borrowed row: the
+    /// same bytes as [`record`](Self::record) of `Event::Record`, no copy.
+    #[inline]
+    pub fn record_row(&mut self, row: &[Value]) {
+        self.true_events += 1;
+        self.true_records += 1;
+        if self.stored_records < self.bound {
+            self.stored_records += 1;
+            self.encoder.encode_record(&mut self.buf, row);
             self.stored_events += 1;
         } else {
             self.truncated = true;
@@ -124,12 +139,14 @@ impl EpochRecorder {
             true_records: self.true_records,
             stored_events: self.stored_events,
         };
+        // The buffer keeps its capacity for the next epoch.
         let body = std::mem::take(&mut self.buf).into_bytes();
         self.encoder.reset();
-        let mut bytes = encode_header(&header);
-        bytes.extend_from_slice(&body);
         let file = epoch_file_name(epoch);
-        write_replacing(&self.dir, &file, &bytes)?;
+        let written = write_replacing(&self.dir, &file, &[&encode_header(&header), &body]);
+        self.buf = Writer::reusing(body);
+        written?;
+        self.epochs.insert(epoch);
         self.prune_before(epoch.saturating_sub(self.retain_epochs - 1))?;
         let written = EpochWritten {
             file,
@@ -147,35 +164,136 @@ impl EpochRecorder {
         Ok(written)
     }
 
-    /// Removes the epoch files (captures and sink evidence) below `keep_from`.
-    fn prune_before(&self, keep_from: u64) -> io::Result<()> {
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let epoch = super::parse_epoch_file_name(name).or_else(|| {
-                clink_basics::ids::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?)
-            });
-            if epoch.is_some_and(|e| e < keep_from) {
-                fs::remove_file(self.dir.join(name))?;
+    /// Removes the epoch files (captures and sink evidence) below `keep_from`:
+    /// those the folder held when the recorder started (read once) and the
+    /// epochs it wrote since, from memory, so an epoch's end lists no
+    /// directory. (A sink's evidence of an epoch follows that epoch's capture.)
+    fn prune_before(&mut self, keep_from: u64) -> io::Result<()> {
+        let Some(&oldest) = self.epochs.first() else {
+            return Ok(());
+        };
+        if oldest >= keep_from {
+            return Ok(());
+        }
+        let rest = self.epochs.split_off(&keep_from);
+        for epoch in std::mem::replace(&mut self.epochs, rest) {
+            for name in [epoch_file_name(epoch), sink_evidence_name(epoch)] {
+                match fs::remove_file(self.dir.join(name)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
         }
         Ok(())
     }
 
-    /// Writes a sink's interval evidence for `epoch`.
+    /// Writes a sink's interval evidence for `epoch` (after the epoch's
+    /// capture, whose pruning removes it too).
     pub fn write_sink_evidence(&self, evidence: &SinkEvidence) -> io::Result<()> {
         let json = serde_json::to_vec_pretty(evidence).map_err(io::Error::other)?;
-        write_replacing(&self.dir, &sink_evidence_name(evidence.epoch), &json)
+        write_replacing(&self.dir, &sink_evidence_name(evidence.epoch), &[&json])
     }
 }
 
-/// Writes beside the name and renames into place, so a reader never sees a
-/// partial file. Not fsynced: captures survive the process dying, which is
-/// what they are for, and cost no disk flush on the hot path.
-fn write_replacing(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+/// The epochs whose files (captures or sink evidence) a subtask's folder holds.
+fn epochs_in(dir: &Path) -> io::Result<BTreeSet<u64>> {
+    let mut epochs = BTreeSet::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let epoch = super::parse_epoch_file_name(name)
+            .or_else(|| clink_basics::ids::parse_decimal_u64(name.strip_prefix("epoch-")?.strip_suffix(".sink.json")?));
+        epochs.extend(epoch);
+    }
+    Ok(epochs)
+}
+
+/// Writes `parts` beside the name and renames into place, so a reader never
+/// sees a partial file. Not fsynced: captures survive the process dying,
+/// which is what they are for, and cost no disk flush on the hot path.
+fn write_replacing(dir: &Path, name: &str, parts: &[&[u8]]) -> io::Result<()> {
     let tmp = dir.join(temp_name(name));
-    fs::write(&tmp, bytes)?;
-    fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
+    let written = (|| {
+        let mut file = fs::File::create_new(&tmp)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
+        drop(file);
+        fs::rename(&tmp, dir.join(name))
+    })();
+    written.inspect_err(|_| {
         let _ = fs::remove_file(&tmp);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::format::read_capture;
+    use crate::value::{Decimal, Schema};
+
+    fn spec() -> OpSpecFile {
+        OpSpecFile {
+            format: "clink-op-spec".into(),
+            version: 1,
+            job: "1".into(),
+            id: "3".into(),
+            uid: "windows".into(),
+            type_name: "tumbling_window".into(),
+            params: serde_json::json!({}),
+            parallelism: 1,
+            subtask: 0,
+            input_schema: None,
+            output_schema: Schema::default(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.retain(|n| n.starts_with("epoch-"));
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_borrowed_row_is_recorded_as_its_record_event_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = vec![Value::Timestamp(5), Value::Str("acct-1".into()), Value::Decimal(Decimal::new(-1234, 2))];
+        let mut by_event = EpochRecorder::create(dir.path().join("a"), 10, 5, &spec()).unwrap();
+        let mut by_row = EpochRecorder::create(dir.path().join("b"), 10, 5, &spec()).unwrap();
+        for _ in 0..2 {
+            by_event.record(&Event::Record(row.clone()));
+            by_row.record_row(&row);
+        }
+        by_event.finish_epoch(1).unwrap();
+        by_row.finish_epoch(1).unwrap();
+        let a = fs::read(dir.path().join("a/epoch-1.cap")).unwrap();
+        assert_eq!(a, fs::read(dir.path().join("b/epoch-1.cap")).unwrap());
+        assert_eq!(read_capture(&a).unwrap().events, vec![Event::Record(row.clone()), Event::Record(row)]);
+    }
+
+    #[test]
+    fn retention_prunes_what_an_earlier_run_left_and_what_this_one_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("subtask-0");
+        fs::create_dir_all(&sub).unwrap();
+        for name in ["epoch-1.cap", "epoch-2.cap", "epoch-2.sink.json", "op.json.keep"] {
+            fs::write(sub.join(name), b"earlier run").unwrap();
+        }
+        let mut recorder = EpochRecorder::create(sub.clone(), 10, 2, &spec()).unwrap();
+        recorder.finish_epoch(3).unwrap();
+        assert_eq!(files(&sub), ["epoch-2.cap", "epoch-2.sink.json", "epoch-3.cap"]);
+        recorder.record_row(&[Value::Int(6)]);
+        recorder.finish_epoch(4).unwrap();
+        assert_eq!(files(&sub), ["epoch-3.cap", "epoch-4.cap"]);
+        // The reused buffer holds only its own epoch's events.
+        recorder.record_row(&[Value::Int(7)]);
+        recorder.finish_epoch(5).unwrap();
+        let five = read_capture(&fs::read(sub.join("epoch-5.cap")).unwrap()).unwrap();
+        assert_eq!(five.events, vec![Event::Record(vec![Value::Int(7)])]);
+        assert!(sub.join("op.json.keep").exists(), "other files are left");
+    }
 }

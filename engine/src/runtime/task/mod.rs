@@ -87,6 +87,14 @@ impl TaskContext {
         }
     }
 
+    /// Records a row handed to a sink, if the recorder is on, without copying it.
+    #[inline]
+    pub(super) fn record_row(&mut self, row: &[crate::value::Value]) {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.record_row(row);
+        }
+    }
+
     /// Closes the capture epoch at barrier `epoch`. A recorder that cannot
     /// write stops (with a warning); the job runs on without it.
     pub(super) fn close_epoch(&mut self, epoch: u64) -> Option<crate::capture::recorder::EpochWritten> {

@@ -57,9 +57,7 @@ impl SinkTask<'_> {
             }
             match self.gate.next(None) {
                 Input::Record(row) => {
-                    if self.cx.recorder.is_some() {
-                        self.cx.record(&Event::Record(row.clone()));
-                    }
+                    self.cx.record_row(&row);
                     sink.write(&row)?
                 }
                 Input::Watermark { time, idle } => {
