@@ -225,13 +225,12 @@ impl Sink for StagedFileSink {
         if self.interval_rows == 0 {
             return Ok(Prepared::EMPTY);
         }
-        let contents = std::mem::take(&mut self.interval);
         let handle = Handle {
             checkpoint,
             file: part_name(self.subtask, checkpoint),
             rows: std::mem::take(&mut self.interval_rows),
-            bytes: contents.len() as u64,
-            sha256: sha256_hex(&contents),
+            bytes: self.interval.len() as u64,
+            sha256: sha256_hex(&self.interval),
         };
         // DEFECT ack_before_durable: the file is sealed only when the commit arrives.
         #[cfg(any(test, feature = "defects"))]
@@ -239,9 +238,12 @@ impl Sink for StagedFileSink {
         #[cfg(not(any(test, feature = "defects")))]
         let durable = true;
         if durable {
-            write_durably(&self.staged_dir, &handle.file, &contents).map_err(OperatorError::io(&self.staged_dir))?;
+            let written = write_durably(&self.staged_dir, &handle.file, &self.interval);
+            // The interval's buffer keeps its capacity for the next interval.
+            self.interval.clear();
+            written.map_err(OperatorError::io(&self.staged_dir))?;
         } else {
-            self.unsealed.insert(checkpoint, contents);
+            self.unsealed.insert(checkpoint, std::mem::take(&mut self.interval));
         }
         // DEFECT commit_at_barrier: published at the barrier.
         #[cfg(any(test, feature = "defects"))]

@@ -155,6 +155,9 @@ impl KeyWindows {
     }
 }
 
+/// Entries with no open window are kept until there are more than this many.
+const SWEEP_AT_LEAST: usize = 1024;
+
 pub struct TumblingWindow {
     plan: Plan,
     windows: KeyedMap<KeyWindows>,
@@ -176,10 +179,12 @@ impl TumblingWindow {
         }
     }
 
-    /// Drops the entries with no open window once they outnumber the others,
-    /// so memory follows the open windows, not every key ever seen.
+    /// Drops the entries with no open window once they are many and
+    /// outnumber the others two to one, so memory follows the open windows,
+    /// not every key ever seen, and a key that comes back soon keeps its entry.
     fn sweep(&mut self) {
-        if self.empty > 64 && self.empty * 2 > self.windows.len() {
+        let open = self.windows.len() - self.empty;
+        if self.empty > SWEEP_AT_LEAST && self.empty > 2 * open {
             self.windows.retain(|_, entry| !entry.open.is_empty());
             self.empty = 0;
         }
