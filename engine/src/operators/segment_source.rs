@@ -104,16 +104,24 @@ fn parse_borrowed(line: &str) -> Result<Parsed<'_>, LineError> {
 pub const MAX_TIME_MS: i64 = 1 << 60;
 
 fn parse_time(text: &str) -> Result<i64, LineError> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(LineError(format!(
-            "time {:?} is not a non-negative integer number of milliseconds",
-            truncate(text, 40)
-        )));
+    // One pass: every byte a digit (else that error, wherever it is), and
+    // the value within range (else this one).
+    let mut value: Option<i64> = Some(0);
+    for b in text.bytes() {
+        if !b.is_ascii_digit() {
+            return Err(not_a_time(text));
+        }
+        value = value.and_then(|v| v.checked_mul(10)).and_then(|v| v.checked_add(i64::from(b - b'0')));
     }
-    match text.parse::<i64>() {
-        Ok(t) if t <= MAX_TIME_MS => Ok(t),
+    match value {
+        _ if text.is_empty() => Err(not_a_time(text)),
+        Some(t) if t <= MAX_TIME_MS => Ok(t),
         _ => Err(LineError(format!("time {} is out of range (0 to {MAX_TIME_MS})", truncate(text, 40)))),
     }
+}
+
+fn not_a_time(text: &str) -> LineError {
+    LineError(format!("time {:?} is not a non-negative integer number of milliseconds", truncate(text, 40)))
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -156,28 +164,83 @@ pub struct InputSummary {
 }
 
 /// Reads every line of every segment and refuses the first that does not
-/// parse, naming its file and line; also refuses lines after END.
+/// parse, naming its file and line; also refuses lines after END. Segments
+/// are read in parallel (this runs before the job starts, on its critical
+/// path) and judged in name order, so the refusal is the one a single pass
+/// in order would make.
 pub fn validate_input(dir: &Path) -> Result<InputSummary, OperatorError> {
-    let mut summary = InputSummary::default();
-    let mut buf = Vec::new();
-    for name in list_segments(dir)? {
-        summary.segments += 1;
-        let path = dir.join(&name);
-        let mut reader = open(&path)?;
-        let mut line_no = 0u64;
-        while let Some(line) = read_bounded_line(&mut reader, &mut buf, &path, line_no + 1)? {
-            line_no += 1;
-            if summary.has_end {
-                return Err(input_error(&path, line_no, "a line after END"));
-            }
-            match parse_borrowed(line).map_err(|e| input_error(&path, line_no, &e.0))? {
-                Parsed::Event { .. } => summary.events += 1,
-                Parsed::Watermark(_) => summary.watermarks += 1,
-                Parsed::End => summary.has_end = true,
-            }
+    let paths: Vec<PathBuf> = list_segments(dir)?.iter().map(|name| dir.join(name)).collect();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, paths.len().max(1));
+    let checks: Vec<SegmentCheck> = if workers == 1 {
+        paths.iter().map(|p| check_segment(p)).collect()
+    } else {
+        let mut indexed: Vec<(usize, SegmentCheck)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    let paths = &paths;
+                    scope.spawn(move || {
+                        (w..paths.len()).step_by(workers).map(|i| (i, check_segment(&paths[i]))).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        if indexed.len() != paths.len() {
+            return Err(OperatorError::Protocol("a segment check stopped without an answer".into()));
         }
+        indexed.sort_by_key(|(i, _)| *i);
+        indexed.into_iter().map(|(_, check)| check).collect()
+    };
+    let mut summary = InputSummary::default();
+    for (path, check) in paths.iter().zip(checks) {
+        summary.segments += 1;
+        if summary.has_end && check.lines > 0 {
+            return Err(input_error(path, 1, "a line after END"));
+        }
+        if let Some(error) = check.error {
+            return Err(error);
+        }
+        summary.events += check.events;
+        summary.watermarks += check.watermarks;
+        summary.has_end |= check.has_end;
     }
     Ok(summary)
+}
+
+/// One segment read on its own: what its lines held up to the first refusal.
+#[derive(Debug, Default)]
+struct SegmentCheck {
+    /// Lines read whole (before any refusal).
+    lines: u64,
+    events: u64,
+    watermarks: u64,
+    has_end: bool,
+    error: Option<OperatorError>,
+}
+
+fn check_segment(path: &Path) -> SegmentCheck {
+    let mut check = SegmentCheck::default();
+    if let Err(error) = check_lines(path, &mut check) {
+        check.error = Some(error);
+    }
+    check
+}
+
+fn check_lines(path: &Path, check: &mut SegmentCheck) -> Result<(), OperatorError> {
+    let mut reader = open(path)?;
+    let mut buf = Vec::new();
+    while let Some(line) = read_bounded_line(&mut reader, &mut buf, path, check.lines + 1)? {
+        check.lines += 1;
+        if check.has_end {
+            return Err(input_error(path, check.lines, "a line after END"));
+        }
+        match parse_borrowed(line).map_err(|e| input_error(path, check.lines, &e.0))? {
+            Parsed::Event { .. } => check.events += 1,
+            Parsed::Watermark(_) => check.watermarks += 1,
+            Parsed::End => check.has_end = true,
+        }
+    }
+    Ok(())
 }
 
 fn input_error(path: &Path, line: u64, reason: &str) -> OperatorError {
@@ -558,6 +621,31 @@ mod tests {
         write_input(dir.path(), &["END\nE,1,a,1\n"]);
         let err = validate_input(dir.path()).unwrap_err().to_string();
         assert!(err.contains("after END"), "{err}");
+    }
+
+    #[test]
+    fn segments_checked_in_parallel_are_judged_in_order() {
+        // The first fault in the input's order is the one named, though
+        // later segments (checked by another thread) fail too.
+        let dir = tempfile::tempdir().unwrap();
+        let mut segments = vec!["E,1,a,1\n"; 9];
+        segments[3] = "E,1,a,1\nE,x,a,1\n";
+        segments[6] = "bad\n";
+        segments[7] = "also bad\n";
+        write_input(dir.path(), &segments);
+        let err = validate_input(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("segment-0003.txt:2") && err.contains("\"x\""), "{err}");
+        // END in one segment: the next segment with a line is refused at its
+        // first line, before its own (bad) lines are judged.
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\n", "END\n", "", "nonsense\n", "bad\n"]);
+        let err = validate_input(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("segment-0003.txt:1: a line after END"), "{err}");
+        // And a whole input is counted across its segments.
+        let dir = tempfile::tempdir().unwrap();
+        write_input(dir.path(), &["E,1,a,1\nW,1\n", "E,2,b,1\n", "W,2\nE,3,c,1\nEND\n"]);
+        let summary = validate_input(dir.path()).unwrap();
+        assert_eq!((summary.segments, summary.events, summary.watermarks, summary.has_end), (3, 3, 2, true));
     }
 
     #[test]
