@@ -1,15 +1,26 @@
 //! The source subtask: reads its input, asks for checkpoints, and at each
 //! trigger snapshots its position, acks and emits the barrier.
+//!
+//! While a checkpoint it asked for is on its way (the request travels to the
+//! coordinator and the trigger back), it reads ahead instead of waiting: the
+//! position snapshot is taken where the barrier will stand, and what is read
+//! meanwhile is held back and sent after the barrier. What it emits, and
+//! where its barriers stand, are those of a source that waited; it only
+//! reads sooner. It never holds an end, a stop, an error or the watermark
+//! that stops it for a savepoint: those wait, unread by the read-ahead or
+//! kept for after the checkpoint, exactly where they were.
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::checkpoint::markers::CheckpointKind;
+use crate::checkpoint::StateSlots;
 use crate::fault::{fails, kill_point, FaultPoint};
-use crate::operators::{Source, SourceItem};
+use crate::operators::{OperatorError, Source, SourceItem};
 use crate::trace_event;
+use crate::value::Row;
 
 use super::super::frames::{Element, ToCoordinator, ToTask};
 use super::super::gates::OutputGate;
@@ -55,7 +66,8 @@ pub fn run(
 ) {
     cx.place();
     let pacer = triggers.records_per_second.map(|rate| Pacer { rate, start: Instant::now(), records: 0 });
-    let result = SourceTask { cx: &cx, out, control, triggers, pacer, records_since_checkpoint: 0 }.run(&mut *source);
+    let result = SourceTask { cx: &cx, out, control, triggers, pacer, records_since_checkpoint: 0, pending: None }
+        .run(&mut *source);
     cx.finish(result);
 }
 
@@ -66,10 +78,47 @@ struct SourceTask<'a> {
     triggers: SourceTriggers,
     pacer: Option<Pacer>,
     records_since_checkpoint: u64,
+    /// What the read-ahead read and does not hold (an end, a stop, an error,
+    /// the watermark that stops the source): the next item the loop takes.
+    pending: Option<Result<SourceItem, OperatorError>>,
 }
 
 /// How often the source looks at its control frames between records.
 const CONTROL_POLL_RECORDS: u64 = 64;
+
+/// The most records read ahead while a trigger is awaited.
+const MAX_READ_AHEAD: u64 = 1 << 14;
+
+/// Where a checkpoint's barrier stands: the source's position now, or the
+/// position taken when the source asked for the checkpoint it awaits.
+enum At<'s> {
+    Now(&'s dyn Source),
+    Taken(&'s StateSlots),
+}
+
+impl At<'_> {
+    fn slots(&self) -> Result<StateSlots, OperatorError> {
+        match self {
+            At::Now(source) => source.snapshot(),
+            At::Taken(slots) => Ok((*slots).clone()),
+        }
+    }
+}
+
+/// What was read while a trigger was awaited, held back until its barrier.
+struct ReadAhead {
+    held: Vec<Element>,
+    records: u64,
+    limit: u64,
+    /// Something the read-ahead does not hold came: it reads no further.
+    stopped: bool,
+}
+
+impl ReadAhead {
+    fn reading(&self) -> bool {
+        !self.stopped && self.records < self.limit
+    }
+}
 
 impl SourceTask<'_> {
     fn run(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
@@ -88,15 +137,12 @@ impl SourceTask<'_> {
                     self.request_checkpoint(source, CheckpointKind::Periodic)?;
                 }
             }
-            match source.next_item()? {
-                SourceItem::Record(row) => {
-                    self.out.emit(row)?;
-                    self.records_since_checkpoint += 1;
-                    if let Some(wait) = self.pacer.as_mut().and_then(Pacer::ahead_by) {
-                        self.out.flush()?;
-                        std::thread::sleep(wait);
-                    }
-                }
+            let item = match self.pending.take() {
+                Some(item) => item?,
+                None => source.next_item()?,
+            };
+            match item {
+                SourceItem::Record(row) => self.emit_record(row)?,
                 SourceItem::Watermark(time) => {
                     self.out.broadcast(Element::Watermark { time, idle: false })?;
                     if self.triggers.stop_at_watermark.is_some_and(|at| time >= at) {
@@ -121,6 +167,16 @@ impl SourceTask<'_> {
         }
     }
 
+    fn emit_record(&mut self, row: Row) -> Result<(), TaskExit> {
+        self.out.emit(row)?;
+        self.records_since_checkpoint += 1;
+        if let Some(wait) = self.pacer.as_mut().and_then(Pacer::ahead_by) {
+            self.out.flush()?;
+            std::thread::sleep(wait);
+        }
+        Ok(())
+    }
+
     fn close(&mut self, last: Element) -> Result<(), TaskExit> {
         self.out.broadcast(last)?;
         self.out.flush()?;
@@ -130,7 +186,7 @@ impl SourceTask<'_> {
     /// Handles the control frames that are waiting, without blocking.
     fn poll_control(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
         while let Ok(frame) = self.control.try_recv() {
-            self.on_control(source, frame)?;
+            self.on_control(At::Now(source), frame)?;
         }
         if self.cx.cancelled() {
             return Err(TaskExit::Cancelled);
@@ -139,10 +195,10 @@ impl SourceTask<'_> {
     }
 
     /// Returns the checkpoint a trigger started, if the frame was one.
-    fn on_control(&mut self, source: &mut dyn Source, frame: ToTask) -> Result<Option<CheckpointKind>, TaskExit> {
+    fn on_control(&mut self, at: At<'_>, frame: ToTask) -> Result<Option<CheckpointKind>, TaskExit> {
         match frame {
             ToTask::TriggerCheckpoint { checkpoint, kind } => {
-                self.checkpoint(source, checkpoint, kind)?;
+                self.checkpoint(at.slots()?, checkpoint, kind)?;
                 Ok(Some(kind))
             }
             ToTask::CommitCheckpoint { checkpoint } => {
@@ -153,14 +209,62 @@ impl SourceTask<'_> {
     }
 
     /// Asks the coordinator for a checkpoint and runs triggers until one of
-    /// the requested kind has been taken.
+    /// the requested kind has been taken, every one at the position where
+    /// the source asked; reads ahead meanwhile (see the module's doc) and
+    /// sends what it read after the barrier.
     fn request_checkpoint(&mut self, source: &mut dyn Source, kind: CheckpointKind) -> Result<(), TaskExit> {
         self.out.flush()?;
         self.cx.send(ToCoordinator::RequestCheckpoint { kind })?;
+        let at = source.snapshot()?;
+        let mut ahead = ReadAhead { held: Vec::new(), records: 0, limit: self.read_ahead_limit(kind), stopped: false };
         loop {
-            let frame = self.control.recv().map_err(|_| TaskExit::Cancelled)?;
-            if self.on_control(source, frame)? == Some(kind) {
-                return Ok(());
+            let frame = match self.control.try_recv() {
+                Ok(frame) => frame,
+                Err(TryRecvError::Disconnected) => return Err(TaskExit::Cancelled),
+                Err(TryRecvError::Empty) if ahead.reading() => {
+                    self.read_ahead(source, &mut ahead);
+                    continue;
+                }
+                Err(TryRecvError::Empty) => self.control.recv().map_err(|_| TaskExit::Cancelled)?,
+            };
+            if self.on_control(At::Taken(&at), frame)? == Some(kind) {
+                break;
+            }
+        }
+        for element in ahead.held {
+            match element {
+                Element::Record(row) => self.emit_record(row)?,
+                other => self.out.broadcast(other)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// How many records may be read ahead while checkpoint `kind` is awaited:
+    /// fewer than the records between two checkpoints (so the next request
+    /// is where it would have been), none for an end or a savepoint, and
+    /// none for a paced source (its pace is its point).
+    fn read_ahead_limit(&self, kind: CheckpointKind) -> u64 {
+        match (kind, self.triggers.every_records, &self.pacer) {
+            (CheckpointKind::Periodic, Some(n), None) => (n.get() - 1).min(MAX_READ_AHEAD),
+            _ => 0,
+        }
+    }
+
+    /// Reads one item ahead: a record or a watermark is held; anything else
+    /// stops the read-ahead and waits for the loop.
+    fn read_ahead(&mut self, source: &mut dyn Source, ahead: &mut ReadAhead) {
+        match source.next_item() {
+            Ok(SourceItem::Record(row)) => {
+                ahead.held.push(Element::Record(row));
+                ahead.records += 1;
+            }
+            Ok(SourceItem::Watermark(time)) if !self.triggers.stop_at_watermark.is_some_and(|at| time >= at) => {
+                ahead.held.push(Element::Watermark { time, idle: false });
+            }
+            other => {
+                self.pending = Some(other);
+                ahead.stopped = true;
             }
         }
     }
@@ -168,8 +272,7 @@ impl SourceTask<'_> {
     /// The source's step of checkpoint `c`: position snapshot, ack, barrier.
     /// A position snapshot that did not become durable fails the source: no
     /// DeliverBarrier, no ack and no barrier (the restart budget decides).
-    fn checkpoint(&mut self, source: &mut dyn Source, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
-        let slots = source.snapshot()?;
+    fn checkpoint(&mut self, slots: StateSlots, checkpoint: u64, kind: CheckpointKind) -> Result<(), TaskExit> {
         let header = self.cx.header(checkpoint);
         let written = if fails(FaultPoint::SourceSnapshotFails, checkpoint) {
             Err("injected snapshot failure".to_string())
@@ -195,5 +298,157 @@ impl SourceTask<'_> {
         self.out.flush()?;
         self.records_since_checkpoint = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use crossbeam_channel::{unbounded, Sender};
+
+    use super::*;
+    use crate::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, GENERATION};
+    use crate::job::{OperatorSpec, PlannedOperator};
+    use crate::operators::segment_source::SegmentSource;
+    use crate::operators::Environment;
+    use crate::runtime::frames::DataFrame;
+    use crate::runtime::gates::{OutputEdge, Route};
+    use clink_basics::ids::OperatorId;
+
+    /// A segment source that counts the items read from it, and notes the
+    /// count at its last position snapshot.
+    struct Counting(SegmentSource, Arc<AtomicU64>, Arc<AtomicU64>);
+
+    impl Source for Counting {
+        fn restore(&mut self, slots: Option<&StateSlots>) -> Result<(), OperatorError> {
+            self.0.restore(slots)
+        }
+        fn restored_watermark(&self) -> Option<i64> {
+            self.0.restored_watermark()
+        }
+        fn next_item(&mut self) -> Result<SourceItem, OperatorError> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.next_item()
+        }
+        fn snapshot(&self) -> Result<StateSlots, OperatorError> {
+            self.2.store(self.1.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.0.snapshot()
+        }
+    }
+
+    fn context(dir: &Path, to_coordinator: Sender<ToCoordinator>) -> TaskContext {
+        let spec = OperatorSpec {
+            id: OperatorId(1),
+            uid: "source".into(),
+            type_name: "segment_source".into(),
+            params: serde_json::json!({}),
+            parallelism: 1,
+            descriptor: crate::registry::descriptor("segment_source").unwrap(),
+        };
+        TaskContext {
+            task: 0,
+            job: 1,
+            participant: participant_name(OperatorId(1), 0),
+            operator: PlannedOperator::plan(spec, None).unwrap(),
+            subtask: 0,
+            to_coordinator,
+            cancel: Arc::new(AtomicBool::new(false)),
+            backend: FileStateBackend::new(CheckpointLayout::new(dir.join("ck"), 1)),
+            restored: None,
+            restore_point: 0,
+            epoch: 1,
+            env: Environment::default(),
+            recorder: None,
+        }
+    }
+
+    /// The records and watermarks a source restored from checkpoint `c`
+    /// goes on with, to its end.
+    fn resumed_from(dir: &Path, backend: &FileStateBackend, c: u64) -> Vec<Element> {
+        let slots = backend.read(GENERATION, &participant_name(OperatorId(1), 0), c).unwrap().slots;
+        let mut source = SegmentSource::new(dir.join("in"));
+        source.restore(Some(&slots)).unwrap();
+        let mut items = Vec::new();
+        loop {
+            match source.next_item().unwrap() {
+                SourceItem::Record(row) => items.push(Element::Record(row)),
+                SourceItem::Watermark(time) => items.push(Element::Watermark { time, idle: false }),
+                _ => return items,
+            }
+        }
+    }
+
+    #[test]
+    fn reading_ahead_for_a_trigger_moves_no_barrier_and_no_position() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("in")).unwrap();
+        for s in 0..3 {
+            let lines: String =
+                (0..70).map(|i| format!("E,{},a{},1\nW,{}\n", 100 * (70 * s + i), i % 3, 100 * (70 * s + i))).collect();
+            let end = if s == 2 { "END\n" } else { "" };
+            std::fs::write(dir.path().join("in").join(format!("segment-{s:04}.txt")), lines + end).unwrap();
+        }
+        let (to_coordinator, requests) = unbounded();
+        let (control_tx, control) = unbounded();
+        let (data_tx, data) = unbounded::<DataFrame>();
+        let cx = context(dir.path(), to_coordinator);
+        let backend = cx.backend.clone();
+        let (reads, at_snapshot) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let source = Counting(SegmentSource::new(dir.path().join("in")), reads.clone(), at_snapshot.clone());
+        // The coordinator answers each request late, and notes how far the
+        // source read past its position snapshot while the trigger travelled.
+        let coordinator = std::thread::spawn(move || {
+            let (mut next, mut read_ahead) = (1, 0);
+            while let Ok(frame) = requests.recv() {
+                match frame {
+                    ToCoordinator::RequestCheckpoint { kind } => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        read_ahead += reads.load(Ordering::Relaxed) - at_snapshot.load(Ordering::Relaxed);
+                        control_tx.send(ToTask::TriggerCheckpoint { checkpoint: next, kind }).unwrap();
+                        next += 1;
+                    }
+                    ToCoordinator::Finished { .. } | ToCoordinator::Failed { .. } => break,
+                    _ => {}
+                }
+            }
+            read_ahead
+        });
+        let edge = OutputEdge { route: Route::Forward, targets: vec![(data_tx, 0)] };
+        let out = OutputGate::new(0, vec![edge], Arc::new(AtomicBool::new(false)));
+        let triggers =
+            SourceTriggers { every_records: NonZeroU64::new(20), stop_at_watermark: None, records_per_second: None };
+        run(cx, Box::new(source), out, control, triggers);
+        let read_ahead = coordinator.join().unwrap();
+        let stream: Vec<Element> = data.try_iter().flat_map(|f| f.elements).collect();
+        let mut barriers = 0;
+        let mut since = 0;
+        for (i, element) in stream.iter().enumerate() {
+            match element {
+                Element::Record(_) => since += 1,
+                Element::Barrier { checkpoint, .. } => {
+                    barriers += 1;
+                    let last = stream[i + 1..].iter().all(|e| !matches!(e, Element::Record(_)));
+                    assert!(since == 20 || last, "barrier {checkpoint} after {since} records");
+                    since = 0;
+                    // Restored there, the source goes on with exactly what
+                    // followed (the end's maximal watermark is the task's).
+                    let after: Vec<Element> = stream[i + 1..]
+                        .iter()
+                        .filter(|e| match e {
+                            Element::Watermark { time, .. } => *time != i64::MAX,
+                            e => matches!(e, Element::Record(_)),
+                        })
+                        .cloned()
+                        .collect();
+                    assert_eq!(resumed_from(dir.path(), &backend, *checkpoint), after, "checkpoint {checkpoint}");
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(barriers, 11, "210 records: 10 periodic checkpoints and the final one");
+        assert!(read_ahead > 0, "the source read ahead while it awaited its triggers");
     }
 }
