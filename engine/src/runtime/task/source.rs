@@ -259,7 +259,7 @@ impl SourceTask<'_> {
                 ahead.held.push(Element::Record(row));
                 ahead.records += 1;
             }
-            Ok(SourceItem::Watermark(time)) if !self.triggers.stop_at_watermark.is_some_and(|at| time >= at) => {
+            Ok(SourceItem::Watermark(time)) if self.triggers.stop_at_watermark.is_none_or(|at| time < at) => {
                 ahead.held.push(Element::Watermark { time, idle: false });
             }
             other => {
