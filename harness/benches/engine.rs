@@ -302,13 +302,16 @@ fn throughput(scratch: &Path, figures: &mut Vec<Figure>) {
 /// The flight recorder's cost in CPU (user + system, from wait4's rusage of
 /// each child, never wall time): the example job over 1M events, capture
 /// off and on, in interleaved pairs (which of the two runs first alternates,
-/// so neither is always the one after the other's cleanup). The figure is
-/// the median over the pairs of on / off - 1; the spread is printed beside it.
+/// so neither is always the one after the other). The figure is the median
+/// over the pairs of on / off - 1; the spread is printed beside it. Each pair
+/// also runs capture on with the capture directory on a tmpfs (checkpoints
+/// still on the disk): a diagnosis of what the capture's files cost here.
 fn recorder(scratch: &Path, figures: &mut Vec<Figure>) {
     let events = 1_000_000u64;
     let input = generate(scratch, events);
     let pairs = runs().max(RECORDER_PAIRS);
-    let (mut off, mut on, mut costs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let (mut costs, mut in_memory) = (Vec::new(), Vec::new());
     for i in 0..pairs {
         let run_off = || run_example(&input, &fresh_run_dir(scratch, "recorder-off"), 10_000, &[]);
         let run_on = || {
@@ -324,12 +327,22 @@ fn recorder(scratch: &Path, figures: &mut Vec<Figure>) {
             (run_off(), b)
         };
         let cost = b.cpu.as_secs_f64() / a.cpu.as_secs_f64() - 1.0;
-        eprintln!(
+        let mut line = format!(
             "  pair {i}: cpu off {:.3}s, on {:.3}s: {:+.1}%",
             a.cpu.as_secs_f64(),
             b.cpu.as_secs_f64(),
             100.0 * cost
         );
+        if let Some(dir) = tmpfs_dir("recorder-capture") {
+            let capture = dir.to_string_lossy().into_owned();
+            let c =
+                run_example(&input, &fresh_run_dir(scratch, "recorder-tmpfs"), 10_000, &["--capture-dir", &capture]);
+            let _ = std::fs::remove_dir_all(&dir);
+            let cost = c.cpu.as_secs_f64() / a.cpu.as_secs_f64() - 1.0;
+            line += &format!("; capture on tmpfs {:.3}s: {:+.1}%", c.cpu.as_secs_f64(), 100.0 * cost);
+            in_memory.push(100.0 * cost);
+        }
+        eprintln!("{line}");
         off.push(a.cpu.as_secs_f64());
         on.push(b.cpu.as_secs_f64());
         costs.push(100.0 * cost);
@@ -356,6 +369,24 @@ fn recorder(scratch: &Path, figures: &mut Vec<Figure>) {
         )
         .goal(Goal::AtMost(5.0)),
     );
+    if !in_memory.is_empty() {
+        let spread = Spread::of(&in_memory);
+        figures.push(
+            Figure::new(
+                "recorder",
+                "the same, the capture on tmpfs (a diagnosis: no file-system cost)",
+                spread.median,
+                "%",
+            )
+            .against(
+                format!(
+                    "per pair {:+.1}% min, {:+.1}% q1, {:+.1}% q3, {:+.1}% max",
+                    spread.min, spread.q1, spread.q3, spread.max
+                ),
+                spread.median,
+            ),
+        );
+    }
 }
 
 /// At least this many off/on pairs measure the recorder (more with CLINK_BENCH_RUNS).
