@@ -100,7 +100,11 @@ impl FaultPoint {
     }
 
     pub fn parse(name: &str) -> Option<FaultPoint> {
-        FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS).chain(FaultPoint::CONFIRMED).find(|p| p.name() == name)
+        FaultPoint::ALL
+            .into_iter()
+            .chain(FaultPoint::CONNECTORS)
+            .chain(FaultPoint::CONFIRMED)
+            .find(|p| p.name() == name)
     }
 
     /// Whether reaching the point kills the process (all but the snapshot
@@ -146,7 +150,12 @@ pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
             item.split_once('@').ok_or_else(|| FaultSpecError::NotPointAtCheckpoint { item: item.to_string() })?;
         let point = FaultPoint::parse(name).ok_or_else(|| FaultSpecError::UnknownPoint {
             name: name.to_string(),
-            known: FaultPoint::ALL.iter().chain(&FaultPoint::CONNECTORS).chain(&FaultPoint::CONFIRMED).map(|p| p.name()).collect(),
+            known: FaultPoint::ALL
+                .iter()
+                .chain(&FaultPoint::CONNECTORS)
+                .chain(&FaultPoint::CONFIRMED)
+                .map(|p| p.name())
+                .collect(),
         })?;
         let checkpoint = clink_basics::ids::parse_decimal_u64(id)
             .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?;

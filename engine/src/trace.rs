@@ -236,7 +236,10 @@ pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
         {
             let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
             let own = event.fields();
-            names == own || (names.len() > own.len() && names[..own.len()] == *own && names[own.len()..] == *event.optional_fields())
+            names == own
+                || (names.len() > own.len()
+                    && names[..own.len()] == *own
+                    && names[own.len()..] == *event.optional_fields())
         },
         "fields of {} disagree with the vocabulary",
         event.name()

@@ -39,7 +39,6 @@ pub const UNRESOLVED_FORMAT: &str = "clink-unresolved-marker";
 pub const CONFIRMED_FORMAT: &str = "clink-confirmed-marker";
 pub const COMMITS_VERSION: u64 = 1;
 
-
 /// One transaction of a commit-confirmed sink, as its snapshot holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -329,9 +329,14 @@ mod tests {
         assert_eq!(choose(&[]), 1, "completed 2 and 3 are not confirmed");
         assert_eq!(choose(&[Defect::RestoreFromCompleted]), 3);
         assert_eq!(
-            engine_restore_point(&layout, RestoreRule::NewestCompleted, ChosenBy::Restart, &Defects::of(&[Defect::RestoreFromCompleted]))
-                .unwrap()
-                .checkpoint,
+            engine_restore_point(
+                &layout,
+                RestoreRule::NewestCompleted,
+                ChosenBy::Restart,
+                &Defects::of(&[Defect::RestoreFromCompleted])
+            )
+            .unwrap()
+            .checkpoint,
             3,
             "the defect changes nothing for a job that does not confirm"
         );

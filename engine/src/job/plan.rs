@@ -69,10 +69,8 @@ fn check_one_source(specs: &[OperatorSpec], path_of: &dyn Fn(OperatorId) -> Stri
 /// family never confirms, and from below the completed checkpoints a
 /// recoverable sink's open re-commits.
 fn check_one_commit_family(specs: &[OperatorSpec], path_of: &dyn Fn(OperatorId) -> String) -> Result<(), JobError> {
-    let sinks: Vec<(&OperatorSpec, bool)> = specs
-        .iter()
-        .filter_map(|s| s.descriptor.sink_family().map(|f| (s, f.needs_commit_confirmation())))
-        .collect();
+    let sinks: Vec<(&OperatorSpec, bool)> =
+        specs.iter().filter_map(|s| s.descriptor.sink_family().map(|f| (s, f.needs_commit_confirmation()))).collect();
     let Some((first, confirms)) = sinks.first().copied() else {
         return Ok(());
     };

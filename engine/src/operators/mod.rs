@@ -291,9 +291,13 @@ pub enum Probe {
     Committed,
     /// Not provably committed (ongoing, aborted, superseded, or the system
     /// cannot describe it): `why` says which.
-    Refused { why: String },
+    Refused {
+        why: String,
+    },
     /// The system could not be reached: the walk may retry.
-    Unreachable { why: String },
+    Unreachable {
+        why: String,
+    },
 }
 
 /// How the in-doubt walk reads and proves a commit-confirmed sink's handles,

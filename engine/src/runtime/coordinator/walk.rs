@@ -188,10 +188,7 @@ impl Coordinator {
         match read_receipt(&self.layout, sub, checkpoint) {
             Ok(Some(receipt)) if receipt.handle == handle => return Ok(Proof::Receipt),
             Ok(Some(receipt)) => {
-                return Ok(Proof::Refused(format!(
-                    "its receipt names {:?}, its snapshot {:?}",
-                    receipt.handle, handle
-                )))
+                return Ok(Proof::Refused(format!("its receipt names {:?}, its snapshot {:?}", receipt.handle, handle)))
             }
             Ok(None) => {}
             Err(e) => return Ok(Proof::Refused(format!("its receipt cannot be read: {e}"))),
@@ -248,7 +245,8 @@ impl Coordinator {
                     continue;
                 }
                 let sub = self.name_of(task);
-                let receipted = read_receipt(&self.layout, &sub, checkpoint).map_err(|e| RunError::Failed(e.to_string()))?;
+                let receipted =
+                    read_receipt(&self.layout, &sub, checkpoint).map_err(|e| RunError::Failed(e.to_string()))?;
                 if receipted.is_some() {
                     continue;
                 }
@@ -270,8 +268,5 @@ impl Coordinator {
 }
 
 fn walk_timeout() -> Duration {
-    std::env::var(WALK_TIMEOUT_VAR)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(WALK_TIMEOUT, Duration::from_millis)
+    std::env::var(WALK_TIMEOUT_VAR).ok().and_then(|v| v.parse::<u64>().ok()).map_or(WALK_TIMEOUT, Duration::from_millis)
 }

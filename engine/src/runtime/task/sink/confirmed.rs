@@ -12,8 +12,7 @@
 //! orphan it cannot settle fails the open.
 
 use crate::checkpoint::commits::{
-    clear_unresolved, list_receipts, list_unresolved, read_receipt, read_unresolved, write_receipt, ProvenBy,
-    TxnHandle,
+    clear_unresolved, list_receipts, list_unresolved, read_receipt, read_unresolved, write_receipt, ProvenBy, TxnHandle,
 };
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::{ConfirmedSink, OrphanSeen, Sink};
@@ -237,10 +236,8 @@ impl SinkTask<'_> {
         // DEFECT receipt_after_begin: the next transaction begins (and takes
         // a record) before the receipt; DEFECT no_receipts: no receipt.
         #[cfg(any(test, feature = "defects"))]
-        let (early_finish, receipt) = (
-            defects.has(crate::defects::Defect::ReceiptAfterBegin),
-            !defects.has(crate::defects::Defect::NoReceipts),
-        );
+        let (early_finish, receipt) =
+            (defects.has(crate::defects::Defect::ReceiptAfterBegin), !defects.has(crate::defects::Defect::NoReceipts));
         #[cfg(not(any(test, feature = "defects")))]
         let (early_finish, receipt) = (false, true);
         if early_finish {

@@ -1,0 +1,460 @@
+//! The Kafka sink job (Kafka in, Kafka out: `fixtures/jobs/kafka-kafka`)
+//! against the transaction-speaking broker `gates/services start` runs on
+//! 127.0.0.1 (CLINK_KAFKA_TXN_BOOTSTRAP; today librdkafka's mock cluster,
+//! see ARCHITECTURE.md, "A broker that speaks transactions").
+//!
+//! For every fault point of the protocol and of the commit-confirmed
+//! family, the job is killed there (or its snapshot fails), resumed, and run
+//! to its END. Two trials per point share those runs: `fault` (each run
+//! ended as armed, the resume finished, and every row the independent
+//! reference computes from the same seeded input was sent at least once:
+//! this test's own rdkafka consumer reads it `read_uncommitted`), and
+//! `exactly_once` (the output topic read `read_committed` holds exactly the
+//! reference's rows). Every run leaves its protocol trace under
+//! `fault-matrix-traces/kafka-<point>/`, which trace validation judges.
+//!
+//! What a broker cannot show is never passed: before any trial, one
+//! transaction is aborted on a fresh topic and read back `read_committed`.
+//! A broker that shows it (the mock does) shows every aborted or abandoned
+//! transaction's records, which could hide a loss as well as fake a
+//! duplicate, so on it every `exactly_once` trial but the fault-free one
+//! (which aborts nothing) is ignored with kind `broker-gap`: counted and
+//! listed by CI, never passed. A point whose trace can only be judged on a
+//! broker that refuses to abort a committed transaction has its trace
+//! marked `broker-gap` too (the settlement of a committed orphan).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use clink_basics::multiset::{describe, multiset_diff};
+use clink_engine::fault::FaultPoint;
+use libtest_mimic::{Arguments, Failed, Trial};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::Value as Json;
+
+const SEED: &str = "23";
+const EVENTS: &str = "3000";
+const ACCOUNTS: &str = "20";
+const EVERY: &str = "300";
+/// The mock creates every topic with 4 partitions on first use.
+const PARTITIONS: &str = "4";
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+fn clink() -> &'static str {
+    env!("CARGO_BIN_EXE_clink")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// The services' env file, as `gates/services start` wrote it.
+fn services() -> Result<BTreeMap<String, String>, String> {
+    let path = std::env::var("CLINK_SERVICES_ENV").unwrap_or_else(|_| {
+        format!("{}/clink-services.env", std::env::var("TMPDIR").unwrap_or_else(|_| "/tmp".into()))
+    });
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e} (run gates/services start)"))?;
+    let env: BTreeMap<String, String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if !env.contains_key("CLINK_KAFKA_TXN_BOOTSTRAP") {
+        return Err(format!("{path} names no CLINK_KAFKA_TXN_BOOTSTRAP"));
+    }
+    Ok(env)
+}
+
+fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{}-{}-{n}", std::process::id(), nanos % 1_000_000)
+}
+
+/// The reference windows of the seeded input, computed once.
+fn reference() -> &'static [String] {
+    static WINDOWS: OnceLock<(Vec<String>, tempfile::TempDir)> = OnceLock::new();
+    &WINDOWS
+        .get_or_init(|| {
+            let dir = tempfile::tempdir_in(scratch()).expect("scratch directory");
+            let input = dir.path().join("input");
+            let out = Command::new(clink())
+                .args(["gen-input", "--seed", SEED, "--events", EVENTS, "--accounts", ACCOUNTS, "--out"])
+                .arg(&input)
+                .output()
+                .expect("clink gen-input runs");
+            assert!(out.status.success(), "gen-input: {}", String::from_utf8_lossy(&out.stderr));
+            let params = clink_reference::example::ReferenceParams::default();
+            let windows = clink_reference::example::compute(&input, params).expect("reference windows").windows;
+            assert!(!windows.is_empty());
+            (windows, dir)
+        })
+        .0
+}
+
+/// Every payload of `topic` a reader at `isolation` sees, all partitions,
+/// up to each partition's end.
+fn read_topic(bootstrap: &str, topic: &str, isolation: &str) -> Result<Vec<String>, Failed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "clink-kafka-sink-test")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        return Err(format!("{topic}: the broker reports no partitions").into());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &p in &partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ended = std::collections::BTreeSet::new();
+    let mut seen = Vec::new();
+    while ended.len() < partitions.len() {
+        if Instant::now() > deadline {
+            return Err(format!("{topic}: not every partition reached its end in 30 s").into());
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => seen.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                ended.insert(p);
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+    Ok(seen)
+}
+
+/// Whether the broker hides an aborted transaction's records from a
+/// `read_committed` reader: measured, on a fresh topic, with one aborted
+/// transaction between two committed ones.
+fn hides_aborted(bootstrap: &str) -> Result<bool, Failed> {
+    let topic = unique("abort-probe");
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", unique("abort-probe-id"))
+        .create()?;
+    let timeout = Duration::from_secs(10);
+    producer.init_transactions(timeout)?;
+    for (payload, commit) in [("committed-1", true), ("aborted", false), ("committed-2", true)] {
+        producer.begin_transaction()?;
+        producer.send(BaseRecord::to(&topic).partition(0).key("k").payload(payload)).map_err(|(e, _)| e)?;
+        producer.flush(timeout)?;
+        if commit {
+            producer.commit_transaction(timeout)?
+        } else {
+            producer.abort_transaction(timeout)?
+        }
+    }
+    let seen = read_topic(bootstrap, &topic, "read_committed")?;
+    if !seen.iter().any(|s| s == "committed-2") {
+        return Err(format!("the abort probe read {seen:?}: not even its committed records").into());
+    }
+    Ok(!seen.iter().any(|s| s == "aborted"))
+}
+
+/// One scenario: its topics, job file and directories.
+struct Scenario {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+    input: String,
+    output: String,
+    traces: PathBuf,
+}
+
+impl Scenario {
+    fn new(name: &str, bootstrap: &str) -> Result<Scenario, Failed> {
+        let traces = scratch().join("fault-matrix-traces").join(format!("kafka-{name}"));
+        let _ = std::fs::remove_dir_all(&traces);
+        let s = Scenario {
+            dir: tempfile::tempdir_in(scratch())?,
+            bootstrap: bootstrap.to_string(),
+            input: unique("events"),
+            output: unique("windows-out"),
+            traces,
+        };
+        let mut job: Json =
+            serde_json::from_slice(&std::fs::read(workspace().join("fixtures/jobs/kafka-kafka/job.json"))?)?;
+        for op in job["operators"].as_array_mut().ok_or("the fixture has no operators")? {
+            match op["type"].as_str() {
+                Some("kafka_source") => op["params"]["topic"] = s.input.clone().into(),
+                Some("kafka_sink") => op["params"]["topic"] = s.output.clone().into(),
+                _ => {}
+            }
+        }
+        std::fs::write(s.job_file(), serde_json::to_vec_pretty(&job)?)?;
+        let out = Command::new(clink())
+            .args(["produce", "--seed", SEED, "--events", EVENTS, "--accounts", ACCOUNTS, "--partitions", PARTITIONS])
+            .args(["--topic", &s.input, "--bootstrap", &s.bootstrap])
+            .output()?;
+        if !out.status.success() {
+            return Err(format!("clink produce: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(s)
+    }
+
+    fn job_file(&self) -> PathBuf {
+        self.dir.path().join("job.json")
+    }
+
+    /// One run, bounded, with `fault` armed.
+    fn run(&self, fault: Option<&str>) -> Output {
+        let mut cmd = Command::new(clink());
+        cmd.args(["run", "--quiet", "--job"])
+            .arg(self.job_file())
+            .arg("--output-dir")
+            .arg(self.dir.path().join("out"))
+            .arg("--checkpoint-dir")
+            .arg(self.dir.path().join("ck"))
+            .args(["--checkpoint-every-records", EVERY, "--kafka-bootstrap", &self.bootstrap])
+            .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
+            .env_remove("CLINK_FAULT")
+            .env_remove("CLINK_TEST_DEFECT")
+            .env_remove("CLINK_KAFKA_BOOTSTRAP");
+        if let Some(fault) = fault {
+            cmd.env("CLINK_FAULT", fault);
+        }
+        run_bounded(&mut cmd, self.dir.path())
+    }
+}
+
+fn run_bounded(cmd: &mut Command, dir: &Path) -> Output {
+    let (out_path, err_path) = (dir.join("stdout.log"), dir.join("stderr.log"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&out_path).expect("stdout log"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr log"))
+        .spawn()
+        .expect("clink run starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            break child.wait().expect("the killed run is reaped");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| std::fs::read(p).unwrap_or_default();
+    Output { status, stdout: read(&out_path), stderr: read(&err_path) }
+}
+
+fn killed(out: &Output) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.signal() == Some(9)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// How a scenario is driven: the faults armed on each run but the last,
+/// which runs to END with nothing armed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drive {
+    FaultFree,
+    /// One run killed at the point, then the resume.
+    Kill(FaultPoint),
+    /// A snapshot failure: the one run restarts in process.
+    Fails(FaultPoint),
+    /// A first kill that leaves a restart something to do, then the point
+    /// (which only a restart reaches), then the resume.
+    After(&'static str, FaultPoint),
+}
+
+impl Drive {
+    fn of(point: FaultPoint) -> Drive {
+        match point {
+            FaultPoint::CheckpointSnapshotFails | FaultPoint::SourceSnapshotFails => Drive::Fails(point),
+            FaultPoint::CoordinatorBeforeRestoredRecord => Drive::After("sink.before_commit@3", point),
+            // The walk starts above the confirmed point: 2, once 3's commit was cut short.
+            FaultPoint::CoordinatorBeforeInDoubtWalk => Drive::After("sink.before_commit@3", point),
+            // An orphan only exists once a walk stopped early and marked it.
+            FaultPoint::SinkOrphanDescribed => Drive::After("sink.before_commit@3", point),
+            _ => Drive::Kill(point),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Drive::FaultFree => "fault_free".into(),
+            Drive::Kill(p) | Drive::Fails(p) | Drive::After(_, p) => p.name().to_string(),
+        }
+    }
+
+    /// Where the point is armed: checkpoint 3 for the protocol's points (the
+    /// run has confirmed 1 and 2 by then); the walk's start and the orphan
+    /// for the ones a restart reaches.
+    fn armed(self) -> Option<String> {
+        match self {
+            Drive::FaultFree => None,
+            Drive::After(_, FaultPoint::CoordinatorBeforeInDoubtWalk) => {
+                Some(format!("{}@2", FaultPoint::CoordinatorBeforeInDoubtWalk.name()))
+            }
+            Drive::After(_, FaultPoint::CoordinatorBeforeRestoredRecord) => {
+                Some(format!("{}@2", FaultPoint::CoordinatorBeforeRestoredRecord.name()))
+            }
+            Drive::Kill(p) | Drive::Fails(p) | Drive::After(_, p) => Some(format!("{}@3", p.name())),
+        }
+    }
+
+    /// The trace's judgement needs a broker that refuses to abort a
+    /// committed transaction: the resume settles an orphan whose commit the
+    /// broker executed and no receipt recorded.
+    fn needs_refused_abort_of_committed(self) -> bool {
+        self == Drive::Kill(FaultPoint::SinkBetweenCommitAndReceipt)
+    }
+}
+
+/// What one scenario's runs left in the output topic, at both isolation levels.
+#[derive(Clone)]
+struct Runs {
+    name: String,
+    sent: Vec<String>,
+    committed: Vec<String>,
+}
+
+/// The scenario's runs, or why they did not end as armed.
+type Outcome = Result<Runs, String>;
+
+fn drive(drive: Drive, bootstrap: &str) -> Outcome {
+    let s = Scenario::new(&drive.name(), bootstrap).map_err(|e| format!("{e:?}"))?;
+    if drive.needs_refused_abort_of_committed() {
+        let note = "broker-gap: the resume settles an orphan the broker committed; the broker under test accepts an abort of a committed transaction (ARCHITECTURE.md, the probe's row), so the trace reports it aborted\n";
+        std::fs::create_dir_all(&s.traces).map_err(|e| e.to_string())?;
+        std::fs::write(s.traces.join("broker-gap"), note).map_err(|e| e.to_string())?;
+    }
+    let armed = drive.armed();
+    let check_killed = |out: &Output, what: &str| {
+        if killed(out) {
+            Ok(())
+        } else {
+            Err(format!("the run armed with {what} was not killed there: {:?}\n{}", out.status, stderr(out)))
+        }
+    };
+    let last = match drive {
+        Drive::FaultFree => s.run(None),
+        Drive::Fails(_) => {
+            let out = s.run(armed.as_deref());
+            if !stderr(&out).contains("injected") {
+                return Err(format!("{armed:?} did not fire as armed:\n{}", stderr(&out)));
+            }
+            out
+        }
+        Drive::Kill(_) => {
+            let armed = armed.unwrap_or_default();
+            check_killed(&s.run(Some(&armed)), &armed)?;
+            s.run(None)
+        }
+        Drive::After(first, _) => {
+            check_killed(&s.run(Some(first)), first)?;
+            let armed = armed.unwrap_or_default();
+            check_killed(&s.run(Some(&armed)), &armed)?;
+            s.run(None)
+        }
+    };
+    if !last.status.success() {
+        return Err(format!("the last run failed: {:?}\n{}", last.status, stderr(&last)));
+    }
+    let read =
+        |isolation| read_topic(&s.bootstrap, &s.output, isolation).map_err(|e| format!("reading {}: {e:?}", s.output));
+    Ok(Runs { name: drive.name(), sent: read("read_uncommitted")?, committed: read("read_committed")? })
+}
+
+/// The outcome of each scenario, run once for both of its trials.
+fn outcome(drive_: Drive, bootstrap: &str) -> Outcome {
+    type Memo = Mutex<BTreeMap<String, Arc<OnceLock<Outcome>>>>;
+    static MEMO: OnceLock<Memo> = OnceLock::new();
+    let cell = {
+        let mut memo = MEMO.get_or_init(Memo::default).lock().unwrap_or_else(|e| e.into_inner());
+        memo.entry(drive_.name()).or_default().clone()
+    };
+    cell.get_or_init(|| drive(drive_, bootstrap)).clone()
+}
+
+/// The runs ended as armed (checked by [`drive`]), and every reference row
+/// was sent at least once.
+fn fault(drive: Drive, bootstrap: &str) -> Result<(), Failed> {
+    let Runs { name, sent, .. } = outcome(drive, bootstrap)?;
+    let diff = multiset_diff(reference().iter().cloned(), sent.iter().cloned());
+    if !diff.missing.is_empty() {
+        return Err(format!("{name}: rows never sent: {}", describe(&diff, 3)).into());
+    }
+    println!("{name}: the runs ended as armed; every reference row sent ({} records sent)", sent.len());
+    Ok(())
+}
+
+fn exactly_once(drive: Drive, bootstrap: &str) -> Result<(), Failed> {
+    let Runs { name, committed, .. } = outcome(drive, bootstrap)?;
+    let diff = multiset_diff(reference().iter().cloned(), committed.iter().cloned());
+    if !diff.is_equal() {
+        return Err(format!("{name}: {}", describe(&diff, 3)).into());
+    }
+    println!("{name}: read_committed holds exactly the {} reference rows", reference().len());
+    Ok(())
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let drives: Vec<Drive> = std::iter::once(Drive::FaultFree)
+        .chain(FaultPoint::ALL.into_iter().chain(FaultPoint::CONFIRMED).map(Drive::of))
+        .collect();
+    let env = services();
+    let hides = env.as_ref().map_err(String::clone).and_then(|env| {
+        hides_aborted(&env["CLINK_KAFKA_TXN_BOOTSTRAP"]).map_err(|e| format!("the abort probe failed: {e:?}"))
+    });
+    let mut trials = Vec::new();
+    for d in drives {
+        let names = [format!("kafka_sink::fault::{}", d.name()), format!("kafka_sink::exactly_once::{}", d.name())];
+        let (bootstrap, hides) = match (&env, &hides) {
+            (Ok(env), Ok(hides)) => (env["CLINK_KAFKA_TXN_BOOTSTRAP"].clone(), *hides),
+            (Err(why), _) | (_, Err(why)) => {
+                for name in names {
+                    trials.push(
+                        Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("service: {why}")),
+                    );
+                }
+                continue;
+            }
+        };
+        let b = bootstrap.clone();
+        trials.push(Trial::test(names[0].clone(), move || fault(d, &b)));
+        let trial = Trial::test(names[1].clone(), move || exactly_once(d, &bootstrap));
+        trials.push(if hides || d == Drive::FaultFree {
+            trial
+        } else {
+            trial.with_ignored_flag(true).with_kind("broker-gap")
+        });
+    }
+    if let Ok(false) = hides {
+        eprintln!(
+            "kafka_sink: the broker showed an aborted transaction's records to read_committed: exactly_once is judged for the fault-free run only (broker-gap)"
+        );
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
