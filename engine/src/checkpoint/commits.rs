@@ -32,12 +32,15 @@ use super::backend::read_dir_names;
 use super::durable::{create_dir_durably, sync_dir, write_durably};
 use super::graph::GraphRef;
 use super::layout::{CheckpointLayout, RECEIPT_PREFIX, UNRESOLVED_PREFIX};
-use super::markers::{MarkerError, MAX_MARKER_BYTES};
+use super::markers::MarkerError;
 
 pub const RECEIPT_FORMAT: &str = "clink-commit-receipt";
 pub const UNRESOLVED_FORMAT: &str = "clink-unresolved-marker";
 pub const CONFIRMED_FORMAT: &str = "clink-confirmed-marker";
 pub const COMMITS_VERSION: u64 = 1;
+/// A receipt or marker larger than this is refused unread (a handle holds
+/// 16 hex digits per row of its transaction: about four million rows).
+pub const MAX_COMMITS_BYTES: u64 = 64 << 20;
 
 /// One transaction of a commit-confirmed sink, as its snapshot holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,10 +50,63 @@ pub struct TxnHandle {
     pub transactional_id: String,
     pub producer_id: i64,
     pub epoch: i16,
-    /// Records the sink had been handed from the start of its input up to
-    /// this checkpoint's barrier: a replay swallows records up to the largest
-    /// such count a receipt above its restore point holds.
-    pub records_through: u64,
+    /// The rows the transaction carries, by digest: a replay swallows rows
+    /// a receipt above its restore point holds, as many times as it holds them.
+    pub rows: RowDigests,
+}
+
+/// A row's identity for replay suppression: the first 8 bytes of the
+/// SHA-256 of what the sink sent for it.
+pub type RowDigest = u64;
+
+/// The digests of a transaction's rows, in the order they were sent;
+/// written as 16 lowercase hex digits each, one string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RowDigests(pub Vec<RowDigest>);
+
+impl From<RowDigests> for String {
+    fn from(d: RowDigests) -> String {
+        let mut text = String::with_capacity(d.0.len() * 16);
+        for digest in d.0 {
+            text.push_str(&format!("{digest:016x}"));
+        }
+        text
+    }
+}
+
+impl TryFrom<String> for RowDigests {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<RowDigests, String> {
+        if text.len() % 16 != 0 {
+            return Err(format!("row digests: {} hex digits are not whole 16-digit digests", text.len()));
+        }
+        let digit = |c: u8| c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+        if !text.bytes().all(digit) {
+            return Err("row digests: not lowercase hex".into());
+        }
+        text.as_bytes()
+            .chunks(16)
+            .map(|chunk| {
+                let hex = std::str::from_utf8(chunk).map_err(|e| e.to_string())?;
+                u64::from_str_radix(hex, 16).map_err(|e| format!("row digests: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(RowDigests)
+    }
+}
+
+/// A row's digest: the first 8 bytes of SHA-256 over its key's length, its
+/// key and its payload.
+pub fn row_digest(key: &[u8], payload: &[u8]) -> RowDigest {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((key.len() as u64).to_le_bytes());
+    h.update(key);
+    h.update(payload);
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
 /// The durable proof that a handle's transaction committed.
@@ -267,7 +323,7 @@ fn split(path: &Path) -> Result<(&Path, &str), MarkerError> {
 }
 
 fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>, MarkerError> {
-    match clink_basics::files::read_bounded(path, MAX_MARKER_BYTES) {
+    match clink_basics::files::read_bounded(path, MAX_COMMITS_BYTES) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(MarkerError::Io { path: path.to_path_buf(), source }),
@@ -338,7 +394,7 @@ mod tests {
             transactional_id: "clink-7-out-0".into(),
             producer_id: 12,
             epoch: 3,
-            records_through: 40 * checkpoint,
+            rows: RowDigests(vec![checkpoint, u64::MAX, row_digest(b"k", b"v")]),
         }
     }
 
@@ -383,10 +439,23 @@ mod tests {
         fs::create_dir_all(layout.receipts_dir("op-4-0")).unwrap();
         fs::write(layout.receipt("op-4-0", 1), b"{\"format\": \"clink-commit-receipt\"").unwrap();
         assert!(read_receipt(&layout, "op-4-0", 1).is_err());
-        fs::write(layout.receipt("op-4-0", 2), vec![b' '; MAX_MARKER_BYTES as usize + 1]).unwrap();
+        fs::write(layout.receipt("op-4-0", 2), vec![b' '; MAX_COMMITS_BYTES as usize + 1]).unwrap();
         assert!(read_receipt(&layout, "op-4-0", 2).unwrap_err().to_string().contains("exceed"));
         std::os::unix::fs::symlink(layout.receipt("op-4-0", 1), layout.receipt("op-4-0", 3)).unwrap();
         assert!(read_receipt(&layout, "op-4-0", 3).is_err(), "a link is not a receipt");
+    }
+
+    #[test]
+    fn row_digests_round_trip_as_hex_and_refuse_anything_else() {
+        let digests = RowDigests(vec![0, 1, u64::MAX, 0xdead_beef]);
+        let text: String = digests.clone().into();
+        assert_eq!(text.len(), 64);
+        assert_eq!(RowDigests::try_from(text).unwrap(), digests);
+        for bad in ["0", "000000000000000g", "000000000000000A"] {
+            assert!(RowDigests::try_from(bad.to_string()).is_err(), "{bad}");
+        }
+        assert_eq!(RowDigests::try_from(String::new()).unwrap(), RowDigests::default());
+        assert_ne!(row_digest(b"ab", b"c"), row_digest(b"a", b"bc"), "the key's length is hashed");
     }
 
     #[test]

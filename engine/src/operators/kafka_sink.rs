@@ -17,9 +17,17 @@
 //! receipted are swallowed on replay). It never writes a receipt or a marker
 //! itself and never decides an outcome the broker did not report.
 //!
+//! Replay suppression is by content, not by position: a restored sink is
+//! handed the digests of every row a receipt above its restore point says
+//! was committed (and those its snapshot still owed), and swallows each of
+//! them once when the replay sends it again. The replay need not cut its
+//! intervals where the first run did, nor send in the same order: a source
+//! reading several partitions interleaves them as the broker answers.
+//!
 //! A row is sent as its canonical text line ([`render_line_into`]); its key,
 //! when `key` names columns, is the line of those columns.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -29,7 +37,7 @@ use clink_basics::fields::{FieldError, Fields};
 use clink_connectors::kafka_txn::orphan::{self, Described, Settlement, TxnState};
 use clink_connectors::kafka_txn::{check_transactional_id, ProducerIdentity, TxnConfig, TxnError, TxnProducer};
 
-use crate::checkpoint::commits::TxnHandle;
+use crate::checkpoint::commits::{row_digest, RowDigest, RowDigests, TxnHandle};
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::value::{render_line_into, Row, Schema};
 
@@ -85,12 +93,13 @@ fn key_indexes(plan: &Plan, input: &Schema) -> Result<Vec<usize>, FieldError> {
         .collect()
 }
 
-/// What the snapshot holds: how many records the sink had been handed, and
-/// the transaction sealed at the barrier (committed later, or never).
+/// What the snapshot holds: the rows replay suppression still owes (each
+/// digest as many times as it is owed, ascending), and the transaction
+/// sealed at the barrier (committed later, or never).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SinkState {
-    records: u64,
+    suppressing: RowDigests,
     prepared: Option<TxnHandle>,
 }
 
@@ -101,10 +110,12 @@ pub struct KafkaSink {
     transactional_id: String,
     producer: Option<TxnProducer>,
     identity: Option<ProducerIdentity>,
-    /// Records handed to the sink since the start of its input.
-    records: u64,
-    /// Replay suppression: records up to this count are swallowed.
-    horizon: u64,
+    /// The digests of the rows sent in the open transaction.
+    sent: Vec<RowDigest>,
+    /// Replay suppression: rows still to swallow, and how many times each.
+    suppressing: BTreeMap<RowDigest, u32>,
+    /// Rows swallowed since the last barrier (the interval's evidence).
+    swallowed: u64,
     prepared: Option<TxnHandle>,
     line: Vec<u8>,
     key: Vec<u8>,
@@ -133,10 +144,10 @@ impl Sink for KafkaSink {
     /// left open ends), then the first transaction begins. The orphan the
     /// runtime found was settled before this, through [`ConfirmedSink`].
     fn open(&mut self, restored: Option<&StateSlots>) -> Result<u64, OperatorError> {
-        self.records = match restored {
-            Some(slots) => decode_txn_state(slots)?.records,
-            None => 0,
-        };
+        self.suppressing.clear();
+        if let Some(slots) = restored {
+            self.suppress(decode_txn_state(slots)?.suppressing.0);
+        }
         let mut config = TxnConfig::new(&self.bootstrap, &self.transactional_id);
         config.transaction_timeout = Duration::from_millis(self.plan.transaction_timeout_ms);
         let producer = TxnProducer::open(config).map_err(|e| self.broker(e))?;
@@ -153,10 +164,6 @@ impl Sink for KafkaSink {
     }
 
     fn write(&mut self, row: &Row) -> Result<(), OperatorError> {
-        self.records += 1;
-        if self.records <= self.horizon {
-            return Ok(());
-        }
         self.line.clear();
         render_line_into(&mut self.line, row);
         self.key.clear();
@@ -164,8 +171,19 @@ impl Sink for KafkaSink {
             let key: Vec<_> = self.key_index.iter().filter_map(|&i| row.get(i).cloned()).collect();
             render_line_into(&mut self.key, &key);
         }
+        let digest = row_digest(&self.key, &self.line);
+        if let Some(owed) = self.suppressing.get_mut(&digest) {
+            *owed -= 1;
+            if *owed == 0 {
+                self.suppressing.remove(&digest);
+            }
+            self.swallowed += 1;
+            return Ok(());
+        }
         let producer = self.producer()?;
-        producer.send(&self.plan.topic, None, &self.key, &self.line).map_err(|e| self.broker(e))
+        producer.send(&self.plan.topic, None, &self.key, &self.line).map_err(|e| self.broker(e))?;
+        self.sent.push(digest);
+        Ok(())
     }
 
     fn prepare(&mut self, checkpoint: u64) -> Result<Prepared, OperatorError> {
@@ -176,13 +194,14 @@ impl Sink for KafkaSink {
             transactional_id: self.transactional_id.clone(),
             producer_id: identity.producer_id,
             epoch: identity.epoch,
-            records_through: self.records,
+            rows: RowDigests(std::mem::take(&mut self.sent)),
         });
         Ok(Prepared::SEALED)
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {
-        let state = SinkState { records: self.records, prepared: self.prepared.clone() };
+        let owed = self.suppressing.iter().flat_map(|(&d, &n)| std::iter::repeat_n(d, n as usize)).collect();
+        let state = SinkState { suppressing: RowDigests(owed), prepared: self.prepared.clone() };
         let bytes = serde_json::to_vec(&state).map_err(|e| OperatorError::state(TXN_SLOT, e))?;
         let mut slots = StateSlots::new();
         slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, bytes);
@@ -194,6 +213,7 @@ impl Sink for KafkaSink {
     fn abort(&mut self, checkpoint: u64) -> Result<(), OperatorError> {
         if self.prepared.as_ref().is_some_and(|h| h.checkpoint == checkpoint) {
             self.prepared = None;
+            self.sent.clear();
             self.producer()?.abort().map_err(|e| self.broker(e))?;
             self.begin()?;
         }
@@ -222,8 +242,11 @@ impl Sink for KafkaSink {
             "type": TYPE,
             "family": FAMILY.as_str(),
             "topic": self.plan.topic,
-            "handle": handle,
-            "suppressed_through": self.horizon,
+            "transactional_id": handle.map(|h| &h.transactional_id),
+            "producer": handle.map(|h| json!({"id": h.producer_id, "epoch": h.epoch})),
+            "rows_sent": handle.map_or(0, |h| h.rows.0.len()),
+            "rows_suppressed": self.swallowed,
+            "rows_still_owed": self.suppressing.values().map(|&n| u64::from(n)).sum::<u64>(),
         })
     }
 
@@ -264,8 +287,10 @@ impl ConfirmedSink for KafkaSink {
         })
     }
 
-    fn suppress_through(&mut self, through: u64) {
-        self.horizon = through;
+    fn suppress(&mut self, rows: Vec<RowDigest>) {
+        for digest in rows {
+            *self.suppressing.entry(digest).or_default() += 1;
+        }
     }
 }
 
@@ -327,8 +352,9 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
         transactional_id,
         producer: None,
         identity: None,
-        records: 0,
-        horizon: 0,
+        sent: Vec::new(),
+        suppressing: BTreeMap::new(),
+        swallowed: 0,
         prepared: None,
         line: Vec::new(),
         key: Vec::new(),
@@ -343,12 +369,6 @@ fn decode_txn_state(slots: &StateSlots) -> Result<SinkState, OperatorError> {
     let state: SinkState = serde_json::from_slice(&slot.bytes).map_err(|e| OperatorError::state(TXN_SLOT, e))?;
     if let Some(h) = &state.prepared {
         check_transactional_id(&h.transactional_id).map_err(|e| OperatorError::state(TXN_SLOT, e))?;
-        if h.records_through > state.records {
-            return Err(OperatorError::state(
-                TXN_SLOT,
-                format!("the handle counts {} records, the sink {}", h.records_through, state.records),
-            ));
-        }
     }
     Ok(state)
 }
@@ -404,7 +424,13 @@ mod tests {
     }
 
     fn handle(producer_id: i64, epoch: i16) -> TxnHandle {
-        TxnHandle { checkpoint: 3, transactional_id: "clink-1-out-0".into(), producer_id, epoch, records_through: 9 }
+        TxnHandle {
+            checkpoint: 3,
+            transactional_id: "clink-1-out-0".into(),
+            producer_id,
+            epoch,
+            rows: RowDigests(vec![7, 7, 9]),
+        }
     }
 
     fn described(state: TxnState, producer_id: i64, epoch: i16) -> Described {
@@ -431,17 +457,76 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshot_round_trips_and_a_handle_past_the_count_is_refused() {
-        let state = SinkState { records: 9, prepared: Some(handle(7, 2)) };
+    fn the_snapshot_round_trips_and_a_hostile_one_is_refused() {
+        let state = SinkState { suppressing: RowDigests(vec![1, 1, 2]), prepared: Some(handle(7, 2)) };
         let mut slots = StateSlots::new();
         slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, serde_json::to_vec(&state).unwrap());
         assert_eq!(prepared_handle(&slots).unwrap(), Some(handle(7, 2)));
-        let bad = SinkState { records: 8, prepared: Some(handle(7, 2)) };
+        assert_eq!(decode_txn_state(&slots).unwrap(), state);
+        let mut bad = state.clone();
+        bad.prepared.as_mut().unwrap().transactional_id = "a b".into();
         slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, serde_json::to_vec(&bad).unwrap());
-        assert!(decode_state(&slots).unwrap_err().to_string().contains("counts 9 records, the sink 8"));
-        slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, b"{\"records\": 1, \"prepared\": null, \"x\": 1}".to_vec());
+        assert!(decode_state(&slots).is_err(), "a transactional id no producer could have");
+        let odd = b"{\"suppressing\": \"123\", \"prepared\": null}";
+        slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, odd.to_vec());
+        assert!(decode_state(&slots).is_err(), "digests that are not whole");
+        slots.put(TXN_SLOT, SlotKind::Operator, TXN_VERSION, b"{\"suppressing\": \"\", \"prepared\": null, \"x\": 1}".to_vec());
         assert!(decode_state(&slots).is_err(), "an unknown field is refused");
         assert!(decode_state(&StateSlots::new()).is_err(), "a missing slot is refused");
+    }
+
+    /// A sink that never opened: anything it would send fails.
+    fn unopened() -> KafkaSink {
+        KafkaSink {
+            plan: plan(&json!({"topic": "out", "key": ["account"]})).unwrap(),
+            key_index: vec![0],
+            bootstrap: "127.0.0.1:9".into(),
+            transactional_id: "clink-0-out-0".into(),
+            producer: None,
+            identity: None,
+            sent: Vec::new(),
+            suppressing: BTreeMap::new(),
+            swallowed: 0,
+            prepared: None,
+            line: Vec::new(),
+            key: Vec::new(),
+        }
+    }
+
+    fn row(account: &str, count: i64) -> Row {
+        vec![crate::value::Value::Str(account.into()), crate::value::Value::Int(count)]
+    }
+
+    fn digest(r: &Row) -> RowDigest {
+        let (mut key, mut line) = (Vec::new(), Vec::new());
+        render_line_into(&mut key, &r[..1]);
+        render_line_into(&mut line, r);
+        row_digest(&key, &line)
+    }
+
+    #[test]
+    fn suppression_swallows_each_receipted_row_as_often_as_it_was_committed() {
+        let mut sink = unopened();
+        let (a, b) = (row("acct-1", 3), row("acct-2", 5));
+        sink.suppress(vec![digest(&a), digest(&a), digest(&b)]);
+        // Replayed in another order than committed: still swallowed.
+        for r in [&b, &a, &a] {
+            sink.write(r).expect("an owed row is swallowed, never sent");
+        }
+        assert_eq!(sink.swallowed, 3);
+        // A third copy of `a` was never committed: it must be sent.
+        assert!(sink.write(&a).unwrap_err().to_string().contains("not open"), "a row not owed is sent");
+        assert!(sink.suppressing.is_empty());
+    }
+
+    #[test]
+    fn what_suppression_still_owes_travels_in_the_snapshot() {
+        let mut sink = unopened();
+        let a = row("acct-1", 3);
+        sink.suppress(vec![digest(&a), digest(&a)]);
+        sink.write(&a).unwrap();
+        let slots = sink.snapshot().unwrap();
+        assert_eq!(decode_txn_state(&slots).unwrap().suppressing, RowDigests(vec![digest(&a)]));
     }
 
     #[test]

@@ -71,7 +71,7 @@ use thiserror::Error;
 use clink_basics::fields::FieldError;
 use serde_json::Value as Json;
 
-use crate::checkpoint::commits::TxnHandle;
+use crate::checkpoint::commits::{RowDigest, TxnHandle};
 use crate::checkpoint::StateSlots;
 use crate::defects::Defects;
 use crate::timers::{Timer, TimerService};
@@ -263,9 +263,10 @@ pub trait ConfirmedSink {
     /// where that is refused a second look. Never guesses: an outcome the
     /// external system cannot establish is an error.
     fn settle(&mut self, orphan: &TxnHandle) -> Result<OrphanSeen, OperatorError>;
-    /// Replay suppression: records up to the `through`-th of the sink's input
-    /// (counted from its start) are swallowed; their commits are receipted.
-    fn suppress_through(&mut self, through: u64);
+    /// Replay suppression: each of these rows (by digest, a row as many
+    /// times as it is listed) is swallowed once when the replay sends it
+    /// again, since a receipted commit carries it already.
+    fn suppress(&mut self, rows: Vec<RowDigest>);
 }
 
 /// What the external system says of a transaction.

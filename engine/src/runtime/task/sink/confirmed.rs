@@ -7,12 +7,13 @@
 //! instant the broker acknowledged a commit (before the next transaction can
 //! begin, since beginning it makes the commit's outcome indescribable), and
 //! the clearing of the sink's `.unresolved` markers once its open settled
-//! them. Replay suppression is armed from the receipts above the restore
-//! point. Nothing here decides an outcome the broker did not report: an
+//! them. Replay suppression is armed with the rows of every receipt above
+//! the restore point. Nothing here decides an outcome the broker did not report: an
 //! orphan it cannot settle fails the open.
 
 use crate::checkpoint::commits::{
-    clear_unresolved, list_receipts, list_unresolved, read_receipt, read_unresolved, write_receipt, ProvenBy, TxnHandle,
+    clear_unresolved, list_receipts, list_unresolved, read_receipt, read_unresolved, write_receipt, ProvenBy,
+    RowDigest, TxnHandle,
 };
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::{ConfirmedSink, OrphanSeen, Sink};
@@ -89,8 +90,8 @@ impl SinkTask<'_> {
         if !skips {
             clear_unresolved(&layout, &sub).map_err(failed)?;
         }
-        let horizon = if skips { 0 } else { self.suppression_horizon(restore)? };
-        family_of(sink)?.suppress_through(horizon);
+        let owed = if skips { Vec::new() } else { self.receipted_rows(restore)? };
+        family_of(sink)?.suppress(owed);
         let (job, family) = (self.cx.job, sink.family().as_str());
         match settled {
             Some((orphan, settled)) => trace_event!(
@@ -172,19 +173,19 @@ impl SinkTask<'_> {
         Ok(Some(settled))
     }
 
-    /// The largest record count a receipt above the restore point holds:
-    /// the replay swallows records up to it, since they are committed.
-    fn suppression_horizon(&self, restore: u64) -> Result<u64, TaskExit> {
+    /// The rows of every receipt above the restore point: the replay
+    /// swallows them, since they are committed.
+    fn receipted_rows(&self, restore: u64) -> Result<Vec<RowDigest>, TaskExit> {
         let layout = self.cx.backend.layout();
         let sub = &self.cx.participant;
-        let mut horizon = 0;
+        let mut rows = Vec::new();
         for checkpoint in list_receipts(layout, sub).map_err(failed)?.into_iter().filter(|&c| c > restore) {
             let receipt = read_receipt(layout, sub, checkpoint)
                 .map_err(failed)?
                 .ok_or_else(|| failed(format!("{sub}: the receipt of checkpoint {checkpoint} went away")))?;
-            horizon = horizon.max(receipt.handle.records_through);
+            rows.extend(receipt.handle.rows.0);
         }
-        Ok(horizon)
+        Ok(rows)
     }
 
     /// After acking `checkpoint`, only control frames are read until its
