@@ -316,6 +316,14 @@ mod tests {
             ),
             ("traces/worker-12-34.ndjson", ArtifactKind::Trace { file: "worker-12-34.ndjson".into() }),
             ("job/manifest.json", ArtifactKind::JobManifest),
+            (
+                "checkpoint/_jobs/1/receipts/op-4-1/receipt-12",
+                ArtifactKind::CommitReceipt { job: 1, participant: "op-4-1".into(), checkpoint: 12 },
+            ),
+            (
+                "checkpoint/_jobs/1/unresolved/op-4-0/unresolved-3",
+                ArtifactKind::UnresolvedMarker { job: 1, participant: "op-4-0".into(), checkpoint: 3 },
+            ),
         ];
         for (path, kind) in cases {
             assert_eq!(kind_of(path), Some(kind), "{path}");
@@ -333,6 +341,13 @@ mod tests {
             "traces/worker-12-34-copy.ndjson",
             "traces/notes.ndjson",
             "job/other.json",
+            "checkpoint/_jobs/1/receipts/op-4-1/receipt-012",
+            "checkpoint/_jobs/1/receipts/op-4-1/receipt-0",
+            "checkpoint/_jobs/1/receipts/op-04-1/receipt-12",
+            "checkpoint/_jobs/1/receipts/op-4-1/unresolved-12",
+            "checkpoint/_jobs/1/unresolved/op-4-1/receipt-12",
+            "checkpoint/_jobs/1/receipts/receipt-12",
+            "checkpoint/_jobs/1/other/op-4-1/receipt-12",
         ] {
             assert_eq!(kind_of(other), None, "{other}");
         }
