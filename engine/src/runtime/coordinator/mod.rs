@@ -143,6 +143,11 @@ impl Coordinator {
             if !ignores_restores() {
                 dataset::import(dataset, &self.layout)
                     .map_err(|e| RunError::Failed(format!("--restore-from-dir: importing the checkpoint: {e}")))?;
+                if self.protocol.confirms() {
+                    // The run that took it committed its sinks' transactions:
+                    // it is this run's confirmed point, and its floor.
+                    self.put_confirmed(dataset.index.checkpoint, "import")?;
+                }
                 history = true;
             }
         }

@@ -74,7 +74,7 @@ impl Coordinator {
         Ok(())
     }
 
-    fn put_confirmed(&self, checkpoint: u64, by: &str) -> Result<(), RunError> {
+    pub(super) fn put_confirmed(&self, checkpoint: u64, by: &str) -> Result<(), RunError> {
         let sinks = self.confirming().into_iter().map(|(task, _)| self.name_of(task)).collect();
         let marker = ConfirmedMarker::new(self.layout.job(), checkpoint, sinks, by, self.graph.clone());
         write_confirmed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))
