@@ -223,13 +223,19 @@ impl Scenario {
 
     /// One run, bounded, with `fault` armed.
     fn run(&self, fault: Option<&str>) -> Output {
+        self.run_in("ck", fault, &[])
+    }
+
+    /// One run over checkpoint directory `ck` (under the scenario's).
+    fn run_in(&self, ck: &str, fault: Option<&str>, extra: &[&str]) -> Output {
         let mut cmd = Command::new(clink());
         cmd.args(["run", "--quiet", "--job"])
             .arg(self.job_file())
             .arg("--output-dir")
             .arg(self.dir.path().join("out"))
             .arg("--checkpoint-dir")
-            .arg(self.dir.path().join("ck"))
+            .arg(self.dir.path().join(ck))
+            .args(extra)
             .args(["--checkpoint-every-records", EVERY, "--kafka-bootstrap", &self.bootstrap])
             .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
             .env_remove("CLINK_FAULT")
@@ -419,6 +425,44 @@ fn exactly_once(drive: Drive, bootstrap: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// A run restored from a dataset of another run's checkpoint continues
+/// that run: the imported checkpoint is its confirmed point (CONFIRMED,
+/// confirmed by the import), so it restores from there, not from nothing.
+fn restore_from_dataset(bootstrap: &str) -> Result<(), Failed> {
+    let s = Scenario::new("restore-from-dataset", bootstrap)?;
+    let first = s.run(Some("sink.before_prepare@4"));
+    if !killed(&first) {
+        return Err(format!("the first run was not killed at sink.before_prepare@4:\n{}", stderr(&first)).into());
+    }
+    let dataset = s.dir.path().join("dataset");
+    let export = Command::new(clink())
+        .args(["checkpoint", "export", "--job-id", "23", "--checkpoint", "3", "--checkpoint-dir"])
+        .arg(s.dir.path().join("ck"))
+        .arg("--out")
+        .arg(&dataset)
+        .output()?;
+    if !export.status.success() {
+        return Err(format!("checkpoint export: {}", stderr(&export)).into());
+    }
+    let dataset = dataset.to_string_lossy().into_owned();
+    let restored = s.run_in("restored", None, &["--restore-from-dir", &dataset, "--restore-from-checkpoint-id", "3"]);
+    if !restored.status.success() {
+        return Err(format!("the restored run failed: {:?}\n{}", restored.status, stderr(&restored)).into());
+    }
+    let layout = clink_engine::checkpoint::CheckpointLayout::new(s.dir.path().join("restored"), 23);
+    let record = clink_engine::checkpoint::markers::read_restored(&layout)?
+        .ok_or("the restored run wrote no RESTORED record")?;
+    if record.restored_from != 3 {
+        return Err(format!("the run restored from checkpoint {}, not the imported 3", record.restored_from).into());
+    }
+    let marker = clink_engine::checkpoint::commits::read_confirmed(&layout, 3)?;
+    if marker.confirmed_by != "import" {
+        return Err(format!("CONFIRMED-3 was confirmed by {:?}, not the import", marker.confirmed_by).into());
+    }
+    println!("restored from the imported checkpoint 3; CONFIRMED-3 by the import");
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let drives: Vec<Drive> = std::iter::once(Drive::FaultFree)
@@ -451,6 +495,15 @@ fn main() {
             trial.with_ignored_flag(true).with_kind("broker-gap")
         });
     }
+    trials.push(match &env {
+        Ok(env) => {
+            let bootstrap = env["CLINK_KAFKA_TXN_BOOTSTRAP"].clone();
+            Trial::test("kafka_sink::restore_from_dataset", move || restore_from_dataset(&bootstrap))
+        }
+        Err(why) => Trial::test("kafka_sink::restore_from_dataset", || Ok(()))
+            .with_ignored_flag(true)
+            .with_kind(format!("service: {why}")),
+    });
     if let Ok(false) = hides {
         eprintln!(
             "kafka_sink: the broker showed an aborted transaction's records to read_committed: exactly_once is judged for the fault-free run only (broker-gap)"

@@ -279,7 +279,12 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             list_unresolved(&layout, participant).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
         for c in unresolved {
             let name = format!("unresolved/{participant}/{UNRESOLVED_PREFIX}{c}");
-            b.copy(&layout.unresolved(participant, c), &format!("{jobs_rel}/{name}"), "unresolved_marker", Need::Optional)?;
+            b.copy(
+                &layout.unresolved(participant, c),
+                &format!("{jobs_rel}/{name}"),
+                "unresolved_marker",
+                Need::Optional,
+            )?;
         }
     }
 
