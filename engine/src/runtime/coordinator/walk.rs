@@ -60,14 +60,14 @@ impl Coordinator {
     /// Every commit-confirmed sink confirmed `checkpoint`: its CONFIRMED
     /// marker is made durable, then the confirmed point in memory advances.
     pub(super) fn write_confirmed_marker(&mut self, checkpoint: u64) -> Result<(), RunError> {
-        kill_point(FaultPoint::CoordinatorBeforeConfirmedMarker, checkpoint);
         // DEFECT advance_before_confirmed_put: memory first, and the pruning
-        // that trusts it runs before the put.
+        // that trusts it, before the put (the fault point between them).
         #[cfg(any(test, feature = "defects"))]
         if self.options.env.defects.has(crate::defects::Defect::AdvanceBeforeConfirmedPut) {
             self.protocol.advance_confirmed(checkpoint);
             self.prune(checkpoint)?;
         }
+        kill_point(FaultPoint::CoordinatorBeforeConfirmedMarker, checkpoint);
         self.put_confirmed(checkpoint, "sinks")?;
         self.protocol.advance_confirmed(checkpoint);
         trace_event!(WriteConfirmed, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());

@@ -227,6 +227,7 @@ impl SinkTask<'_> {
         let confirmed_early = false;
         if confirmed_early {
             self.confirm(checkpoint)?;
+            self.await_confirmed_marker(checkpoint);
         }
         let handle = family_of(sink)?
             .handle(checkpoint)
@@ -265,6 +266,17 @@ impl SinkTask<'_> {
     fn confirm(&mut self, checkpoint: u64) -> Result<(), TaskExit> {
         trace_event!(SinkConfirm, job = self.cx.job, sub = &self.cx.participant, ckpt = checkpoint);
         self.cx.send(ToCoordinator::Committed { task: self.cx.task, checkpoint })
+    }
+
+    /// DEFECT confirm_before_commit's exposing interleaving: the commit waits
+    /// (a few seconds at most) until the confirmation it sent early is a
+    /// durable CONFIRMED marker.
+    fn await_confirmed_marker(&self, checkpoint: u64) {
+        let marker = self.cx.backend.layout().confirmed_marker(checkpoint);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !marker.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// DEFECT receipt_after_begin's exposing interleaving: the next
