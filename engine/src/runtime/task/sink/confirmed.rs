@@ -234,7 +234,6 @@ impl SinkTask<'_> {
             .ok_or_else(|| TaskExit::violation(format!("the commit of checkpoint {checkpoint} with no handle")))?;
         sink.commit(checkpoint)?;
         trace_event!(SinkCommit, job = job, sub = &sub, ckpt = checkpoint);
-        kill_point(FaultPoint::SinkBetweenCommitAndReceipt, checkpoint);
         // DEFECT receipt_after_begin: the next transaction begins (and takes
         // a record) before the receipt; DEFECT no_receipts: no receipt.
         #[cfg(any(test, feature = "defects"))]
@@ -246,6 +245,7 @@ impl SinkTask<'_> {
             family_of(sink)?.finish(checkpoint)?;
             self.await_next_record(sink)?;
         }
+        kill_point(FaultPoint::SinkBetweenCommitAndReceipt, checkpoint);
         if receipt {
             write_receipt(self.cx.backend.layout(), &sub, &handle, ProvenBy::Sink).map_err(failed)?;
             trace_event!(SinkReceipt, job = job, sub = &sub, ckpt = checkpoint);
