@@ -228,6 +228,10 @@ impl Scenario {
 
     /// One run over checkpoint directory `ck` (under the scenario's).
     fn run_in(&self, ck: &str, fault: Option<&str>, extra: &[&str]) -> Output {
+        run_bounded(&mut self.command(ck, fault, extra), self.dir.path())
+    }
+
+    fn command(&self, ck: &str, fault: Option<&str>, extra: &[&str]) -> Command {
         let mut cmd = Command::new(clink());
         cmd.args(["run", "--quiet", "--job"])
             .arg(self.job_file())
@@ -244,7 +248,7 @@ impl Scenario {
         if let Some(fault) = fault {
             cmd.env("CLINK_FAULT", fault);
         }
-        run_bounded(&mut cmd, self.dir.path())
+        cmd
     }
 }
 
@@ -463,6 +467,42 @@ fn restore_from_dataset(bootstrap: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// DEFECT advance_before_confirmed_put: with the confirmed point moved (and
+/// snapshots pruned below it) before its CONFIRMED marker is durable, a kill
+/// between the two leaves the disk's confirmed point without its snapshots,
+/// and the resume cannot restore. The same runs without the defect resume.
+fn advance_before_confirmed_put(bootstrap: &str) -> Result<(), Failed> {
+    let fault = "coordinator.before_confirmed_marker@3";
+    let retain = ["--retain-checkpoints", "1"];
+    let resume = |defect: bool| -> Result<Output, Failed> {
+        let s = Scenario::new(if defect { "defect-advance" } else { "control-advance" }, bootstrap)?;
+        let mut first = s.command("ck", Some(fault), &retain);
+        if defect {
+            first.env("CLINK_TEST_DEFECT", "advance_before_confirmed_put");
+        }
+        let killed_run = run_bounded(&mut first, s.dir.path());
+        if !killed(&killed_run) {
+            return Err(format!("the run armed with {fault} was not killed there:\n{}", stderr(&killed_run)).into());
+        }
+        Ok(s.run_in("ck", None, &retain))
+    };
+    let control = resume(false)?;
+    if !control.status.success() {
+        return Err(format!("without the defect the resume failed:\n{}", stderr(&control)).into());
+    }
+    let broken = resume(true)?;
+    if broken.status.success() || !stderr(&broken).contains("restoring checkpoint 2") {
+        return Err(format!(
+            "with the defect the resume must fail to restore checkpoint 2, whose snapshots the early advance pruned: {:?}\n{}",
+            broken.status,
+            stderr(&broken)
+        )
+        .into());
+    }
+    println!("the defect's resume fails to restore checkpoint 2; without it the resume finishes");
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let drives: Vec<Drive> = std::iter::once(Drive::FaultFree)
@@ -495,15 +535,20 @@ fn main() {
             trial.with_ignored_flag(true).with_kind("broker-gap")
         });
     }
-    trials.push(match &env {
-        Ok(env) => {
-            let bootstrap = env["CLINK_KAFKA_TXN_BOOTSTRAP"].clone();
-            Trial::test("kafka_sink::restore_from_dataset", move || restore_from_dataset(&bootstrap))
-        }
-        Err(why) => Trial::test("kafka_sink::restore_from_dataset", || Ok(()))
-            .with_ignored_flag(true)
-            .with_kind(format!("service: {why}")),
-    });
+    type Check = fn(&str) -> Result<(), Failed>;
+    let more: [(&str, Check); 2] = [
+        ("kafka_sink::restore_from_dataset", restore_from_dataset),
+        ("kafka_sink::defect::advance_before_confirmed_put", advance_before_confirmed_put),
+    ];
+    for (name, check) in more {
+        trials.push(match &env {
+            Ok(env) => {
+                let bootstrap = env["CLINK_KAFKA_TXN_BOOTSTRAP"].clone();
+                Trial::test(name, move || check(&bootstrap))
+            }
+            Err(why) => Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("service: {why}")),
+        });
+    }
     if let Ok(false) = hides {
         eprintln!(
             "kafka_sink: the broker showed an aborted transaction's records to read_committed: exactly_once is judged for the fault-free run only (broker-gap)"
