@@ -79,7 +79,7 @@ impl TryFrom<String> for RowDigests {
     type Error = String;
 
     fn try_from(text: String) -> Result<RowDigests, String> {
-        if text.len() % 16 != 0 {
+        if !text.len().is_multiple_of(16) {
             return Err(format!("row digests: {} hex digits are not whole 16-digit digests", text.len()));
         }
         let digit = |c: u8| c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
