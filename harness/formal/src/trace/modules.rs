@@ -146,12 +146,13 @@ fn tla_set(items: &BTreeSet<String>) -> String {
 }
 
 /// The fields of a line the module reads, as a TLA+ record (the vocabulary's
-/// fields and pending additions; never `seq`, `ts`, `proc` or a dropped one).
+/// fields, optional ones when present, and pending additions; never `seq`,
+/// `ts`, `proc` or a dropped one).
 pub(super) fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, LiteralError> {
     let spec = vocabulary.events.get(e.event()).ok_or_else(|| LiteralError::UnknownEvent(e.event().to_string()))?;
     let mut record = vec![format!("event |-> {}", tla_string(e.event()))];
     for (k, v) in &e.fields {
-        let read = spec.read().any(|f| f == k) || spec.added.contains(k);
+        let read = spec.read().any(|f| f == k) || spec.added.contains(k) || spec.optional.contains(k);
         if read {
             record.push(format!("{k} |-> {}", tla_value(k, v)?));
         }

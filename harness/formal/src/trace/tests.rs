@@ -286,6 +286,81 @@ fn the_vocabulary_has_no_pending_change_left_and_parses_strictly() {
     assert!(parse_vocabulary("Trigger | c | job ckpt | s\n#- Trigger | kind\n").is_err(), "no such field");
 }
 
+fn problem(text: &str) -> VocabularyProblem {
+    match parse_vocabulary(text) {
+        Err(VocabularyError::Line { problem, .. }) => problem,
+        other => panic!("{text:?} should be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_optional_field_is_marked_with_a_question_mark_and_only_where_it_means_something() {
+    let v = parse_vocabulary("SinkOpens | w | job sub orphan? settled?(receipt/aborted) | s\n").unwrap();
+    let spec = &v.events["SinkOpens"];
+    assert_eq!((spec.fields.clone(), spec.optional.clone()), (vec!["job".into(), "sub".into()], vec![
+        "orphan".to_string(),
+        "settled".to_string()
+    ]));
+    assert!(v.pending.is_empty(), "an optional field is no pending change");
+    assert_eq!(problem("Trigger | c | job? ckpt | s\n"), VocabularyProblem::OptionalNotAllowed("job".into()));
+    assert_eq!(problem("Trigger | c | job ckpt ckpt? | s\n"), VocabularyProblem::FieldTwice("ckpt".into()));
+    assert_eq!(problem("Trigger | c | job nope? | s\n"), VocabularyProblem::UnknownFieldType("nope".into()));
+    let pending = "Trigger | c | job ckpt | s\n#+ Trigger | epoch?\n";
+    assert_eq!(problem(pending), VocabularyProblem::OptionalNotAllowed("epoch".into()));
+    // A pending new event may carry an optional field; pending lines still work.
+    let v = parse_vocabulary("#+ WalkDecides | c | job ckpt? | s\n").unwrap();
+    assert_eq!(v.events["WalkDecides"].optional, vec!["ckpt"]);
+    assert_eq!(v.pending, vec!["add event WalkDecides"]);
+}
+
+mod vocabulary_parsing {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    const FIELDS: &[&str] = &["ckpt", "epoch", "sub", "verdict", "orphan", "settled", "resolving", "restore"];
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+            let _ = parse_vocabulary(&text);
+        }
+
+        #[test]
+        fn arbitrary_lines_of_entry_shape_never_panic(
+            lines in proptest::collection::vec("(#[+-])? ?[A-Za-z]{0,6}( ?\\| ?[a-z?()/ ]{0,20}){0,4}", 0..8)
+        ) {
+            let _ = parse_vocabulary(&lines.join("\n"));
+        }
+
+        /// An entry with any subset of fields, each required or optional,
+        /// reads back as written: the required ones in order, the optional
+        /// ones in order, none lost or doubled.
+        #[test]
+        fn an_entry_reads_back_as_written(
+            picks in proptest::collection::vec((0..FIELDS.len(), any::<bool>(), any::<bool>()), 0..8)
+        ) {
+            let mut seen = std::collections::BTreeSet::new();
+            let picks: Vec<_> = picks.into_iter().filter(|(i, _, _)| seen.insert(*i)).collect();
+            let tokens: Vec<String> = picks
+                .iter()
+                .map(|(i, opt, values)| {
+                    format!("{}{}{}", FIELDS[*i], if *opt { "?" } else { "" }, if *values { "(a/b)" } else { "" })
+                })
+                .collect();
+            let text = format!("Ev | coordinator (x) | job {} | step\n", tokens.join(" "));
+            let v = parse_vocabulary(&text).unwrap();
+            let spec = &v.events["Ev"];
+            let want_required: Vec<String> = std::iter::once("job".to_string())
+                .chain(picks.iter().filter(|p| !p.1).map(|p| FIELDS[p.0].to_string()))
+                .collect();
+            let want_optional: Vec<String> = picks.iter().filter(|p| p.1).map(|p| FIELDS[p.0].to_string()).collect();
+            prop_assert_eq!(&spec.fields, &want_required);
+            prop_assert_eq!(&spec.optional, &want_optional);
+            prop_assert!(v.pending.is_empty());
+        }
+    }
+}
+
 /// A trace directory of one coordinator file, with `extra` added to it.
 fn run_dir(extra: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
