@@ -84,6 +84,18 @@ events! {
     RestartOnError => Coordinator ["job", "ckpt"],
     Placement => Worker ["job", "sub", "worker", "source", "role"],
     JobEnds => Coordinator ["job", "outcome", "epoch"],
+    SinkReceipt => Worker ["job", "sub", "ckpt"],
+    SinkConfirm => Worker ["job", "sub", "ckpt"],
+    WriteConfirmed => Coordinator ["job", "ckpt", "epoch"],
+    RestartProceeds => Coordinator ["job", "resolving", "completed", "confirmed"],
+    WalkSkips => Coordinator ["job", "ckpt"],
+    WalkReadsReceipt => Coordinator ["job", "ckpt", "sub"],
+    WalkProbes => Coordinator ["job", "ckpt", "sub", "verdict"],
+    WalkRetries => Coordinator ["job", "ckpt", "sub"],
+    WalkExhausted => Coordinator ["job", "ckpt"],
+    WalkCancelled => Coordinator ["job", "ckpt"],
+    WalkDecides => Coordinator ["job", "ckpt", "verdict"],
+    WalkFinishes => Coordinator ["job", "confirmed"],
 }
 
 /// A field's value.

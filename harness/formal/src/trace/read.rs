@@ -156,6 +156,16 @@ pub fn coordinator_event(event: &str) -> bool {
             | "Redeploy"
             | "RestartOnError"
             | "JobEnds"
+            | "WriteConfirmed"
+            | "RestartProceeds"
+            | "WalkSkips"
+            | "WalkReadsReceipt"
+            | "WalkProbes"
+            | "WalkRetries"
+            | "WalkExhausted"
+            | "WalkCancelled"
+            | "WalkDecides"
+            | "WalkFinishes"
     )
 }
 
