@@ -214,7 +214,32 @@ pub fn fails(point: FaultPoint, checkpoint: u64) -> bool {
     ARMED.load(Ordering::Relaxed) && take(point, checkpoint)
 }
 
+/// Steps whose durable effect and trace line are one unit to the fault
+/// injector: a kill point reached by one thread waits until no other thread
+/// is inside such a step, so a test's kill falls between other threads'
+/// steps, as the specification's atomic steps do, never between a write and
+/// the line that reports it. (A real crash can; only the marker lines the
+/// trace module takes as hidden steps are admitted there.)
+static UNSPLIT: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    static IN_UNSPLIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `step` (a durable write and the trace line after it) as one unit to
+/// the fault injector. It must reach no kill point itself.
+pub fn unsplit<T>(step: impl FnOnce() -> T) -> T {
+    let _shared = UNSPLIT.read().unwrap_or_else(|e| e.into_inner());
+    IN_UNSPLIT.with(|f| f.set(true));
+    let result = step();
+    IN_UNSPLIT.with(|f| f.set(false));
+    result
+}
+
 fn die(point: FaultPoint, checkpoint: u64) -> ! {
+    // A kill point inside an unsplit step would wait for itself.
+    debug_assert!(!IN_UNSPLIT.with(|f| f.get()), "fault point {} inside an unsplit step", point.name());
+    let _exclusive = UNSPLIT.write().unwrap_or_else(|e| e.into_inner());
     eprintln!("clink: fault point {}@{checkpoint} reached: killing the process", point.name());
     // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught,
     // so the process ends here without running anything else.

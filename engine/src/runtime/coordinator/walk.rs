@@ -68,10 +68,12 @@ impl Coordinator {
             self.prune(checkpoint)?;
         }
         kill_point(FaultPoint::CoordinatorBeforeConfirmedMarker, checkpoint);
-        self.put_confirmed(checkpoint, "sinks")?;
-        self.protocol.advance_confirmed(checkpoint);
-        trace_event!(WriteConfirmed, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());
-        Ok(())
+        crate::fault::unsplit(|| {
+            self.put_confirmed(checkpoint, "sinks")?;
+            self.protocol.advance_confirmed(checkpoint);
+            trace_event!(WriteConfirmed, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());
+            Ok(())
+        })
     }
 
     pub(super) fn put_confirmed(&self, checkpoint: u64, by: &str) -> Result<(), RunError> {

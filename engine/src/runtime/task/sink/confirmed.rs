@@ -79,65 +79,83 @@ impl SinkTask<'_> {
             true => None,
             false => list_unresolved(&layout, &sub).map_err(failed)?.into_iter().filter(|&c| c > restore).max(),
         };
-        let settled = match orphan {
+        // The pre-fence describe, and its fault point, come first; from the
+        // settlement to the line the open is one step to the fault injector.
+        let described = match orphan {
             Some(o) => {
                 let handle = read_unresolved(&layout, &sub, o).map_err(failed)?.handle;
-                self.settle_orphan(sink, &handle)?.map(|s| (o, s))
+                self.describe_orphan(sink, &handle)?.map(|first| (handle, first))
             }
             None => None,
         };
-        let recommitted = sink.open(self.cx.restored.as_ref())?;
-        if !skips {
-            clear_unresolved(&layout, &sub).map_err(failed)?;
-        }
-        let owed = if skips { Vec::new() } else { self.receipted_rows(restore)? };
-        family_of(sink)?.suppress(owed);
-        let (job, family) = (self.cx.job, sink.family().as_str());
-        match settled {
-            Some((orphan, settled)) => trace_event!(
-                SinkOpens,
-                job = job,
-                sub = &sub,
-                family = family,
-                restore = restore,
-                recommitted = recommitted,
-                orphan = orphan,
-                settled = settled.as_str()
-            ),
-            None => trace_event!(
-                SinkOpens,
-                job = job,
-                sub = &sub,
-                family = family,
-                restore = restore,
-                recommitted = recommitted
-            ),
-        }
-        Ok(())
+        crate::fault::unsplit(|| {
+            let settled = match described {
+                Some((handle, first)) => Some((handle.checkpoint, self.settle_orphan(sink, &handle, first)?)),
+                None => None,
+            };
+            let recommitted = sink.open(self.cx.restored.as_ref())?;
+            if !skips {
+                clear_unresolved(&layout, &sub).map_err(failed)?;
+            }
+            let owed = if skips { Vec::new() } else { self.receipted_rows(restore)? };
+            family_of(sink)?.suppress(owed);
+            let (job, family) = (self.cx.job, sink.family().as_str());
+            match settled {
+                Some((orphan, settled)) => trace_event!(
+                    SinkOpens,
+                    job = job,
+                    sub = &sub,
+                    family = family,
+                    restore = restore,
+                    recommitted = recommitted,
+                    orphan = orphan,
+                    settled = settled.as_str()
+                ),
+                None => trace_event!(
+                    SinkOpens,
+                    job = job,
+                    sub = &sub,
+                    family = family,
+                    restore = restore,
+                    recommitted = recommitted
+                ),
+            }
+            Ok(())
+        })
     }
 
-    /// The pre-fence describe, then the settlement. `None`: the orphan was
-    /// left for the fence (a defect's open only).
-    fn settle_orphan(&mut self, sink: &mut dyn Sink, orphan: &TxnHandle) -> Result<Option<Settled>, TaskExit> {
-        let layout = self.cx.backend.layout().clone();
-        let sub = self.cx.participant.clone();
-        let defects = self.cx.env.defects.clone();
-        let _ = &defects;
+    /// The pre-fence describe: what the broker says of the orphan before
+    /// anything is sent that ends it. `None`: the open fences blind (a
+    /// defect's open only).
+    fn describe_orphan(&mut self, sink: &mut dyn Sink, orphan: &TxnHandle) -> Result<Option<OrphanSeen>, TaskExit> {
         // DEFECT blind_fence: the open fences without describing its orphan.
         #[cfg(any(test, feature = "defects"))]
-        if defects.has(crate::defects::Defect::BlindFence) {
+        if self.cx.env.defects.has(crate::defects::Defect::BlindFence) {
             return Ok(None);
         }
-        let confirmed = family_of(sink)?;
-        let first = confirmed.describe(orphan)?;
+        let first = family_of(sink)?.describe(orphan)?;
         kill_point(FaultPoint::SinkOrphanDescribed, orphan.checkpoint);
+        Ok(Some(first))
+    }
+
+    /// The settlement: the orphan's receipt, or an abort under its own
+    /// identity and, where that is refused, the broker's word on its end.
+    fn settle_orphan(
+        &mut self,
+        sink: &mut dyn Sink,
+        orphan: &TxnHandle,
+        first: OrphanSeen,
+    ) -> Result<Settled, TaskExit> {
+        let layout = self.cx.backend.layout().clone();
+        let sub = self.cx.participant.clone();
         if read_receipt(&layout, &sub, orphan.checkpoint).map_err(failed)?.is_some() {
-            return Ok(Some(Settled::Receipt));
+            return Ok(Settled::Receipt);
         }
+        let confirmed = family_of(sink)?;
         // DEFECT orphan_left_to_init: the first describe decides, and an
         // undecided orphan is left to init_transactions.
         #[cfg(any(test, feature = "defects"))]
-        let seen = if defects.has(crate::defects::Defect::OrphanLeftToInit) {
+        let seen = if self.cx.env.defects.has(crate::defects::Defect::OrphanLeftToInit) {
             match first {
                 OrphanSeen::Committed => OrphanSeen::Committed,
                 _ => OrphanSeen::NotCommitted,
@@ -150,27 +168,22 @@ impl SinkTask<'_> {
             let _ = first;
             confirmed.settle(orphan)?
         };
-        let settled = match seen {
+        match seen {
             OrphanSeen::Committed => {
                 write_receipt(&layout, &sub, orphan, ProvenBy::Open).map_err(failed)?;
-                Settled::Committed
+                Ok(Settled::Committed)
             }
-            OrphanSeen::AbortedNow => Settled::Aborted,
-            OrphanSeen::NotCommitted => Settled::NotCommitted,
-            OrphanSeen::Ongoing => {
-                return Err(failed(format!(
-                    "{sub}: the orphan of checkpoint {} is still open after the open's abort",
-                    orphan.checkpoint
-                )))
-            }
-            OrphanSeen::Unknown { why } => {
-                return Err(failed(format!(
-                    "{sub}: cannot settle the orphan transaction of checkpoint {} ({:?}, producer {}/{}): {why}",
-                    orphan.checkpoint, orphan.transactional_id, orphan.producer_id, orphan.epoch
-                )))
-            }
-        };
-        Ok(Some(settled))
+            OrphanSeen::AbortedNow => Ok(Settled::Aborted),
+            OrphanSeen::NotCommitted => Ok(Settled::NotCommitted),
+            OrphanSeen::Ongoing => Err(failed(format!(
+                "{sub}: the orphan of checkpoint {} is still open after the open's abort",
+                orphan.checkpoint
+            ))),
+            OrphanSeen::Unknown { why } => Err(failed(format!(
+                "{sub}: cannot settle the orphan transaction of checkpoint {} ({:?}, producer {}/{}): {why}",
+                orphan.checkpoint, orphan.transactional_id, orphan.producer_id, orphan.epoch
+            ))),
+        }
     }
 
     /// The rows of every receipt above the restore point: the replay
@@ -232,8 +245,11 @@ impl SinkTask<'_> {
         let handle = family_of(sink)?
             .handle(checkpoint)
             .ok_or_else(|| TaskExit::violation(format!("the commit of checkpoint {checkpoint} with no handle")))?;
-        sink.commit(checkpoint)?;
-        trace_event!(SinkCommit, job = job, sub = &sub, ckpt = checkpoint);
+        crate::fault::unsplit(|| -> Result<(), TaskExit> {
+            sink.commit(checkpoint)?;
+            trace_event!(SinkCommit, job = job, sub = &sub, ckpt = checkpoint);
+            Ok(())
+        })?;
         // DEFECT receipt_after_begin: the next transaction begins (and takes
         // a record) before the receipt; DEFECT no_receipts: no receipt.
         #[cfg(any(test, feature = "defects"))]
@@ -247,8 +263,11 @@ impl SinkTask<'_> {
         }
         kill_point(FaultPoint::SinkBetweenCommitAndReceipt, checkpoint);
         if receipt {
-            write_receipt(self.cx.backend.layout(), &sub, &handle, ProvenBy::Sink).map_err(failed)?;
-            trace_event!(SinkReceipt, job = job, sub = &sub, ckpt = checkpoint);
+            crate::fault::unsplit(|| -> Result<(), TaskExit> {
+                write_receipt(self.cx.backend.layout(), &sub, &handle, ProvenBy::Sink).map_err(failed)?;
+                trace_event!(SinkReceipt, job = job, sub = &sub, ckpt = checkpoint);
+                Ok(())
+            })?;
         }
         kill_point(FaultPoint::SinkAfterExternalCommit, checkpoint);
         if !early_finish {
