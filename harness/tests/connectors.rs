@@ -675,8 +675,8 @@ fn broker_goes_away(env: &BTreeMap<String, String>) -> Result<(), Failed> {
 }
 
 /// A Kafka→ClickHouse run's bundle: protocol.conformance is unsupported, by
-/// name (the specification models the recoverable sink family only), never
-/// passed or failed.
+/// name (the specification models the recoverable and commit-confirmed sink
+/// families, not the at-least-once one), never passed or failed.
 fn conformance_unsupported(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     let mut s = Scenario::new(Job::Records, env)?;
     s.produce()?;

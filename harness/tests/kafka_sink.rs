@@ -536,6 +536,74 @@ fn restore_from_dataset(bootstrap: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// An incident bundle of the Kafka sink job, killed after every sink
+/// confirmed checkpoint 3 and resumed: collected by the CONFIRMED rule with
+/// the sinks' receipts, and verified under the full profile, TLC's
+/// protocol.conformance included: the run is a behaviour of the
+/// specification's commit-confirmed family.
+fn bundle_verifies(bootstrap: &str) -> Result<(), Failed> {
+    let s = Scenario::private(bootstrap)?;
+    let capture = s.dir.path().join("capture");
+    let capture_arg = ["--capture-dir", capture.to_str().ok_or("path")?];
+    let fault = "coordinator.before_confirmed_marker@3";
+    let first = s.run_in("ck", Some(fault), &capture_arg);
+    if !killed(&first) {
+        return Err(format!("the run armed with {fault} was not killed there:\n{}", stderr(&first)).into());
+    }
+    let last = s.run_in("ck", None, &capture_arg);
+    if !last.status.success() {
+        return Err(format!("the resume failed:\n{}", stderr(&last)).into());
+    }
+    let bundle = s.dir.path().join("bundle");
+    let collect = Command::new(clink())
+        .args(["incident-collect", "--job", "23", "--include-state", "--include-captures", "--checkpoint-dir"])
+        .arg(s.dir.path().join("ck"))
+        .arg("--capture-dir")
+        .arg(&capture)
+        .arg("--trace-dir")
+        .arg(&s.traces)
+        .arg("--out")
+        .arg(&bundle)
+        .output()?;
+    if !collect.status.success() {
+        return Err(format!("incident-collect: {}", stderr(&collect)).into());
+    }
+    let manifest: Json = serde_json::from_slice(&std::fs::read(bundle.join("manifest.json"))?)?;
+    if manifest["selection"]["rule"] != "newest_confirmed" {
+        return Err(format!("selected by {}, not the CONFIRMED rule", manifest["selection"]["rule"]).into());
+    }
+    let receipts = manifest["artifacts"]
+        .as_array()
+        .ok_or("no artifacts")?
+        .iter()
+        .filter(|a| a["role"] == "commit_receipt")
+        .count();
+    let confirmed = std::fs::read_dir(s.dir.path().join("ck/_jobs/23"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("CONFIRMED-"))
+        .count();
+    if receipts < 2 * confirmed {
+        return Err(format!("{receipts} receipts collected for {confirmed} checkpoints confirmed by 2 sinks").into());
+    }
+    let verify =
+        Command::new(clink()).arg("incident-verify").arg(&bundle).args(["--profile", "full", "--json"]).output()?;
+    let report: Json = serde_json::from_slice(&verify.stdout)
+        .map_err(|e| format!("incident-verify --json: {e}: {}", stderr(&verify)))?;
+    let status = |name: &str| {
+        report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == name).map(|c| c["status"].clone())
+    };
+    if status("protocol.conformance") != Some(Json::from("passed")) || verify.status.code() != Some(0) {
+        return Err(format!(
+            "incident-verify exit {:?}: {}",
+            verify.status.code(),
+            String::from_utf8_lossy(&verify.stdout)
+        )
+        .into());
+    }
+    println!("bundle: {receipts} receipts, {confirmed} CONFIRMED markers; incident-verify --profile full passed, protocol.conformance included");
+    Ok(())
+}
+
 /// DEFECT advance_before_confirmed_put: with the confirmed point moved (and
 /// snapshots pruned below it) before its CONFIRMED marker is durable, a kill
 /// between the two leaves the disk's confirmed point without its snapshots,
@@ -598,8 +666,9 @@ fn main() {
         trials.push(if judged { trial } else { trial.with_ignored_flag(true).with_kind("broker-gap") });
     }
     type Check = fn(&str) -> Result<(), Failed>;
-    let more: [(&str, Check); 2] = [
+    let more: [(&str, Check); 3] = [
         ("kafka_sink::restore_from_dataset", restore_from_dataset),
+        ("kafka_sink::bundle_verifies", bundle_verifies),
         ("kafka_sink::defect::advance_before_confirmed_put", advance_before_confirmed_put),
     ];
     for (name, check) in more {
