@@ -43,13 +43,15 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value as Json;
 
+mod services;
+use services::{killed, run_bounded, services, stderr};
+
 const SEED: &str = "23";
 const EVENTS: &str = "3000";
 const ACCOUNTS: &str = "20";
 const EVERY: &str = "300";
 /// The mock creates every topic with 4 partitions on first use.
 const PARTITIONS: &str = "4";
-const RUN_LIMIT: Duration = Duration::from_secs(120);
 
 fn clink() -> &'static str {
     env!("CARGO_BIN_EXE_clink")
@@ -61,24 +63,6 @@ fn workspace() -> PathBuf {
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-}
-
-/// The services' env file, as `gates/services start` wrote it.
-fn services() -> Result<BTreeMap<String, String>, String> {
-    let path = std::env::var("CLINK_SERVICES_ENV").unwrap_or_else(|_| {
-        format!("{}/clink-services.env", std::env::var("TMPDIR").unwrap_or_else(|_| "/tmp".into()))
-    });
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e} (run gates/services start)"))?;
-    let env: BTreeMap<String, String> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    if !env.contains_key("CLINK_KAFKA_TXN_BOOTSTRAP") {
-        return Err(format!("{path} names no CLINK_KAFKA_TXN_BOOTSTRAP"));
-    }
-    Ok(env)
 }
 
 fn unique(prefix: &str) -> String {
@@ -271,37 +255,6 @@ impl Scenario {
         }
         cmd
     }
-}
-
-fn run_bounded(cmd: &mut Command, dir: &Path) -> Output {
-    let (out_path, err_path) = (dir.join("stdout.log"), dir.join("stderr.log"));
-    let mut child = cmd
-        .stdout(std::fs::File::create(&out_path).expect("stdout log"))
-        .stderr(std::fs::File::create(&err_path).expect("stderr log"))
-        .spawn()
-        .expect("clink run starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            break status;
-        }
-        if started.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            break child.wait().expect("the killed run is reaped");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read = |p: &Path| std::fs::read(p).unwrap_or_default();
-    Output { status, stdout: read(&out_path), stderr: read(&err_path) }
-}
-
-fn killed(out: &Output) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    out.status.signal() == Some(9)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// How a scenario is driven: the faults armed on each run but the last,
@@ -645,7 +598,7 @@ fn main() {
     let drives: Vec<Drive> = std::iter::once(Drive::FaultFree)
         .chain(FaultPoint::ALL.into_iter().chain(FaultPoint::CONFIRMED).map(Drive::of))
         .collect();
-    let broker = services().and_then(|env| Broker::measure(&env["CLINK_KAFKA_TXN_BOOTSTRAP"]));
+    let broker = services(&["CLINK_KAFKA_TXN_BOOTSTRAP"]).and_then(|env| Broker::measure(&env["CLINK_KAFKA_TXN_BOOTSTRAP"]));
     let mut trials = Vec::new();
     let ignored = |name: String, why: &str| {
         Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("service: {why}"))
