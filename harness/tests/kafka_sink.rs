@@ -554,6 +554,42 @@ fn bundle_verifies(bootstrap: &str) -> Result<(), Failed> {
         .into());
     }
     println!("bundle: {receipts} receipts, {confirmed} CONFIRMED markers; incident-verify --profile full passed, protocol.conformance included");
+    receipt_dropped_fails(&bundle, manifest["selection"]["checkpoint"].as_u64().ok_or("no selected checkpoint")?)
+}
+
+/// The same bundle with one sink's receipt of the selected checkpoint taken
+/// out, file and manifest line both (so the bundle's integrity holds): the
+/// CONFIRMED marker it chose now vouches for a commit nothing proves, and
+/// checkpoint.restore_rule fails.
+fn receipt_dropped_fails(bundle: &Path, selected: u64) -> Result<(), Failed> {
+    let copy = bundle.with_file_name("bundle-without-a-receipt");
+    let out = Command::new("cp").arg("-a").arg(bundle).arg(&copy).output()?;
+    if !out.status.success() {
+        return Err(format!("cp: {}", stderr(&out)).into());
+    }
+    let dropped = format!("checkpoint/_jobs/23/receipts/op-4-0/receipt-{selected}");
+    std::fs::remove_file(copy.join(&dropped))?;
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(copy.join("manifest.json"))?)?;
+    let artifacts = manifest["artifacts"].as_array_mut().ok_or("no artifacts")?;
+    let before = artifacts.len();
+    artifacts.retain(|a| a["path"] != dropped.as_str());
+    if artifacts.len() + 1 != before {
+        return Err(format!("the manifest did not list {dropped}").into());
+    }
+    std::fs::write(copy.join("manifest.json"), serde_json::to_vec_pretty(&manifest)?)?;
+    let verify = Command::new(clink()).arg("incident-verify").arg(&copy).arg("--json").output()?;
+    let report: Json = serde_json::from_slice(&verify.stdout).map_err(|e| format!("{e}: {}", stderr(&verify)))?;
+    let rule = report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == "checkpoint.restore_rule");
+    let said = rule.map(|c| c["reason"].as_str().unwrap_or_default().to_string()).unwrap_or_default();
+    let failed = rule.is_some_and(|c| c["status"] == "failed");
+    if !failed || !said.contains("not there to vouch") || verify.status.code() != Some(1) {
+        return Err(format!(
+            "without op-4-0's receipt of {selected}, checkpoint.restore_rule must fail (exit 1): exit {:?}, {rule:?}",
+            verify.status.code()
+        )
+        .into());
+    }
+    println!("without a receipt it vouches for, CONFIRMED-{selected} fails checkpoint.restore_rule: {said}");
     Ok(())
 }
 
@@ -598,7 +634,8 @@ fn main() {
     let drives: Vec<Drive> = std::iter::once(Drive::FaultFree)
         .chain(FaultPoint::ALL.into_iter().chain(FaultPoint::CONFIRMED).map(Drive::of))
         .collect();
-    let broker = services(&["CLINK_KAFKA_TXN_BOOTSTRAP"]).and_then(|env| Broker::measure(&env["CLINK_KAFKA_TXN_BOOTSTRAP"]));
+    let broker =
+        services(&["CLINK_KAFKA_TXN_BOOTSTRAP"]).and_then(|env| Broker::measure(&env["CLINK_KAFKA_TXN_BOOTSTRAP"]));
     let mut trials = Vec::new();
     let ignored = |name: String, why: &str| {
         Trial::test(name, || Ok(())).with_ignored_flag(true).with_kind(format!("service: {why}"))

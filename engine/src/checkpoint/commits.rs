@@ -195,10 +195,22 @@ pub fn read_receipt(
     let Some(bytes) = read_if_present(&path)? else {
         return Ok(None);
     };
-    let receipt: Receipt = parse_json(&path, &bytes)?;
-    check_names(&path, RECEIPT_FORMAT, (&receipt.format, receipt.version), layout.job(), &receipt.job)?;
-    check_handle(&path, participant, &receipt.participant, checkpoint, &receipt.handle)?;
-    Ok(Some(receipt))
+    parse_receipt_bytes(&path, &bytes, layout.job(), participant, checkpoint).map(Some)
+}
+
+/// Parses a receipt's bytes (read from `path`) and checks that it names
+/// `job`, `participant` and `checkpoint`, as its path does.
+pub fn parse_receipt_bytes(
+    path: &Path,
+    bytes: &[u8],
+    job: u64,
+    participant: &str,
+    checkpoint: u64,
+) -> Result<Receipt, MarkerError> {
+    let receipt: Receipt = parse_json(path, bytes)?;
+    check_names(path, RECEIPT_FORMAT, (&receipt.format, receipt.version), job, &receipt.job)?;
+    check_handle(path, participant, &receipt.participant, checkpoint, &receipt.handle)?;
+    Ok(receipt)
 }
 
 /// The checkpoints `participant` has receipts for, ascending.
