@@ -960,8 +960,10 @@ RSinkOpens(s) ==
 (* restores from the newest CONFIRMED checkpoint and settles what lies     *)
 (* above it: commit receipts, the in-doubt walk, .unresolved markers, the  *)
 (* open's pre-fence describe and replay suppression.                       *)
-(* engine/PROTOCOL.md has no Kafka sink yet (issue 21, part 2): the sites  *)
-(* named below are the ones the seed's engine uses for each step.          *)
+(* The engine's sites: engine/src/runtime/task/sink/confirmed.rs (the     *)
+(* sink's prepare, commit, receipt, finish, confirmation and open),        *)
+(* runtime/coordinator/walk.rs (CONFIRMED markers, the held restart, the   *)
+(* walk), runtime/protocol/confirm.rs (the count); engine/PROTOCOL.md.     *)
 
 \* Step 4 for a Kafka sink.  The sink's task thread at barrier c, once the
 \* previous transaction is finished (SinkFinish): the records of interval c

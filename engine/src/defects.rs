@@ -122,10 +122,39 @@ pub enum Defect {
     /// flight until its subtasks have stopped (its exposing interleaving: the
     /// subtasks are cancelled only once nothing in flight can still complete).
     BroadcastDuringDrain,
+    /// A Kafka sink writes no commit receipt.
+    NoReceipts,
+    /// A Kafka sink begins its next transaction before its commit's receipt
+    /// is durable (its exposing interleaving: the receipt waits until the
+    /// next transaction holds a record).
+    ReceiptAfterBegin,
+    /// The in-doubt walk proves a commit over the wire and writes no receipt.
+    NoMaterialisedReceipts,
+    /// An early stop of the walk leaves no unresolved marker above the
+    /// checkpoint it stopped at.
+    RefusalWall,
+    /// The walk probes no handle of a checkpoint after its first refusal.
+    StopAtFirstRefusal,
+    /// A reopening Kafka sink fences its id without describing its orphan.
+    BlindFence,
+    /// A reopening Kafka sink decides its orphan by the first describe and
+    /// leaves an undecided one to init_transactions.
+    OrphanLeftToInit,
+    /// A Kafka sink reopening at restore point 0 settles no orphan and arms
+    /// no suppression.
+    OpenSkipsRestoreZero,
+    /// A job of Kafka sinks restores from the newest COMPLETED checkpoint.
+    RestoreFromCompleted,
+    /// The in-memory confirmed point advances before the CONFIRMED marker is
+    /// durable (its exposing interleaving: snapshots are pruned below the new
+    /// point before the put).
+    AdvanceBeforeConfirmedPut,
+    /// A Kafka sink sends CommitConfirmed as it takes the commit frame.
+    ConfirmBeforeCommit,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 20] = [
+    pub const ALL: [Defect; 31] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
@@ -146,6 +175,17 @@ impl Defect {
         Defect::RestoreWithoutMarker,
         Defect::SailOnWithoutBudget,
         Defect::BroadcastDuringDrain,
+        Defect::NoReceipts,
+        Defect::ReceiptAfterBegin,
+        Defect::NoMaterialisedReceipts,
+        Defect::RefusalWall,
+        Defect::StopAtFirstRefusal,
+        Defect::BlindFence,
+        Defect::OrphanLeftToInit,
+        Defect::OpenSkipsRestoreZero,
+        Defect::RestoreFromCompleted,
+        Defect::AdvanceBeforeConfirmedPut,
+        Defect::ConfirmBeforeCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -170,6 +210,17 @@ impl Defect {
             Defect::RestoreWithoutMarker => "restore_without_marker",
             Defect::SailOnWithoutBudget => "sail_on_without_budget",
             Defect::BroadcastDuringDrain => "broadcast_during_drain",
+            Defect::NoReceipts => "no_receipts",
+            Defect::ReceiptAfterBegin => "receipt_after_begin",
+            Defect::NoMaterialisedReceipts => "no_materialised_receipts",
+            Defect::RefusalWall => "refusal_wall",
+            Defect::StopAtFirstRefusal => "stop_at_first_refusal",
+            Defect::BlindFence => "blind_fence",
+            Defect::OrphanLeftToInit => "orphan_left_to_init",
+            Defect::OpenSkipsRestoreZero => "open_skips_restore_zero",
+            Defect::RestoreFromCompleted => "restore_from_completed",
+            Defect::AdvanceBeforeConfirmedPut => "advance_before_confirmed_put",
+            Defect::ConfirmBeforeCommit => "confirm_before_commit",
         }
     }
 

@@ -31,6 +31,19 @@ pub enum FaultPoint {
     /// The ClickHouse sink's INSERT landed, but the sink acts as if its
     /// answer was lost: the resend is in doubt.
     ClickHouseResponseLost,
+    /// A Kafka sink's commit executed at the broker; its receipt is not durable yet.
+    SinkBetweenCommitAndReceipt,
+    /// A Kafka sink's commit receipt is durable; the commit's tail (the
+    /// handle erased, the next transaction begun) has not run.
+    SinkAfterExternalCommit,
+    /// Every sink confirmed the checkpoint; its CONFIRMED marker is not durable yet.
+    CoordinatorBeforeConfirmedMarker,
+    /// A restart (or a recovery) is held for in-doubt resolution, before the
+    /// walk's first step (armed with the confirmed point the walk starts above).
+    CoordinatorBeforeInDoubtWalk,
+    /// A reopening Kafka sink has described its orphan (armed with the
+    /// orphan's checkpoint) and sent nothing that ends it yet.
+    SinkOrphanDescribed,
 }
 
 impl FaultPoint {
@@ -53,6 +66,16 @@ impl FaultPoint {
     /// The connectors' own points (the connector fault matrix covers them).
     pub const CONNECTORS: [FaultPoint; 2] = [FaultPoint::ClickHouseAfterInsert, FaultPoint::ClickHouseResponseLost];
 
+    /// The commit-confirmed family's points (the Kafka sink's fault matrix
+    /// covers them, with the protocol's).
+    pub const CONFIRMED: [FaultPoint; 5] = [
+        FaultPoint::SinkBetweenCommitAndReceipt,
+        FaultPoint::SinkAfterExternalCommit,
+        FaultPoint::CoordinatorBeforeConfirmedMarker,
+        FaultPoint::CoordinatorBeforeInDoubtWalk,
+        FaultPoint::SinkOrphanDescribed,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultPoint::SourceAfterPositionSnapshot => "source.after_position_snapshot",
@@ -68,11 +91,20 @@ impl FaultPoint {
             FaultPoint::SourceSnapshotFails => "source.snapshot_fails",
             FaultPoint::ClickHouseAfterInsert => "clickhouse.after_insert",
             FaultPoint::ClickHouseResponseLost => "clickhouse.response_lost",
+            FaultPoint::SinkBetweenCommitAndReceipt => "sink.between_commit_and_receipt",
+            FaultPoint::SinkAfterExternalCommit => "sink.after_external_commit",
+            FaultPoint::CoordinatorBeforeConfirmedMarker => "coordinator.before_confirmed_marker",
+            FaultPoint::CoordinatorBeforeInDoubtWalk => "coordinator.before_in_doubt_walk",
+            FaultPoint::SinkOrphanDescribed => "sink.orphan_described",
         }
     }
 
     pub fn parse(name: &str) -> Option<FaultPoint> {
-        FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS).find(|p| p.name() == name)
+        FaultPoint::ALL
+            .into_iter()
+            .chain(FaultPoint::CONNECTORS)
+            .chain(FaultPoint::CONFIRMED)
+            .find(|p| p.name() == name)
     }
 
     /// Whether reaching the point kills the process (all but the snapshot
@@ -118,7 +150,12 @@ pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
             item.split_once('@').ok_or_else(|| FaultSpecError::NotPointAtCheckpoint { item: item.to_string() })?;
         let point = FaultPoint::parse(name).ok_or_else(|| FaultSpecError::UnknownPoint {
             name: name.to_string(),
-            known: FaultPoint::ALL.iter().chain(&FaultPoint::CONNECTORS).map(|p| p.name()).collect(),
+            known: FaultPoint::ALL
+                .iter()
+                .chain(&FaultPoint::CONNECTORS)
+                .chain(&FaultPoint::CONFIRMED)
+                .map(|p| p.name())
+                .collect(),
         })?;
         let checkpoint = clink_basics::ids::parse_decimal_u64(id)
             .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?;
@@ -177,7 +214,32 @@ pub fn fails(point: FaultPoint, checkpoint: u64) -> bool {
     ARMED.load(Ordering::Relaxed) && take(point, checkpoint)
 }
 
+/// Steps whose durable effect and trace line are one unit to the fault
+/// injector: a kill point reached by one thread waits until no other thread
+/// is inside such a step, so a test's kill falls between other threads'
+/// steps, as the specification's atomic steps do, never between a write and
+/// the line that reports it. (A real crash can; only the marker lines the
+/// trace module takes as hidden steps are admitted there.)
+static UNSPLIT: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    static IN_UNSPLIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `step` (a durable write and the trace line after it) as one unit to
+/// the fault injector. It must reach no kill point itself.
+pub fn unsplit<T>(step: impl FnOnce() -> T) -> T {
+    let _shared = UNSPLIT.read().unwrap_or_else(|e| e.into_inner());
+    IN_UNSPLIT.with(|f| f.set(true));
+    let result = step();
+    IN_UNSPLIT.with(|f| f.set(false));
+    result
+}
+
 fn die(point: FaultPoint, checkpoint: u64) -> ! {
+    // A kill point inside an unsplit step would wait for itself.
+    debug_assert!(!IN_UNSPLIT.with(|f| f.get()), "fault point {} inside an unsplit step", point.name());
+    let _exclusive = UNSPLIT.write().unwrap_or_else(|e| e.into_inner());
     eprintln!("clink: fault point {}@{checkpoint} reached: killing the process", point.name());
     // SAFETY: getpid and kill have no preconditions; SIGKILL cannot be caught,
     // so the process ends here without running anything else.

@@ -44,7 +44,7 @@ impl Role {
 }
 
 macro_rules! events {
-    ($( $variant:ident => $role:ident [ $($field:literal),* ] ),* $(,)?) => {
+    ($( $variant:ident => $role:ident [ $($field:literal),* ] $(optional [ $($opt:literal),* ])? ),* $(,)?) => {
         /// Every protocol event the engine emits.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum TraceEvent { $($variant),* }
@@ -59,6 +59,12 @@ macro_rules! events {
             /// The event's own fields, in the order they are written.
             pub fn fields(self) -> &'static [&'static str] {
                 match self { $(TraceEvent::$variant => &[$($field),*]),* }
+            }
+
+            /// Fields some lines of the event carry after its own, all
+            /// together or none (the vocabulary writes them with `?`).
+            pub fn optional_fields(self) -> &'static [&'static str] {
+                match self { $(TraceEvent::$variant => &[$($($opt),*)?]),* }
             }
 
             pub fn role(self) -> Role {
@@ -78,12 +84,24 @@ events! {
     Broadcast => Coordinator ["job", "ckpt", "withheld", "epoch"],
     DeliverCommit => Worker ["job", "sub", "ckpt", "accepted"],
     SinkCommit => Worker ["job", "sub", "ckpt"],
-    SinkOpens => Worker ["job", "sub", "family", "restore", "recommitted"],
+    SinkOpens => Worker ["job", "sub", "family", "restore", "recommitted"] optional ["orphan", "settled"],
     CoordRecovers => Coordinator ["job", "epoch", "completed", "confirmed"],
     Redeploy => Coordinator ["job", "restore", "next"],
     RestartOnError => Coordinator ["job", "ckpt"],
     Placement => Worker ["job", "sub", "worker", "source", "role"],
     JobEnds => Coordinator ["job", "outcome", "epoch"],
+    SinkReceipt => Worker ["job", "sub", "ckpt"],
+    SinkConfirm => Worker ["job", "sub", "ckpt"],
+    WriteConfirmed => Coordinator ["job", "ckpt", "epoch"],
+    RestartProceeds => Coordinator ["job", "resolving", "completed", "confirmed"],
+    WalkSkips => Coordinator ["job", "ckpt"],
+    WalkReadsReceipt => Coordinator ["job", "ckpt", "sub"],
+    WalkProbes => Coordinator ["job", "ckpt", "sub", "verdict"],
+    WalkRetries => Coordinator ["job", "ckpt", "sub"],
+    WalkExhausted => Coordinator ["job", "ckpt"],
+    WalkCancelled => Coordinator ["job", "ckpt"],
+    WalkDecides => Coordinator ["job", "ckpt", "verdict"],
+    WalkFinishes => Coordinator ["job", "confirmed"],
 }
 
 /// A field's value.
@@ -214,9 +232,15 @@ pub fn emit(event: TraceEvent, fields: Vec<(&'static str, TraceValue)>) {
     let Some(tracer) = TRACER.get() else {
         return;
     };
-    debug_assert_eq!(
-        fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
-        event.fields(),
+    debug_assert!(
+        {
+            let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+            let own = event.fields();
+            names == own
+                || (names.len() > own.len()
+                    && names[..own.len()] == *own
+                    && names[own.len()..] == *event.optional_fields())
+        },
         "fields of {} disagree with the vocabulary",
         event.name()
     );
@@ -262,27 +286,41 @@ macro_rules! trace_event {
 mod tests {
     use super::*;
 
-    /// `formal/trace/events.txt` as (name, fields) pairs, in file order.
-    fn vocabulary() -> Vec<(String, Vec<String>)> {
+    /// An event's name, its own fields and its optional ones.
+    type Entry = (String, Vec<String>, Vec<String>);
+
+    /// `formal/trace/events.txt`'s entries, in file order; a field written
+    /// with a trailing `?` is optional.
+    fn vocabulary() -> Vec<Entry> {
         let text = include_str!("../../formal/trace/events.txt");
         text.lines()
             .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
             .map(|l| {
                 let parts: Vec<&str> = l.split('|').map(str::trim).collect();
                 assert_eq!(parts.len(), 4, "events.txt: {l}");
-                let fields =
-                    parts[2].split_whitespace().map(|f| f.split('(').next().unwrap_or(f).to_string()).collect();
-                (parts[0].to_string(), fields)
+                let (mut own, mut optional) = (Vec::new(), Vec::new());
+                for field in parts[2].split_whitespace() {
+                    let name = field.split('(').next().unwrap_or(field);
+                    match name.strip_suffix('?') {
+                        Some(name) => optional.push(name.to_string()),
+                        None => own.push(name.to_string()),
+                    }
+                }
+                (parts[0].to_string(), own, optional)
             })
             .collect()
+    }
+
+    fn strings(names: &[&str]) -> Vec<String> {
+        names.iter().map(|f| f.to_string()).collect()
     }
 
     #[test]
     fn the_emitter_and_the_vocabulary_agree() {
         let vocabulary = vocabulary();
-        let emitted: Vec<(String, Vec<String>)> = TraceEvent::ALL
+        let emitted: Vec<Entry> = TraceEvent::ALL
             .iter()
-            .map(|e| (e.name().to_string(), e.fields().iter().map(|f| f.to_string()).collect()))
+            .map(|e| (e.name().to_string(), strings(e.fields()), strings(e.optional_fields())))
             .collect();
         assert_eq!(emitted, vocabulary, "engine/src/trace.rs and formal/trace/events.txt disagree");
     }

@@ -32,6 +32,9 @@ use clink_engine::value::render_line;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value as Json;
 
+mod services;
+use services::{killed, run_bounded, stderr};
+
 const SEED: &str = "4";
 const EVENTS: &str = "3000";
 const ACCOUNTS: &str = "12";
@@ -52,24 +55,8 @@ fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-/// The services' env file, as `gates/services start` wrote it.
 fn services() -> Result<BTreeMap<String, String>, String> {
-    let path = std::env::var("CLINK_SERVICES_ENV").unwrap_or_else(|_| {
-        format!("{}/clink-services.env", std::env::var("TMPDIR").unwrap_or_else(|_| "/tmp".into()))
-    });
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e} (run gates/services start)"))?;
-    let env: BTreeMap<String, String> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    for key in ["CLINK_KAFKA_BOOTSTRAP", "CLINK_CLICKHOUSE_HTTP"] {
-        if !env.contains_key(key) {
-            return Err(format!("{path} names no {key}"));
-        }
-    }
-    Ok(env)
+    services::services(&["CLINK_KAFKA_BOOTSTRAP", "CLINK_CLICKHOUSE_HTTP"])
 }
 
 /// The two jobs, each with its table and its reference rows.
@@ -406,44 +393,6 @@ impl Scenario {
     }
 }
 
-/// A run may not hang the suite.
-const RUN_BOUND: Duration = Duration::from_secs(180);
-
-fn run_bounded(cmd: &mut Command, dir: &Path) -> Output {
-    let (out_path, err_path) = (dir.join("stdout.log"), dir.join("stderr.log"));
-    let mut child = cmd
-        .stdout(std::fs::File::create(&out_path).expect("stdout log"))
-        .stderr(std::fs::File::create(&err_path).expect("stderr log"))
-        .spawn()
-        .expect("clink run starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for clink run") {
-            break status;
-        }
-        if started.elapsed() > RUN_BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("clink run did not finish within {RUN_BOUND:?}: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: std::fs::read(&out_path).unwrap_or_default(),
-        stderr: std::fs::read(&err_path).unwrap_or_default(),
-    }
-}
-
-fn killed(out: &Output) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    out.status.signal() == Some(9)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 fn fault_free(job: Job, env: &BTreeMap<String, String>) -> Result<(), Failed> {
     let mut s = Scenario::new(job, env)?;
     s.produce()?;
@@ -675,8 +624,8 @@ fn broker_goes_away(env: &BTreeMap<String, String>) -> Result<(), Failed> {
 }
 
 /// A Kafka→ClickHouse run's bundle: protocol.conformance is unsupported, by
-/// name (the specification models the recoverable sink family only), never
-/// passed or failed.
+/// name (the specification models the recoverable and commit-confirmed sink
+/// families, not the at-least-once one), never passed or failed.
 fn conformance_unsupported(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     let mut s = Scenario::new(Job::Records, env)?;
     s.produce()?;

@@ -3,6 +3,9 @@
 //! ```text
 //! _jobs/<job>/COMPLETED-<id>        completion markers
 //! _jobs/<job>/RESTORED              the newest redeploy's record
+//! _jobs/<job>/CONFIRMED-<id>        commit-confirmed family: every sink's commit receipted
+//! _jobs/<job>/receipts/<participant>/receipt-<id>       a commit's receipt
+//! _jobs/<job>/unresolved/<participant>/unresolved-<id>  a handle the in-doubt walk left
 //! _state/<job>/v<gen>/<participant>/checkpoint-<id>.snap[.meta]
 //! ```
 //! Only this module joins these paths, so the engine, the collector and the
@@ -67,6 +70,26 @@ impl CheckpointLayout {
         self.jobs_dir().join(RESTORED_NAME)
     }
 
+    pub fn receipts_dir(&self, participant: &str) -> PathBuf {
+        self.jobs_dir().join("receipts").join(participant)
+    }
+
+    pub fn receipt(&self, participant: &str, checkpoint: u64) -> PathBuf {
+        self.receipts_dir(participant).join(format!("{RECEIPT_PREFIX}{checkpoint}"))
+    }
+
+    pub fn unresolved_dir(&self, participant: &str) -> PathBuf {
+        self.jobs_dir().join("unresolved").join(participant)
+    }
+
+    pub fn unresolved(&self, participant: &str, checkpoint: u64) -> PathBuf {
+        self.unresolved_dir(participant).join(format!("{UNRESOLVED_PREFIX}{checkpoint}"))
+    }
+
+    pub fn confirmed_marker(&self, checkpoint: u64) -> PathBuf {
+        self.jobs_dir().join(confirmed_marker_name(checkpoint))
+    }
+
     pub fn state_root(&self) -> PathBuf {
         self.root.join("_state").join(self.job.to_string())
     }
@@ -89,6 +112,8 @@ impl CheckpointLayout {
 }
 
 pub const RESTORED_NAME: &str = "RESTORED";
+pub const RECEIPT_PREFIX: &str = "receipt-";
+pub const UNRESOLVED_PREFIX: &str = "unresolved-";
 pub const COMPLETED_PREFIX: &str = "COMPLETED-";
 
 pub fn completed_marker_name(checkpoint: u64) -> String {
@@ -111,6 +136,10 @@ pub fn parse_completed_marker_name(name: &str) -> Option<u64> {
 }
 
 pub const CONFIRMED_PREFIX: &str = "CONFIRMED-";
+
+pub fn confirmed_marker_name(checkpoint: u64) -> String {
+    format!("{CONFIRMED_PREFIX}{checkpoint}")
+}
 
 /// The checkpoint id of a `CONFIRMED-<id>` name.
 pub fn parse_confirmed_marker_name(name: &str) -> Option<u64> {

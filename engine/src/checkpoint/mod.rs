@@ -2,12 +2,14 @@
 //! restart restores from.
 //!
 //! This module owns the checkpoint directory's layout, the snapshot format and
-//! its integrity sidecar, the COMPLETED markers, the RESTORED record, durable
+//! its integrity sidecar, the COMPLETED markers, the RESTORED record, the
+//! commit-confirmed family's receipts and CONFIRMED markers, durable
 //! writes, and [`restore_point_on_disk`]. It never decides *when* to checkpoint
 //! or commit: that is the runtime's protocol. Every reader here refuses a file
 //! whose size, hash or contents do not match what its writer vouched for.
 
 pub mod backend;
+pub mod commits;
 pub mod dataset;
 pub mod durable;
 pub mod fence;

@@ -91,12 +91,16 @@ pub enum RestoreError {
 /// The engine's restore point: [`restore_point_on_disk`], the one rule, for a
 /// recovery and a restart alike. Only a test build's restore defects (each a
 /// branch marked `DEFECT`) choose otherwise.
+///
+/// `rule` is the job's: [`RestoreRule::NewestConfirmed`] when its sinks
+/// confirm their commits (the CONFIRMED rule), else the COMPLETED rule.
 pub fn engine_restore_point(
     layout: &CheckpointLayout,
+    rule: RestoreRule,
     chosen_by: ChosenBy,
     defects: &crate::defects::Defects,
 ) -> Result<RestorePoint, RestoreError> {
-    let point = restore_point_on_disk(layout)?;
+    let point = restore_point_on_disk_by(layout, rule)?;
     #[cfg(any(test, feature = "defects"))]
     if let Some(checkpoint) = defective_restore_point(layout, &point, chosen_by, defects)? {
         return Ok(RestorePoint { checkpoint, ..point });
@@ -114,6 +118,11 @@ fn defective_restore_point(
     defects: &crate::defects::Defects,
 ) -> Result<Option<u64>, RestoreError> {
     use crate::defects::Defect;
+    if point.rule == RestoreRule::NewestConfirmed {
+        // DEFECT restore_from_completed: a job of commit-confirmed sinks
+        // restores from the newest COMPLETED marker.
+        return Ok(defects.has(Defect::RestoreFromCompleted).then(|| point.completed.last().copied().unwrap_or(0)));
+    }
     let ignores_record = match chosen_by {
         // DEFECT restore_ignores_restored: a restart's rule without the record.
         ChosenBy::Restart => defects.has(Defect::RestoreIgnoresRestored),
@@ -284,7 +293,9 @@ mod tests {
         }
         // A deploy restored from 1 and numbered from 4: the late marker 3 is passed over.
         write_restored(&layout, &record(1, 4)).unwrap();
-        let choose = |by, defects: &[Defect]| engine_restore_point(&layout, by, &Defects::of(defects)).unwrap();
+        let choose = |by, defects: &[Defect]| {
+            engine_restore_point(&layout, RestoreRule::NewestCompleted, by, &Defects::of(defects)).unwrap()
+        };
         assert_eq!(choose(ChosenBy::Restart, &[]).checkpoint, 1);
         assert_eq!(choose(ChosenBy::Recovery, &[]).checkpoint, 1);
         assert_eq!(choose(ChosenBy::Restart, &[Defect::RestoreIgnoresRestored]).checkpoint, 3);
@@ -297,6 +308,38 @@ mod tests {
         backend.write("op-1-0", &header, &crate::checkpoint::StateSlots::new()).unwrap();
         assert_eq!(choose(ChosenBy::Recovery, &[]).checkpoint, 1);
         assert_eq!(choose(ChosenBy::Recovery, &[Defect::RestoreWithoutMarker]).checkpoint, 5);
+    }
+
+    #[test]
+    fn a_confirming_job_restores_from_its_newest_confirmed_checkpoint() {
+        use super::super::commits::{write_confirmed, ConfirmedMarker};
+        use crate::defects::{Defect, Defects};
+        let dir = tempfile::tempdir().unwrap();
+        let layout = CheckpointLayout::new(dir.path(), 1);
+        let choose = |defects: &[Defect]| {
+            engine_restore_point(&layout, RestoreRule::NewestConfirmed, ChosenBy::Restart, &Defects::of(defects))
+                .unwrap()
+                .checkpoint
+        };
+        assert_eq!(choose(&[]), 0, "nothing confirmed: from nothing");
+        for c in [1, 2, 3] {
+            write_completed(&layout, &CompletedMarker::new(1, c, 1, CheckpointKind::Periodic, vec![], None)).unwrap();
+        }
+        write_confirmed(&layout, &ConfirmedMarker::new(1, 1, vec![], "sinks", None)).unwrap();
+        assert_eq!(choose(&[]), 1, "completed 2 and 3 are not confirmed");
+        assert_eq!(choose(&[Defect::RestoreFromCompleted]), 3);
+        assert_eq!(
+            engine_restore_point(
+                &layout,
+                RestoreRule::NewestCompleted,
+                ChosenBy::Restart,
+                &Defects::of(&[Defect::RestoreFromCompleted])
+            )
+            .unwrap()
+            .checkpoint,
+            3,
+            "the defect changes nothing for a job that does not confirm"
+        );
     }
 
     #[test]

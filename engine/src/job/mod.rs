@@ -277,6 +277,21 @@ mod tests {
         assert!(!job.requires_commit_confirmation());
     }
 
+    const KAFKA_KAFKA: &str = include_str!("../../../fixtures/jobs/kafka-kafka/job.json");
+
+    #[test]
+    fn a_job_of_kafka_sinks_confirms_its_commits_and_may_not_mix_families() {
+        assert!(parse_job(KAFKA_KAFKA).unwrap().requires_commit_confirmation());
+        let mut doc: Json = serde_json::from_str(KAFKA_KAFKA).unwrap();
+        doc["operators"].as_array_mut().unwrap().push(serde_json::json!(
+            {"id": "5", "uid": "files", "type": "staged_file_sink", "params": {}, "parallelism": 2}
+        ));
+        doc["edges"].as_array_mut().unwrap().push(serde_json::json!({"from": "3", "to": "5", "partition": "forward"}));
+        let err = parse_job(&doc.to_string()).unwrap_err();
+        assert_eq!(err.path, "operators[4].type", "{err}");
+        assert!(err.message.contains("different commit families"), "{err}");
+    }
+
     #[test]
     fn ids_use_all_64_bits_as_decimal_text() {
         let job = EXAMPLE.replace("\"1\"", "\"18446744073709551615\"");

@@ -22,6 +22,7 @@ pub(super) fn plan(document: Document) -> Result<JobGraph, JobError> {
         inputs.entry(edge.to).or_default().push(i);
     }
     check_one_source(&specs, &path_of)?;
+    check_one_commit_family(&specs, &path_of)?;
     for spec in &specs {
         let n_in = inputs.get(&spec.id).map_or(0, Vec::len);
         let n_out = outputs.get(&spec.id).map_or(0, Vec::len);
@@ -59,6 +60,28 @@ fn check_one_source(specs: &[OperatorSpec], path_of: &dyn Fn(OperatorId) -> Stri
         [_, second, ..] => Err(JobError::new(
             format!("{}.type", path_of(second.id)),
             "a job has exactly one source operator; this is a second",
+        )),
+    }
+}
+
+/// A job's sinks confirm their commits all or none: the commit-confirmed
+/// family restores from a CONFIRMED checkpoint, which a sink of another
+/// family never confirms, and from below the completed checkpoints a
+/// recoverable sink's open re-commits.
+fn check_one_commit_family(specs: &[OperatorSpec], path_of: &dyn Fn(OperatorId) -> String) -> Result<(), JobError> {
+    let sinks: Vec<(&OperatorSpec, bool)> =
+        specs.iter().filter_map(|s| s.descriptor.sink_family().map(|f| (s, f.needs_commit_confirmation()))).collect();
+    let Some((first, confirms)) = sinks.first().copied() else {
+        return Ok(());
+    };
+    match sinks.iter().find(|(_, c)| *c != confirms) {
+        None => Ok(()),
+        Some((other, _)) => Err(JobError::new(
+            format!("{}.type", path_of(other.id)),
+            format!(
+                "sink {} ({}) and sink {} ({}) are of different commit families; a job's sinks confirm their commits all or none",
+                first.id, first.descriptor.type_name, other.id, other.descriptor.type_name
+            ),
         )),
     }
 }

@@ -538,6 +538,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     key_columns: defaults::no_key_columns,
     preflight,
     replays_as_live: true,
+    confirmation: None,
 };
 
 fn plan_schema(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {

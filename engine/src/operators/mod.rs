@@ -60,6 +60,7 @@ registered_operators!(
     line_sink,
     staged_sink,
     clickhouse_sink,
+    kafka_sink,
 );
 
 use std::io;
@@ -70,6 +71,7 @@ use thiserror::Error;
 use clink_basics::fields::FieldError;
 use serde_json::Value as Json;
 
+use crate::checkpoint::commits::{RowDigest, TxnHandle};
 use crate::checkpoint::StateSlots;
 use crate::defects::Defects;
 use crate::timers::{Timer, TimerService};
@@ -160,11 +162,15 @@ pub trait Source: Send {
     fn snapshot(&self) -> Result<StateSlots, OperatorError>;
 }
 
-/// The two sink families.
+/// The sink families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SinkFamily {
     /// Two-phase with persisted handles re-committed idempotently at open.
     Recoverable,
+    /// Two-phase with an external transaction that cannot be committed again
+    /// once its owner is gone (a Kafka transaction): commit receipts,
+    /// CONFIRMED markers, in-doubt resolution and replay suppression.
+    Confirmed,
     /// Writes as rows arrive; a replay may write them again.
     AtLeastOnce,
 }
@@ -173,21 +179,21 @@ impl SinkFamily {
     pub fn as_str(self) -> &'static str {
         match self {
             SinkFamily::Recoverable => "recoverable",
+            SinkFamily::Confirmed => "confirmed",
             SinkFamily::AtLeastOnce => "at_least_once",
         }
     }
 
-    /// Whether the job must restore from a checkpoint whose commits the
-    /// sink's destination confirmed (the CONFIRMED restore rule). Neither
-    /// family of this engine does.
+    /// Whether the job must restore from a checkpoint whose commits every
+    /// sink confirmed (the CONFIRMED restore rule).
     pub fn needs_commit_confirmation(self) -> bool {
-        false
+        self == SinkFamily::Confirmed
     }
 
     /// The delivery guarantee a sink of this family gives its destination.
     pub fn guarantee(self) -> &'static str {
         match self {
-            SinkFamily::Recoverable => "exactly_once",
+            SinkFamily::Recoverable | SinkFamily::Confirmed => "exactly_once",
             SinkFamily::AtLeastOnce => "at_least_once",
         }
     }
@@ -233,6 +239,76 @@ pub trait Sink: Send {
     fn evidence(&self, _checkpoint: u64) -> serde_json::Value {
         serde_json::json!({ "family": self.family().as_str() })
     }
+
+    /// The commit-confirmed family's own steps; `None` for the other families.
+    fn confirmed(&mut self) -> Option<&mut dyn ConfirmedSink> {
+        None
+    }
+}
+
+/// The steps only a commit-confirmed sink has. The runtime's sink task
+/// calls them in the protocol's order (`engine/PROTOCOL.md`) and keeps the
+/// durable evidence (receipts, markers) itself; the sink talks to its
+/// external system.
+pub trait ConfirmedSink {
+    /// The handle of the transaction `prepare` sealed for `checkpoint`.
+    fn handle(&self, checkpoint: u64) -> Option<TxnHandle>;
+    /// The commit's tail, once its receipt is durable: the handle erased
+    /// and the next transaction begun.
+    fn finish(&mut self, checkpoint: u64) -> Result<(), OperatorError>;
+    /// The pre-fence describe of an orphan, before `open`: what the external
+    /// system says of it now (nothing is sent that could change it).
+    fn describe(&mut self, orphan: &TxnHandle) -> Result<OrphanSeen, OperatorError>;
+    /// Ends the orphan, before `open`: an abort under its own identity, and
+    /// where that is refused a second look. Never guesses: an outcome the
+    /// external system cannot establish is an error.
+    fn settle(&mut self, orphan: &TxnHandle) -> Result<OrphanSeen, OperatorError>;
+    /// Replay suppression: each of these rows (by digest, a row as many
+    /// times as it is listed) is swallowed once when the replay sends it
+    /// again, since a receipted commit carries it already.
+    fn suppress(&mut self, rows: Vec<RowDigest>);
+}
+
+/// What the external system says of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrphanSeen {
+    /// Committed under the handle's own identity.
+    Committed,
+    /// Still open: neither committed nor aborted yet.
+    Ongoing,
+    /// Aborted by this call (the open's abort under its identity).
+    AbortedNow,
+    /// Not committed and not open: aborted before, expired, superseded by a
+    /// later transaction of the id, or never begun.
+    NotCommitted,
+    /// The system cannot tell (it lacks the request, or its answer decides
+    /// nothing): `why` says which.
+    Unknown { why: String },
+}
+
+/// A probe of the in-doubt walk: whether a handle's transaction committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Committed,
+    /// Not provably committed (ongoing, aborted, superseded, or the system
+    /// cannot describe it): `why` says which.
+    Refused {
+        why: String,
+    },
+    /// The system could not be reached: the walk may retry.
+    Unreachable {
+        why: String,
+    },
+}
+
+/// How the in-doubt walk reads and proves a commit-confirmed sink's handles,
+/// without the sink: from its snapshot, and over the wire.
+#[derive(Clone, Copy)]
+pub struct CommitConfirmation {
+    /// The handle a participant's snapshot holds for its checkpoint.
+    pub handle: fn(&StateSlots) -> Result<Option<TxnHandle>, OperatorError>,
+    /// Asks the external system whether a handle's transaction committed.
+    pub probe: fn(&Environment, &TxnHandle) -> Probe,
 }
 
 /// What the environment gives operators: where input and output live, the
@@ -353,6 +429,8 @@ pub struct Descriptor {
     /// there, so rows carrying that reading differ live against replay, while
     /// two replays still agree.
     pub replays_as_live: bool,
+    /// A commit-confirmed sink's handles and probe, for the in-doubt walk.
+    pub confirmation: Option<CommitConfirmation>,
 }
 
 impl PartialEq for Descriptor {
@@ -384,6 +462,7 @@ impl Descriptor {
             key_columns: defaults::no_key_columns,
             preflight: defaults::no_preflight,
             replays_as_live: true,
+            confirmation: None,
         }
     }
 
@@ -402,6 +481,7 @@ impl Descriptor {
             key_columns: defaults::no_key_columns,
             preflight: defaults::no_preflight,
             replays_as_live: true,
+            confirmation: None,
         }
     }
 

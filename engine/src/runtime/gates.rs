@@ -176,6 +176,12 @@ impl InputGate {
         }
     }
 
+    /// The next control frame only, the data left where it is: a sink that
+    /// must take a commit before it reads more rows waits here.
+    pub fn next_control(&mut self, deadline: Option<Instant>) -> Input {
+        self.wait_control(deadline)
+    }
+
     fn wait_control(&mut self, deadline: Option<Instant>) -> Input {
         let result = match deadline {
             Some(d) => self.control.recv_timeout(d.saturating_duration_since(Instant::now())),

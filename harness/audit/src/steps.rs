@@ -22,9 +22,9 @@ use crate::ledger::{Finding, Shape, Step};
 use crate::outcome::{Outcome, Relationship};
 
 /// The verification profile every audit runs. `full` adds TLC's
-/// protocol.conformance, which models the recoverable sink family only: for
-/// the at-least-once ClickHouse sink it is `unsupported`, so an audit under
-/// `full` could never pass.
+/// protocol.conformance, which models the recoverable and commit-confirmed
+/// sink families only: for the at-least-once ClickHouse sink it is
+/// `unsupported`, so an audit under `full` could never pass.
 pub const VERIFY_PROFILE: &str = "replay";
 
 /// The variables every child receives beside its own credentials: how to

@@ -19,6 +19,9 @@ use clink_engine::checkpoint::backend::{
     check_meta_names, check_snapshot_names, parse_snapshot_meta, verify_snapshot_bytes, VerifiedSnapshot,
     MAX_META_BYTES,
 };
+use clink_engine::checkpoint::commits::{
+    parse_confirmed_bytes, parse_receipt_bytes, ConfirmedMarker, Receipt, MAX_COMMITS_BYTES,
+};
 use clink_engine::checkpoint::graph::{check_graph_bytes, GraphRef, MAX_GRAPH_BYTES};
 use clink_engine::checkpoint::markers::{
     check_completed_names, parse_completed_bytes, parse_restored_bytes, MAX_MARKER_BYTES,
@@ -96,6 +99,21 @@ impl Bundle {
         let marker = parse_completed_bytes(&path, &bytes).map_err(invalid)?;
         check_completed_names(&path, &marker, self.job_id(), checkpoint).map_err(invalid)?;
         Ok(marker)
+    }
+
+    /// The CONFIRMED marker of `checkpoint`, naming this job and checkpoint.
+    pub fn confirmed_marker(&self, checkpoint: u64) -> Result<ConfirmedMarker, EvidenceError> {
+        let path = self.layout().confirmed_marker(checkpoint);
+        let bytes = self.vouched_at(&path, MAX_COMMITS_BYTES)?;
+        parse_confirmed_bytes(&path, &bytes, self.job_id(), checkpoint).map_err(invalid)
+    }
+
+    /// `participant`'s commit receipt of `checkpoint`, naming this job, that
+    /// participant and that checkpoint.
+    pub fn receipt(&self, participant: &str, checkpoint: u64) -> Result<Receipt, EvidenceError> {
+        let path = self.layout().receipt(participant, checkpoint);
+        let bytes = self.vouched_at(&path, MAX_COMMITS_BYTES)?;
+        parse_receipt_bytes(&path, &bytes, self.job_id(), participant, checkpoint).map_err(invalid)
     }
 
     /// The markers the manifest lists, and the RESTORED record read.

@@ -30,10 +30,14 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_ARTIFACTS: usize = 100_000;
 
 /// The artifact roles a bundle holds.
-pub const ROLES: [&str; 12] = [
+pub const ROLES: [&str; 14] = [
     "completed_marker",
     "confirmed_marker",
     "restored_record",
+    // The commit-confirmed family's receipts, and the handles a stopped
+    // in-doubt walk left for the sinks' opens.
+    "commit_receipt",
+    "unresolved_marker",
     "snapshot_meta",
     "snapshot",
     // The snapshots (and sidecars) of the completed checkpoints that bound a

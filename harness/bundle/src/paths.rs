@@ -86,6 +86,20 @@ pub enum ArtifactKind {
     RestoredRecord {
         job: u64,
     },
+    /// `checkpoint/_jobs/<job>/receipts/<participant>/receipt-<c>`: a
+    /// commit-confirmed sink's commit receipt.
+    CommitReceipt {
+        job: u64,
+        participant: String,
+        checkpoint: u64,
+    },
+    /// `checkpoint/_jobs/<job>/unresolved/<participant>/unresolved-<c>`: a
+    /// handle the in-doubt walk left for the sink's open.
+    UnresolvedMarker {
+        job: u64,
+        participant: String,
+        checkpoint: u64,
+    },
     JobGraph {
         job: u64,
         sha256: String,
@@ -133,6 +147,8 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { .. } => &["completed_marker"],
             ArtifactKind::ConfirmedMarker { .. } => &["confirmed_marker"],
             ArtifactKind::RestoredRecord { .. } => &["restored_record"],
+            ArtifactKind::CommitReceipt { .. } => &["commit_receipt"],
+            ArtifactKind::UnresolvedMarker { .. } => &["unresolved_marker"],
             ArtifactKind::JobGraph { .. } => &["job_graph"],
             ArtifactKind::Snapshot { .. } => &["snapshot", "interval_state"],
             ArtifactKind::SnapshotMeta { .. } => &["snapshot_meta", "interval_state"],
@@ -150,6 +166,8 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { job, .. }
             | ArtifactKind::ConfirmedMarker { job, .. }
             | ArtifactKind::RestoredRecord { job }
+            | ArtifactKind::CommitReceipt { job, .. }
+            | ArtifactKind::UnresolvedMarker { job, .. }
             | ArtifactKind::JobGraph { job, .. }
             | ArtifactKind::Snapshot { job, .. }
             | ArtifactKind::SnapshotMeta { job, .. } => Some(*job),
@@ -176,6 +194,20 @@ pub fn kind_of(path: &str) -> Option<ArtifactKind> {
                 let sha256 = parse_graph_file_name(name)?.to_string();
                 Some(ArtifactKind::JobGraph { job, sha256 })
             }
+        }
+        ["checkpoint", "_jobs", job, dir @ ("receipts" | "unresolved"), participant, name] => {
+            let job = parse_decimal_u64(job)?;
+            let (op, subtask) = layout::parse_participant_name(participant)?;
+            if layout::participant_name(op, subtask) != *participant {
+                return None;
+            }
+            let participant = participant.to_string();
+            let prefix = if *dir == "receipts" { layout::RECEIPT_PREFIX } else { layout::UNRESOLVED_PREFIX };
+            let checkpoint = parse_decimal_u64(name.strip_prefix(prefix)?).filter(|&c| c > 0)?;
+            Some(match *dir {
+                "receipts" => ArtifactKind::CommitReceipt { job, participant, checkpoint },
+                _ => ArtifactKind::UnresolvedMarker { job, participant, checkpoint },
+            })
         }
         ["checkpoint", "_state", job, generation, participant, name] => {
             let job = parse_decimal_u64(job)?;
@@ -284,6 +316,14 @@ mod tests {
             ),
             ("traces/worker-12-34.ndjson", ArtifactKind::Trace { file: "worker-12-34.ndjson".into() }),
             ("job/manifest.json", ArtifactKind::JobManifest),
+            (
+                "checkpoint/_jobs/1/receipts/op-4-1/receipt-12",
+                ArtifactKind::CommitReceipt { job: 1, participant: "op-4-1".into(), checkpoint: 12 },
+            ),
+            (
+                "checkpoint/_jobs/1/unresolved/op-4-0/unresolved-3",
+                ArtifactKind::UnresolvedMarker { job: 1, participant: "op-4-0".into(), checkpoint: 3 },
+            ),
         ];
         for (path, kind) in cases {
             assert_eq!(kind_of(path), Some(kind), "{path}");
@@ -301,6 +341,13 @@ mod tests {
             "traces/worker-12-34-copy.ndjson",
             "traces/notes.ndjson",
             "job/other.json",
+            "checkpoint/_jobs/1/receipts/op-4-1/receipt-012",
+            "checkpoint/_jobs/1/receipts/op-4-1/receipt-0",
+            "checkpoint/_jobs/1/receipts/op-04-1/receipt-12",
+            "checkpoint/_jobs/1/receipts/op-4-1/unresolved-12",
+            "checkpoint/_jobs/1/unresolved/op-4-1/receipt-12",
+            "checkpoint/_jobs/1/receipts/receipt-12",
+            "checkpoint/_jobs/1/other/op-4-1/receipt-12",
         ] {
             assert_eq!(kind_of(other), None, "{other}");
         }

@@ -216,7 +216,7 @@ pub fn conformance(bundle: &Bundle, tools: Option<&FormalTools>) -> CheckResult 
     }
     if let Some(why) = unmodelled(&files, bundle.job_id()) {
         return CheckResult::new(name, Status::Unsupported, why)
-            .next("the specification models the recoverable sink family only; nothing can be concluded for this run");
+            .next("the specification models the recoverable and commit-confirmed sink families only; nothing can be concluded for this run");
     }
     match tools {
         None => unavailable("the formal tools (Java and the pinned TLA+ jar) are not available".into())
@@ -267,6 +267,9 @@ fn incomplete(files: &[TraceFile], job: u64) -> Option<String> {
     None
 }
 
+/// The sink families the specification models (`Family` in ExactlyOnce.tla).
+const MODELLED_FAMILIES: [&str; 2] = ["recoverable", "confirmed"];
+
 /// A run the specification does not model: a sink of another family.
 fn unmodelled(files: &[TraceFile], job: u64) -> Option<String> {
     let families: BTreeSet<(&str, &str)> = files
@@ -274,10 +277,12 @@ fn unmodelled(files: &[TraceFile], job: u64) -> Option<String> {
         .flat_map(|f| f.events())
         .filter(|(e, v)| *e == "SinkOpens" && v.get("job").and_then(Json::as_u64) == Some(job))
         .filter_map(|(_, v)| Some((v.get("sub")?.as_str()?, v.get("family")?.as_str()?)))
-        .filter(|(_, family)| *family != "recoverable")
+        .filter(|(_, family)| !MODELLED_FAMILIES.contains(family))
         .collect();
     let (sub, family) = families.first()?;
-    Some(format!("sink subtask {sub} is of the {family} family; the specification models the recoverable family only"))
+    Some(format!(
+        "sink subtask {sub} is of the {family} family; the specification models the recoverable and commit-confirmed families only"
+    ))
 }
 
 /// protocol.conformance on a complete trace: this job's events, merged from

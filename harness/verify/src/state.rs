@@ -117,6 +117,16 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         .evidence(evidence)
         .next("the manifest or the markers were altered, or the markers changed after the choice; collect again");
     }
+    if confirmation && point.checkpoint > 0 {
+        match confirmed_receipts(bundle, point.checkpoint) {
+            Ok(vouched) => evidence.push(vouched),
+            Err(problem) => {
+                return CheckResult::new(name, Status::Failed, problem)
+                    .evidence(evidence)
+                    .next("a CONFIRMED marker vouches for commits only its sinks' receipts prove; collect again, or find what removed them")
+            }
+        }
+    }
     let mut result = CheckResult::new(
         name,
         Status::Passed,
@@ -129,6 +139,40 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         );
     }
     result
+}
+
+/// The chosen CONFIRMED marker and the receipts it vouches for agree: it
+/// reads and names this job and checkpoint, names at least one sink, each a
+/// participant of its COMPLETED marker, and each sink's receipt of it is in
+/// the bundle and names that sink and checkpoint. A marker confirmed by a
+/// dataset import vouches for the exporting run's receipts, which live with
+/// that run; it is said so.
+fn confirmed_receipts(bundle: &Bundle, checkpoint: u64) -> Result<String, String> {
+    let marker =
+        bundle.confirmed_marker(checkpoint).map_err(|e| format!("CONFIRMED-{checkpoint} does not read: {e}"))?;
+    if marker.sinks.is_empty() {
+        return Err(format!("CONFIRMED-{checkpoint} names no sink: it vouches for nothing"));
+    }
+    let completed =
+        bundle.completed_marker(checkpoint).map_err(|e| format!("COMPLETED-{checkpoint} does not read: {e}"))?;
+    if let Some(stranger) = marker.sinks.iter().find(|s| !completed.participants.contains(s)) {
+        return Err(format!("CONFIRMED-{checkpoint} names {stranger}, which COMPLETED-{checkpoint} does not"));
+    }
+    if marker.confirmed_by == "import" {
+        return Ok(format!(
+            "CONFIRMED-{checkpoint}: confirmed by a dataset import, for sinks {:?}; their receipts are the exporting run's",
+            marker.sinks
+        ));
+    }
+    for sink in &marker.sinks {
+        bundle.receipt(sink, checkpoint).map_err(|e| {
+            format!("CONFIRMED-{checkpoint} names {sink}, and its receipt of checkpoint {checkpoint} is not there to vouch for it: {e}")
+        })?;
+    }
+    Ok(format!(
+        "CONFIRMED-{checkpoint} (by {}): every sink's receipt of it read: {:?}",
+        marker.confirmed_by, marker.sinks
+    ))
 }
 
 /// The participants a job graph deploys: every operator at its parallelism.

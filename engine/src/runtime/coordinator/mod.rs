@@ -34,6 +34,7 @@ use crate::trace_event;
 
 mod answers;
 mod restore;
+mod walk;
 
 use answers::{RequestBook, REQUEST_LOOK};
 use restore::{ignores_restores, preflight_restore};
@@ -93,11 +94,18 @@ impl Coordinator {
         let participants = deploy::participants(&options);
         let sinks =
             participants.iter().enumerate().filter(|(_, p)| p.kind == OperatorKind::Sink).map(|(i, _)| i).collect();
+        let confirming = participants
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| options.job.operators[p.operator].spec.descriptor.confirmation.is_some())
+            .map(|(i, _)| i)
+            .collect();
         let protocol = Protocol::new(ProtocolConfig {
             job: options.job.job_id,
             participants: participants.len(),
             restart_budget: options.restart_budget,
             max_in_flight: MAX_IN_FLIGHT,
+            confirming,
             defects: ProtocolDefects::of(&options.env.defects),
         });
         Ok(Coordinator {
@@ -135,6 +143,11 @@ impl Coordinator {
             if !ignores_restores() {
                 dataset::import(dataset, &self.layout)
                     .map_err(|e| RunError::Failed(format!("--restore-from-dir: importing the checkpoint: {e}")))?;
+                if self.protocol.confirms() {
+                    // The run that took it committed its sinks' transactions:
+                    // it is this run's confirmed point, and its floor.
+                    self.put_confirmed(dataset.index.checkpoint, "import")?;
+                }
                 history = true;
             }
         }
@@ -255,6 +268,10 @@ impl Coordinator {
                     if ok { Ok(()) } else { Err(format!("{}: {}", self.name_of(task), error.unwrap_or_default())) };
                 self.protocol.ack(task, checkpoint, result)?
             }
+            // A commit-confirmed sink's Committed is its CommitConfirmed.
+            ToCoordinator::Committed { task, checkpoint } if self.protocol.confirms() => {
+                self.protocol.confirmed(task, checkpoint)?
+            }
             ToCoordinator::Committed { .. } => Vec::new(),
             ToCoordinator::Finished { task } => {
                 self.protocol.finished(task)?;
@@ -334,6 +351,8 @@ impl Coordinator {
                     }
                     self.deferred.clear();
                 }
+                Step::WriteConfirmed { checkpoint } => self.write_confirmed_marker(checkpoint)?,
+                Step::Redeploy if self.protocol.confirms() => self.resolve_then_redeploy(ChosenBy::Restart)?,
                 Step::Redeploy => {
                     let point = self.restore_point(ChosenBy::Restart)?;
                     self.redeploy(point)?;
@@ -432,7 +451,12 @@ impl Coordinator {
         let retain = self.options.retain_checkpoints.get() as usize;
         let completed = list_completed(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
         let keep: Vec<u64> = completed.iter().rev().take(retain).copied().collect();
-        let keep_from = keep.last().copied().unwrap_or(checkpoint).min(checkpoint);
+        let mut keep_from = keep.last().copied().unwrap_or(checkpoint).min(checkpoint);
+        if self.protocol.confirms() {
+            // The restore point and the walk's handles: nothing from the
+            // confirmed point up may go.
+            keep_from = keep_from.min(self.protocol.confirmed_point());
+        }
         self.backend
             .prune_below_keeping(keep_from, &self.requests.kept)
             .map_err(|e| RunError::Failed(format!("pruning snapshots: {e}")))

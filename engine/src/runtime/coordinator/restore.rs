@@ -9,7 +9,8 @@ use crate::checkpoint::dataset::{self, Dataset};
 use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::markers::write_restored;
 use crate::checkpoint::{
-    engine_restore_point, next_checkpoint_id, CheckpointLayout, ChosenBy, RestorePoint, RestoredRecord,
+    engine_restore_point, next_checkpoint_id, restore_point_on_disk_by, CheckpointLayout, ChosenBy, RestorePoint,
+    RestoreRule, RestoredRecord,
 };
 use crate::fault::{kill_point, FaultPoint};
 use crate::runtime::deploy;
@@ -29,6 +30,9 @@ impl Coordinator {
     /// then redeploy from the restore point.
     pub(super) fn recover(&mut self) -> Result<(), RunError> {
         remove_stale_temps(&self.layout.jobs_dir()).map_err(|e| RunError::Failed(e.to_string()))?;
+        if self.protocol.confirms() {
+            return self.recover_confirmed();
+        }
         let point = self.restore_point(ChosenBy::Recovery)?;
         trace_event!(
             CoordRecovers,
@@ -40,9 +44,33 @@ impl Coordinator {
         self.redeploy(point)
     }
 
+    /// A recovery of a job whose sinks confirm their commits: the confirmed
+    /// point is the newest CONFIRMED marker, and the job is held for the
+    /// in-doubt walk above it before it redeploys.
+    fn recover_confirmed(&mut self) -> Result<(), RunError> {
+        let confirmed = restore_point_on_disk_by(&self.layout, RestoreRule::NewestConfirmed)
+            .map_err(|e| RunError::Failed(e.to_string()))?
+            .checkpoint;
+        self.protocol.seed_confirmed(confirmed);
+        trace_event!(
+            CoordRecovers,
+            job = self.layout.job(),
+            epoch = self.epoch(),
+            completed = self.newest_completed()?,
+            confirmed = confirmed
+        );
+        self.resolve_then_redeploy(ChosenBy::Recovery)
+    }
+
+    /// The job's restore rule: the CONFIRMED rule when its sinks confirm
+    /// their commits, else the COMPLETED rule.
+    pub(super) fn restore_rule(&self) -> RestoreRule {
+        RestoreRule::for_confirmation(self.options.job.requires_commit_confirmation())
+    }
+
     /// The restore rule, applied to the directory now.
     pub(super) fn restore_point(&self, chosen_by: ChosenBy) -> Result<RestorePoint, RunError> {
-        engine_restore_point(&self.layout, chosen_by, &self.options.env.defects)
+        engine_restore_point(&self.layout, self.restore_rule(), chosen_by, &self.options.env.defects)
             .map_err(|e| RunError::Failed(e.to_string()))
     }
 
@@ -112,7 +140,8 @@ pub(super) fn preflight_restore(options: &RunOptions, layout: &CheckpointLayout)
     let history = layout.jobs_dir().exists() || layout.state_root().exists();
     let Some(from) = &options.restore_from else {
         if history {
-            let point = crate::checkpoint::restore_point_on_disk(layout)
+            let rule = RestoreRule::for_confirmation(job.requires_commit_confirmation());
+            let point = restore_point_on_disk_by(layout, rule)
                 .map_err(|e| refused(format!("the checkpoint directory: {e}")))?;
             if point.checkpoint > 0 {
                 map(layout, point.checkpoint)?;

@@ -26,8 +26,10 @@ use thiserror::Error;
 
 use crate::checkpoint::markers::CheckpointKind;
 
+mod confirm;
 mod defects;
 
+use confirm::Confirmations;
 use defects::DefectState;
 pub use defects::ProtocolDefects;
 
@@ -61,8 +63,12 @@ pub enum Step {
     WriteMarker { checkpoint: u64, kind: CheckpointKind },
     /// Send `CommitCheckpoint` to every sink.
     BroadcastCommit { checkpoint: u64 },
-    /// Keep the snapshots of the newest completed checkpoints only.
+    /// Keep the snapshots of the newest completed checkpoints only (and, for
+    /// the commit-confirmed family, everything from the confirmed point up).
     Prune { checkpoint: u64 },
+    /// Every commit-confirmed sink confirmed its commit of the checkpoint:
+    /// make its CONFIRMED marker durable, then advance the confirmed point.
+    WriteConfirmed { checkpoint: u64 },
     /// Cancel every subtask and wait for them: the job restarts.
     TearDown { checkpoint: u64, cause: String },
     /// Choose the restore point on disk, record it, deploy from it, and tell
@@ -110,6 +116,9 @@ pub struct ProtocolConfig {
     /// Checkpoints triggered and not yet decided, at most (the
     /// specification's MaxInFlight); at least 1.
     pub max_in_flight: usize,
+    /// The tasks of the commit-confirmed sinks, whose CommitConfirmed frames
+    /// confirm a checkpoint (none for a job of other sinks).
+    pub confirming: BTreeSet<usize>,
     /// Test-only defects (none but in test builds).
     pub defects: ProtocolDefects,
 }
@@ -135,6 +144,9 @@ pub struct Progress {
     pub first_checkpoint: u64,
     pub last_completed: u64,
     pub completed: u64,
+    /// The confirmed restore point in memory (commit-confirmed family; 0
+    /// otherwise): never ahead of a durable CONFIRMED marker.
+    pub last_confirmed: u64,
     pub restarts: u32,
     /// Ended with a savepoint (state kept) rather than at the input's END.
     pub stopped_with_savepoint: bool,
@@ -152,6 +164,7 @@ pub struct Protocol {
     /// redeployed source asks again).
     deferred: Option<CheckpointKind>,
     progress: Progress,
+    confirm: Confirmations,
     defect: DefectState,
 }
 
@@ -159,6 +172,7 @@ impl Protocol {
     pub fn new(config: ProtocolConfig) -> Protocol {
         Protocol {
             progress: Progress { job: config.job, first_checkpoint: 1, ..Progress::default() },
+            confirm: Confirmations::default(),
             config,
             next_id: 1,
             pending: BTreeMap::new(),
@@ -315,6 +329,9 @@ impl Protocol {
         }
         self.progress.last_completed = checkpoint;
         self.progress.completed += 1;
+        if !self.config.confirming.is_empty() {
+            self.confirm.completed(checkpoint);
+        }
         if kind == CheckpointKind::Savepoint {
             self.progress.stopped_with_savepoint = true;
         }
@@ -420,6 +437,7 @@ impl Protocol {
         self.progress.last_completed = self.progress.last_completed.max(restore_point);
         self.finished.clear();
         self.source_closing = false;
+        self.confirm.redeployed();
         self.defect = DefectState::default();
         next
     }
@@ -436,6 +454,7 @@ mod tests {
             participants,
             restart_budget: 3,
             max_in_flight: MAX_IN_FLIGHT,
+            confirming: BTreeSet::new(),
             defects: ProtocolDefects::default(),
         })
     }

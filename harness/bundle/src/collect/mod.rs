@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clink_basics::ids::OperatorId;
-use clink_engine::checkpoint::layout::{parse_completed_marker_name, RESTORED_NAME};
+use clink_engine::checkpoint::commits::{list_receipts, list_unresolved};
+use clink_engine::checkpoint::layout::{parse_completed_marker_name, RECEIPT_PREFIX, RESTORED_NAME, UNRESOLVED_PREFIX};
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
 use crate::manifest::{
@@ -264,6 +265,27 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             "completed_marker"
         };
         b.copy(&layout.jobs_dir().join(name), &format!("{jobs_rel}/{name}"), role, Need::Required)?;
+    }
+
+    // The commit-confirmed family's receipts (never removed by the job) and
+    // unresolved markers (a reopening sink clears its own), per participant.
+    for participant in &marker.participants {
+        let receipts = list_receipts(&layout, participant).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        for c in receipts {
+            let name = format!("receipts/{participant}/{RECEIPT_PREFIX}{c}");
+            b.copy(&layout.receipt(participant, c), &format!("{jobs_rel}/{name}"), "commit_receipt", Need::Required)?;
+        }
+        let unresolved =
+            list_unresolved(&layout, participant).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
+        for c in unresolved {
+            let name = format!("unresolved/{participant}/{UNRESOLVED_PREFIX}{c}");
+            b.copy(
+                &layout.unresolved(participant, c),
+                &format!("{jobs_rel}/{name}"),
+                "unresolved_marker",
+                Need::Optional,
+            )?;
+        }
     }
 
     // The job graph the selected marker names: always collected, it says

@@ -45,7 +45,9 @@ mod validate;
 pub mod vocabulary;
 
 pub use merge::{merge, MergedTrace};
-pub use modules::{constants, write_modules, ConstantsError, LiteralError, ModulesError, TraceConstants};
+pub use modules::{
+    constants, family, write_modules, ConstantsError, LiteralError, ModulesError, SinkFamily, TraceConstants,
+};
 pub use read::{check_line, coordinator_event, read_file, read_run, LineError, TraceLine};
 pub use validate::{
     judge, read_and_merge, validate_modules, validate_run, validate_trace, Validation, ValidationError, Verdict,

@@ -12,6 +12,55 @@ use super::merge::MergedTrace;
 use super::read::{coordinator_event, TraceLine};
 use super::vocabulary::Vocabulary;
 
+/// The sink family of a job (formal/ExactlyOnce.tla's `Family`): every sink of
+/// a job is of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkFamily {
+    /// The staged-file sink: handles re-committed at open, the restore from
+    /// the newest COMPLETED marker.
+    Recoverable,
+    /// The transactional Kafka sink: receipts, CONFIRMED markers, the
+    /// in-doubt walk, the open that settles its orphan.
+    Confirmed,
+}
+
+impl SinkFamily {
+    /// The family's name on a trace line and in the specification.
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkFamily::Recoverable => "recoverable",
+            SinkFamily::Confirmed => "confirmed",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<SinkFamily> {
+        match name {
+            "recoverable" => Some(SinkFamily::Recoverable),
+            "confirmed" => Some(SinkFamily::Confirmed),
+            _ => None,
+        }
+    }
+}
+
+/// Events only a job of the commit-confirmed family writes.
+fn confirmed_only(event: &str) -> bool {
+    matches!(
+        event,
+        "SinkReceipt"
+            | "SinkConfirm"
+            | "WriteConfirmed"
+            | "RestartProceeds"
+            | "WalkSkips"
+            | "WalkReadsReceipt"
+            | "WalkProbes"
+            | "WalkRetries"
+            | "WalkExhausted"
+            | "WalkCancelled"
+            | "WalkDecides"
+            | "WalkFinishes"
+    )
+}
+
 /// The constants the trace module is instantiated with, read off the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceConstants {
@@ -32,6 +81,14 @@ pub struct TraceConstants {
     /// fresh start claims the job's first epoch), 0 when it starts with a
     /// recovery, whose own line names its epoch.
     pub first_epoch: u64,
+    /// The family the sinks' `SinkPrepare` and `SinkOpens` lines name.
+    pub family: SinkFamily,
+    /// Early stops of the in-doubt walk: one per `WalkExhausted` and
+    /// `WalkCancelled` line.
+    pub walk_stops: u64,
+    /// Broker transaction expiries the trace may hide: one per `SinkOpens`
+    /// that found its orphan aborted (`settled` `not_committed`).
+    pub expiries: u64,
 }
 
 /// Why a merged trace gives the trace module no constants.
@@ -48,6 +105,40 @@ pub enum ConstantsError {
     NoRole { file: String, seq: u64 },
     #[error("the trace places no sink subtask: there is nothing to validate")]
     NoSink,
+    /// A sink line names a family the specification does not have.
+    #[error("{file}:{seq}: sink family {family:?} is neither recoverable nor confirmed")]
+    UnknownFamily { file: String, seq: u64, family: String },
+    /// The sinks' lines name two families; the engine refuses such a job at
+    /// planning, so this is not a run of it.
+    #[error("the sinks' lines name two families ({first} and {second}): a job's sinks are of one")]
+    MixedFamilies { first: String, second: String },
+}
+
+/// The family of a trace's job: the one its sinks' `SinkPrepare` and
+/// `SinkOpens` lines name. A trace in which no sink line names one (a run
+/// killed before any sink opened) is of the commit-confirmed family when it
+/// carries one of that family's own events, of the recoverable one otherwise.
+pub fn family(trace: &MergedTrace) -> Result<SinkFamily, ConstantsError> {
+    let mut found: Option<SinkFamily> = None;
+    for e in trace.events.iter().filter(|e| matches!(e.event(), "SinkPrepare" | "SinkOpens")) {
+        let Some(name) = e.str("family") else { continue };
+        let this = SinkFamily::from_name(name).ok_or_else(|| ConstantsError::UnknownFamily {
+            file: e.file.clone(),
+            seq: e.seq,
+            family: name.to_string(),
+        })?;
+        match found {
+            Some(f) if f != this => {
+                return Err(ConstantsError::MixedFamilies { first: f.name().into(), second: this.name().into() })
+            }
+            _ => found = Some(this),
+        }
+    }
+    Ok(found.unwrap_or(if trace.events.iter().any(|e| confirmed_only(e.event())) {
+        SinkFamily::Confirmed
+    } else {
+        SinkFamily::Recoverable
+    }))
 }
 
 /// Reads the constants off a merged trace. The subtasks, the source and the
@@ -96,6 +187,7 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, ConstantsError> 
     let first_epoch = if starts_with_recovery { 0 } else { 1 };
     let restarts = count(&|e| e.event() == "RestartOnError");
     let failed_ends = count(&|e| e.event() == "JobEnds" && e.str("outcome") == Some("failed"));
+    let family = family(trace)?;
     Ok(TraceConstants {
         job: trace.job,
         subtasks,
@@ -111,6 +203,9 @@ pub fn constants(trace: &MergedTrace) -> Result<TraceConstants, ConstantsError> 
         restarts,
         task_errors: restarts + failed_ends,
         first_epoch,
+        family,
+        walk_stops: count(&|e| matches!(e.event(), "WalkExhausted" | "WalkCancelled")),
+        expiries: count(&|e| e.event() == "SinkOpens" && e.str("settled") == Some("not_committed")),
     })
 }
 
@@ -146,12 +241,13 @@ fn tla_set(items: &BTreeSet<String>) -> String {
 }
 
 /// The fields of a line the module reads, as a TLA+ record (the vocabulary's
-/// fields and pending additions; never `seq`, `ts`, `proc` or a dropped one).
+/// fields, optional ones when present, and pending additions; never `seq`,
+/// `ts`, `proc` or a dropped one).
 pub(super) fn tla_record(vocabulary: &Vocabulary, e: &TraceLine) -> Result<String, LiteralError> {
     let spec = vocabulary.events.get(e.event()).ok_or_else(|| LiteralError::UnknownEvent(e.event().to_string()))?;
     let mut record = vec![format!("event |-> {}", tla_string(e.event()))];
     for (k, v) in &e.fields {
-        let read = spec.read().any(|f| f == k) || spec.added.contains(k);
+        let read = spec.read().any(|f| f == k) || spec.added.contains(k) || spec.optional.contains(k);
         if read {
             record.push(format!("{k} |-> {}", tla_value(k, v)?));
         }
@@ -189,7 +285,9 @@ pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -
          TraceRestarts == {}\n\
          TraceTaskErrors == {}\n\
          TraceFirstEpoch == {}\n\
-         TraceFamily == \"recoverable\"\n\
+         TraceFamily == {}\n\
+         TraceWalkStops == {}\n\
+         TraceExpiries == {}\n\
          ====\n",
         tla_value("job", &Json::from(c.job))?,
         tla_set(&c.subtasks),
@@ -201,6 +299,9 @@ pub fn write_modules(vocabulary: &Vocabulary, dir: &Path, trace: &MergedTrace) -
         c.restarts,
         c.task_errors,
         tla_value("epoch", &Json::from(c.first_epoch))?,
+        tla_string(c.family.name()),
+        c.walk_stops,
+        c.expiries,
     );
     let mut events = String::from("---- MODULE TraceEvents ----\nTrace == <<\n");
     for (i, e) in trace.events.iter().enumerate() {

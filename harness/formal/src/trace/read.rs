@@ -80,7 +80,8 @@ fn check_value(field: &str, v: &Json) -> Result<(), LineError> {
 }
 
 /// Checks one line against the vocabulary: a known event with every field it
-/// must carry, no field it may not, each of its type.
+/// must carry, no field it may not (an optional one, `name?`, it may carry or
+/// not), each of its type.
 pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result<(), LineError> {
     let event = fields.get("event").and_then(Json::as_str).ok_or(LineError::NoEvent)?;
     let spec = vocabulary.events.get(event).ok_or_else(|| LineError::UnknownEvent(event.to_string()))?;
@@ -96,7 +97,7 @@ pub fn check_line(vocabulary: &Vocabulary, fields: &Map<String, Json>) -> Result
         if matches!(k.as_str(), "seq" | "ts" | "proc" | "event") {
             continue;
         }
-        if !spec.fields.contains(k) && !spec.added.contains(k) {
+        if !spec.fields.contains(k) && !spec.added.contains(k) && !spec.optional.contains(k) {
             return Err(LineError::Unlisted { event: event.to_string(), field: k.clone() });
         }
         check_value(k, v)?;
@@ -155,6 +156,16 @@ pub fn coordinator_event(event: &str) -> bool {
             | "Redeploy"
             | "RestartOnError"
             | "JobEnds"
+            | "WriteConfirmed"
+            | "RestartProceeds"
+            | "WalkSkips"
+            | "WalkReadsReceipt"
+            | "WalkProbes"
+            | "WalkRetries"
+            | "WalkExhausted"
+            | "WalkCancelled"
+            | "WalkDecides"
+            | "WalkFinishes"
     )
 }
 

@@ -248,6 +248,8 @@ fn the_modules_are_literals_of_what_the_module_reads() {
     let constants = std::fs::read_to_string(dir.path().join("TraceConstants.tla")).unwrap();
     assert!(constants.contains("TraceSinks == {\"op-5-0\"}") && constants.contains("TraceSource == \"op-1-0\""));
     assert!(constants.contains("TraceFirstEpoch == 1\n") && constants.contains("TraceTaskErrors == 0\n"));
+    assert!(constants.contains("TraceFamily == \"recoverable\"\n"), "{constants}");
+    assert!(constants.contains("TraceWalkStops == 0\n") && constants.contains("TraceExpiries == 0\n"), "{constants}");
     assert!(events.contains(r#"role |-> "sink""#), "the role is written for the module: {events}");
 }
 
@@ -284,6 +286,160 @@ fn the_vocabulary_has_no_pending_change_left_and_parses_strictly() {
     assert!(parse_vocabulary("Trigger | c | job nope | s\n").is_err(), "unknown field type");
     assert!(parse_vocabulary("#- Trigger | kind\n").is_err(), "no such event");
     assert!(parse_vocabulary("Trigger | c | job ckpt | s\n#- Trigger | kind\n").is_err(), "no such field");
+    // The commit-confirmed family's open: orphan and settled are optional.
+    assert_eq!(v.events["SinkOpens"].fields, vec!["job", "sub", "family", "restore", "recommitted"]);
+    assert_eq!(v.events["SinkOpens"].optional, vec!["orphan", "settled"]);
+    assert_eq!(v.events["WalkProbes"].fields, vec!["job", "ckpt", "sub", "verdict"]);
+    assert!(v.events.values().filter(|s| s.optional.is_empty()).count() == v.events.len() - 1, "only SinkOpens");
+}
+
+fn problem(text: &str) -> VocabularyProblem {
+    match parse_vocabulary(text) {
+        Err(VocabularyError::Line { problem, .. }) => problem,
+        other => panic!("{text:?} should be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_optional_field_is_marked_with_a_question_mark_and_only_where_it_means_something() {
+    let v = parse_vocabulary("SinkOpens | w | job sub orphan? settled?(receipt/aborted) | s\n").unwrap();
+    let spec = &v.events["SinkOpens"];
+    assert_eq!(
+        (spec.fields.clone(), spec.optional.clone()),
+        (vec!["job".into(), "sub".into()], vec!["orphan".to_string(), "settled".to_string()])
+    );
+    assert!(v.pending.is_empty(), "an optional field is no pending change");
+    assert_eq!(problem("Trigger | c | job? ckpt | s\n"), VocabularyProblem::OptionalNotAllowed("job".into()));
+    assert_eq!(problem("Trigger | c | job ckpt ckpt? | s\n"), VocabularyProblem::FieldTwice("ckpt".into()));
+    assert_eq!(problem("Trigger | c | job nope? | s\n"), VocabularyProblem::UnknownFieldType("nope".into()));
+    let pending = "Trigger | c | job ckpt | s\n#+ Trigger | epoch?\n";
+    assert_eq!(problem(pending), VocabularyProblem::OptionalNotAllowed("epoch".into()));
+    // A pending new event may carry an optional field; pending lines still work.
+    let v = parse_vocabulary("#+ WalkDecides | c | job ckpt? | s\n").unwrap();
+    assert_eq!(v.events["WalkDecides"].optional, vec!["ckpt"]);
+    assert_eq!(v.pending, vec!["add event WalkDecides"]);
+}
+
+#[test]
+fn an_optional_field_may_be_on_a_line_or_not_and_is_written_for_tlc_when_there() {
+    let opens = |extra: &[(&str, Json)]| {
+        let mut e = serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-3-0", "family": "confirmed", "restore": 1, "recommitted": 0});
+        for (k, v) in extra {
+            e.as_object_mut().unwrap().insert(k.to_string(), v.clone());
+        }
+        e
+    };
+    let both = opens(&[("orphan", Json::from(2)), ("settled", Json::from("aborted"))]);
+    let lines = read("worker-7-100.ndjson", &file("worker:7", 10, &[opens(&[]), both])).unwrap();
+    assert!(!tla_record(&vocabulary(), &lines[0]).unwrap().contains("orphan"));
+    let record = tla_record(&vocabulary(), &lines[1]).unwrap();
+    assert!(record.contains(r#"orphan |-> 2"#) && record.contains(r#"settled |-> "aborted""#), "{record}");
+    let typed = opens(&[("orphan", Json::from("2"))]);
+    malformed("worker-7-100.ndjson", &file("worker:7", 10, &[typed]), "field orphan is \"2\"");
+    let other = opens(&[("verdict", Json::from("committed"))]);
+    malformed("worker-7-100.ndjson", &file("worker:7", 10, &[other]), "field verdict the vocabulary does not list");
+}
+
+fn kafka_sink_lines(family: &str) -> Vec<Json> {
+    vec![
+        placement("op-1-0", "source"),
+        placement("op-3-0", "sink"),
+        serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-3-0", "family": family, "restore": 0, "recommitted": 0}),
+    ]
+}
+
+#[test]
+fn the_family_is_the_one_the_sinks_lines_name() {
+    assert_eq!(family(&merged(&kafka_sink_lines("confirmed"))).unwrap(), SinkFamily::Confirmed);
+    assert_eq!(family(&merged(&kafka_sink_lines("recoverable"))).unwrap(), SinkFamily::Recoverable);
+    let mut mixed = kafka_sink_lines("confirmed");
+    mixed.push(serde_json::json!({"event": "SinkPrepare", "job": 1, "sub": "op-3-0", "ckpt": 1, "family": "recoverable", "staged": true}));
+    let e = family(&merged(&mixed)).unwrap_err();
+    assert!(
+        matches!(&e, ConstantsError::MixedFamilies { .. }) && e.to_string().contains("a job's sinks are of one"),
+        "{e}"
+    );
+    let e = family(&merged(&kafka_sink_lines("xa"))).unwrap_err();
+    assert!(matches!(&e, ConstantsError::UnknownFamily { family, .. } if family == "xa"), "{e}");
+    // No sink line names one: the family's own events decide.
+    let placed = vec![placement("op-1-0", "source"), placement("op-3-0", "sink"), trigger(1)];
+    assert_eq!(family(&merged(&placed)).unwrap(), SinkFamily::Recoverable);
+    let mut walked = placed.clone();
+    walked.push(serde_json::json!({"event": "WalkFinishes", "job": 1, "confirmed": 0}));
+    assert_eq!(family(&merged(&walked)).unwrap(), SinkFamily::Confirmed);
+}
+
+#[test]
+fn walk_stops_and_expiries_are_read_off_the_trace() {
+    let mut events = kafka_sink_lines("confirmed");
+    events.extend([
+        serde_json::json!({"event": "WalkExhausted", "job": 1, "ckpt": 2}),
+        serde_json::json!({"event": "WalkCancelled", "job": 1, "ckpt": 2}),
+        serde_json::json!({"event": "WalkRetries", "job": 1, "ckpt": 2, "sub": "op-3-0"}),
+        serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-3-0", "family": "confirmed", "restore": 1, "recommitted": 0, "orphan": 2, "settled": "not_committed"}),
+        serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-3-0", "family": "confirmed", "restore": 1, "recommitted": 0, "orphan": 2, "settled": "aborted"}),
+    ]);
+    let m = merged(&events);
+    let c = constants(&m).unwrap();
+    assert_eq!((c.family, c.walk_stops, c.expiries), (SinkFamily::Confirmed, 2, 1));
+    let dir = tempfile::tempdir().unwrap();
+    write_modules(&vocabulary(), dir.path(), &m).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("TraceConstants.tla")).unwrap();
+    assert!(text.contains("TraceFamily == \"confirmed\"\nTraceWalkStops == 2\nTraceExpiries == 1\n====\n"), "{text}");
+    // Mixed families give no constants: the modules are not written.
+    let mut mixed = kafka_sink_lines("confirmed");
+    mixed.push(serde_json::json!({"event": "SinkOpens", "job": 1, "sub": "op-3-0", "family": "recoverable", "restore": 0, "recommitted": 0}));
+    let empty = tempfile::tempdir().unwrap();
+    assert!(write_modules(&vocabulary(), empty.path(), &merged(&mixed)).is_err());
+    assert!(!empty.path().join("TraceConstants.tla").exists());
+}
+
+mod vocabulary_parsing {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    const FIELDS: &[&str] = &["ckpt", "epoch", "sub", "verdict", "orphan", "settled", "resolving", "restore"];
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+            let _ = parse_vocabulary(&text);
+        }
+
+        #[test]
+        fn arbitrary_lines_of_entry_shape_never_panic(
+            lines in proptest::collection::vec("(#[+-])? ?[A-Za-z]{0,6}( ?\\| ?[a-z?()/ ]{0,20}){0,4}", 0..8)
+        ) {
+            let _ = parse_vocabulary(&lines.join("\n"));
+        }
+
+        /// An entry with any subset of fields, each required or optional,
+        /// reads back as written: the required ones in order, the optional
+        /// ones in order, none lost or doubled.
+        #[test]
+        fn an_entry_reads_back_as_written(
+            picks in proptest::collection::vec((0..FIELDS.len(), any::<bool>(), any::<bool>()), 0..8)
+        ) {
+            let mut seen = std::collections::BTreeSet::new();
+            let picks: Vec<_> = picks.into_iter().filter(|(i, _, _)| seen.insert(*i)).collect();
+            let tokens: Vec<String> = picks
+                .iter()
+                .map(|(i, opt, values)| {
+                    format!("{}{}{}", FIELDS[*i], if *opt { "?" } else { "" }, if *values { "(a/b)" } else { "" })
+                })
+                .collect();
+            let text = format!("Ev | coordinator (x) | job {} | step\n", tokens.join(" "));
+            let v = parse_vocabulary(&text).unwrap();
+            let spec = &v.events["Ev"];
+            let want_required: Vec<String> = std::iter::once("job".to_string())
+                .chain(picks.iter().filter(|p| !p.1).map(|p| FIELDS[p.0].to_string()))
+                .collect();
+            let want_optional: Vec<String> = picks.iter().filter(|p| p.1).map(|p| FIELDS[p.0].to_string()).collect();
+            prop_assert_eq!(&spec.fields, &want_required);
+            prop_assert_eq!(&spec.optional, &want_optional);
+            prop_assert!(v.pending.is_empty());
+        }
+    }
 }
 
 /// A trace directory of one coordinator file, with `extra` added to it.

@@ -1,7 +1,8 @@
 //! The trace vocabulary (`formal/trace/events.txt`): the events, their
-//! fields and their types, and the pending changes the engine does not make
-//! yet. Parsing is strict: an unknown field type or a malformed entry refuses
-//! the whole file.
+//! fields and their types, which fields are optional (`name?`: on some lines
+//! of an event and not on others), and the pending changes the engine does
+//! not make yet. Parsing is strict: an unknown field type or a malformed
+//! entry refuses the whole file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,11 +20,10 @@ pub enum FieldType {
 /// The type of every field name the vocabulary may use.
 pub fn field_type(name: &str) -> Option<FieldType> {
     Some(match name {
-        "job" | "ckpt" | "epoch" | "worker" | "restore" | "next" | "completed" | "confirmed" | "recommitted" => {
-            FieldType::Number
-        }
-        "sub" | "family" | "kind" | "outcome" | "role" | "cause" => FieldType::Text,
-        "fenced" | "withheld" | "accepted" | "ok" | "staged" | "source" => FieldType::Bool,
+        "job" | "ckpt" | "epoch" | "worker" | "restore" | "next" | "completed" | "confirmed" | "recommitted"
+        | "orphan" => FieldType::Number,
+        "sub" | "family" | "kind" | "outcome" | "role" | "cause" | "verdict" | "settled" => FieldType::Text,
+        "fenced" | "withheld" | "accepted" | "ok" | "staged" | "source" | "resolving" => FieldType::Bool,
         _ => return None,
     })
 }
@@ -33,6 +33,9 @@ pub fn field_type(name: &str) -> Option<FieldType> {
 pub struct EventSpec {
     /// Fields every line of the event carries (the engine emits them today).
     pub fields: Vec<String>,
+    /// Fields the vocabulary marks optional (`name?`): the engine writes them
+    /// on some lines of the event and not on others; read when present.
+    pub optional: Vec<String>,
     /// Fields a pending change adds: read when present.
     pub added: Vec<String>,
     /// Fields a pending change drops: tolerated, not read.
@@ -56,8 +59,18 @@ pub struct Vocabulary {
     pub pending: Vec<String>,
 }
 
-fn field_names(spec: &str) -> Vec<String> {
-    spec.split_whitespace().map(|f| f.split('(').next().unwrap_or(f).to_string()).collect()
+/// One field of an entry: its name, and whether it is optional (`name?`),
+/// with its values in parentheses dropped (`settled?(receipt/committed)`).
+fn field_token(token: &str) -> (String, bool) {
+    let name = token.split('(').next().unwrap_or(token);
+    match name.strip_suffix('?') {
+        Some(bare) => (bare.to_string(), true),
+        None => (name.to_string(), false),
+    }
+}
+
+fn field_names(spec: &str) -> Vec<(String, bool)> {
+    spec.split_whitespace().map(field_token).collect()
 }
 
 /// Why `formal/trace/events.txt` does not read.
@@ -88,10 +101,19 @@ pub enum VocabularyProblem {
     NoSuchEvent,
     #[error("{event} has no field {field} to drop")]
     NoFieldToDrop { event: String, field: String },
+    /// A field named twice in one entry (required or optional).
+    #[error("field {0} listed twice")]
+    FieldTwice(String),
+    /// `name?` where it means nothing: on `job`, which every line carries, or
+    /// in a pending field change (a pending addition is read when present
+    /// already, and a field to drop is tolerated absent).
+    #[error("field {0} cannot be optional here")]
+    OptionalNotAllowed(String),
 }
 
-/// Parses the vocabulary: entries `NAME | emitter | fields | step`, and the
-/// pending changes `#+ NAME | emitter | fields | step` (a new event),
+/// Parses the vocabulary: entries `NAME | emitter | fields | step` (a field
+/// `name?` is optional, `name(values)` lists its values), and the pending
+/// changes `#+ NAME | emitter | fields | step` (a new event),
 /// `#+ NAME | field(values)` (a new field), `#- NAME | field` (a field to drop).
 pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, VocabularyError> {
     let mut v = Vocabulary::default();
@@ -114,14 +136,28 @@ pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, VocabularyError> {
         }
         match (mark, parts.len()) {
             (' ' | '+', 4) => {
-                let fields = field_names(parts[2]);
-                if let Some(bad) = fields.iter().find(|f| field_type(f).is_none()) {
+                let tokens = field_names(parts[2]);
+                if let Some((bad, _)) = tokens.iter().find(|(f, _)| field_type(f).is_none()) {
                     return Err(at(VocabularyProblem::UnknownFieldType(bad.clone())));
                 }
-                if fields.first().map(String::as_str) != Some("job") {
-                    return Err(at(VocabularyProblem::JobNotFirst));
+                match tokens.first() {
+                    Some((first, false)) if first == "job" => {}
+                    Some((first, true)) if first == "job" => {
+                        return Err(at(VocabularyProblem::OptionalNotAllowed(first.clone())))
+                    }
+                    _ => return Err(at(VocabularyProblem::JobNotFirst)),
                 }
-                let spec = EventSpec { fields, pending: mark == '+', ..EventSpec::default() };
+                let mut seen = std::collections::BTreeSet::new();
+                if let Some((twice, _)) = tokens.iter().find(|(f, _)| !seen.insert(f.clone())) {
+                    return Err(at(VocabularyProblem::FieldTwice(twice.clone())));
+                }
+                let (optional, fields): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(_, opt)| *opt);
+                let spec = EventSpec {
+                    fields: fields.into_iter().map(|(f, _)| f).collect(),
+                    optional: optional.into_iter().map(|(f, _)| f).collect(),
+                    pending: mark == '+',
+                    ..EventSpec::default()
+                };
                 if v.events.insert(name.clone(), spec).is_some() {
                     return Err(at(VocabularyProblem::ListedTwice));
                 }
@@ -136,7 +172,10 @@ pub fn parse_vocabulary(text: &str) -> Result<Vocabulary, VocabularyError> {
     for (mark, name, fields, line, raw) in later {
         let at = |problem: VocabularyProblem| VocabularyError::Line { line, text: raw.to_string(), problem };
         let spec = v.events.get_mut(&name).ok_or_else(|| at(VocabularyProblem::NoSuchEvent))?;
-        for f in fields {
+        for (f, optional) in fields {
+            if optional {
+                return Err(at(VocabularyProblem::OptionalNotAllowed(f)));
+            }
             if field_type(&f).is_none() {
                 return Err(at(VocabularyProblem::UnknownFieldType(f)));
             }

@@ -1,5 +1,9 @@
 //! The sink subtask: writes rows, prepares (seals) at each aligned barrier,
 //! snapshots its handles and acks, and commits on the coordinator's word.
+//! A commit-confirmed sink's own steps (the open that settles its orphan,
+//! the commit's receipt and confirmation) are in [`confirmed`].
+
+mod confirmed;
 
 use crate::capture::spec::CaptureAccount;
 use crate::capture::SinkEvidence;
@@ -12,6 +16,11 @@ use super::super::frames::{ToCoordinator, ToTask};
 use super::super::gates::{Input, InputGate};
 use super::{TaskContext, TaskExit};
 
+/// Whether the sink's family confirms its commits.
+fn confirms(sink: &dyn Sink) -> bool {
+    sink.family() == SinkFamily::Confirmed
+}
+
 pub fn run(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
     cx.place();
     let previous_barrier = cx.restore_point;
@@ -23,6 +32,7 @@ pub fn run(mut cx: TaskContext, mut sink: Box<dyn Sink>, gate: InputGate) {
         last_committed: 0,
         input_done: false,
         watermark: None,
+        held: None,
     }
     .run(&mut *sink);
     cx.finish(result);
@@ -37,25 +47,31 @@ struct SinkTask<'a> {
     input_done: bool,
     /// The last watermark received (recorded in the interval evidence).
     watermark: Option<i64>,
+    /// An input taken from the gate early and handled next.
+    held: Option<Input>,
 }
 
 impl SinkTask<'_> {
     fn run(&mut self, sink: &mut dyn Sink) -> Result<(), TaskExit> {
-        let job = self.cx.job;
-        let recommitted = sink.open(self.cx.restored.as_ref())?;
-        trace_event!(
-            SinkOpens,
-            job = job,
-            sub = &self.cx.participant,
-            family = sink.family().as_str(),
-            restore = self.cx.restore_point,
-            recommitted = recommitted
-        );
+        if confirms(sink) {
+            self.open_confirmed(sink)?;
+        } else {
+            let recommitted = sink.open(self.cx.restored.as_ref())?;
+            trace_event!(
+                SinkOpens,
+                job = self.cx.job,
+                sub = &self.cx.participant,
+                family = sink.family().as_str(),
+                restore = self.cx.restore_point,
+                recommitted = recommitted
+            );
+        }
         loop {
             if self.input_done && self.last_committed >= self.last_acked {
                 return Ok(());
             }
-            match self.gate.next(None) {
+            let input = self.held.take().unwrap_or_else(|| self.gate.next(None));
+            match input {
                 Input::Record(row) => {
                     self.cx.record_row(&row);
                     sink.write(&row)?
@@ -65,32 +81,53 @@ impl SinkTask<'_> {
                     self.cx.record(&Event::Watermark { time, idle })
                 }
                 Input::Timeout => {}
-                Input::Barrier { checkpoint, .. } => self.prepare_and_ack(sink, checkpoint)?,
+                Input::Barrier { checkpoint, .. } => {
+                    let acked = self.prepare_and_ack(sink, checkpoint)?;
+                    // One transaction at a time: a commit-confirmed sink
+                    // reads no row of the next interval before its commit
+                    // of this one is finished.
+                    if acked && confirms(sink) {
+                        self.await_commit(sink, checkpoint)?;
+                    }
+                }
                 Input::End | Input::Stop => self.input_done = true,
+                Input::Control(ToTask::CommitCheckpoint { checkpoint }) if confirms(sink) => {
+                    return Err(TaskExit::violation(format!(
+                        "a commit-confirmed sink was sent the commit of checkpoint {checkpoint} with nothing prepared"
+                    )))
+                }
                 Input::Control(ToTask::CommitCheckpoint { checkpoint }) => self.commit(sink, checkpoint)?,
                 Input::Control(ToTask::TriggerCheckpoint { checkpoint, .. }) => {
                     return Err(TaskExit::violation(format!("a sink was sent the trigger of checkpoint {checkpoint}")))
                 }
-                Input::Control(ToTask::Cancel) | Input::Cancelled => {
-                    // DEFECT close_aborts_prepared: the cancelled sink deletes
-                    // the staged files of every handle it holds.
-                    #[cfg(any(test, feature = "defects"))]
-                    abort_held_on_cancel(sink, &self.cx.env.defects, self.last_committed, self.last_acked)?;
-                    return Err(TaskExit::Cancelled);
-                }
+                Input::Control(ToTask::Cancel) | Input::Cancelled => return self.cancelled(sink),
                 Input::Violation(what) => return Err(TaskExit::violation(what)),
             }
         }
     }
 
-    fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
+    /// The deployment is torn down: the sink stops, and leaves what it
+    /// prepared as it is (the restore point's snapshot, or the in-doubt walk
+    /// and the next open, decide it).
+    fn cancelled(&mut self, sink: &mut dyn Sink) -> Result<(), TaskExit> {
+        // DEFECT close_aborts_prepared: the cancelled sink aborts every handle
+        // it holds (deleting staged files; a Kafka sink aborts its transaction).
+        #[cfg(any(test, feature = "defects"))]
+        abort_held_on_cancel(sink, &self.cx.env.defects, self.last_committed, self.last_acked)?;
+        #[cfg(not(any(test, feature = "defects")))]
+        let _ = sink;
+        Err(TaskExit::Cancelled)
+    }
+
+    /// Prepares and acks checkpoint `checkpoint`; whether the ack was ok.
+    fn prepare_and_ack(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<bool, TaskExit> {
         kill_point(FaultPoint::SinkBeforePrepare, checkpoint);
         // An at-least-once sink's prepare is its effect (the rows leave for
         // the destination): the interval's input is written first, so the
         // evidence of what was sent survives a death during or after it.
         let written_early = match sink.family() {
             SinkFamily::AtLeastOnce => Some(self.cx.close_epoch(checkpoint)),
-            SinkFamily::Recoverable => None,
+            SinkFamily::Recoverable | SinkFamily::Confirmed => None,
         };
         let prepared = sink.prepare(checkpoint)?;
         if prepared.durable {
@@ -112,11 +149,12 @@ impl SinkTask<'_> {
             self.cx.backend.write(&self.cx.participant, &header, &slots).map(|_| ()).map_err(|e| e.to_string())
         };
         match written {
-            Ok(()) => self.cx.ack(checkpoint, None),
+            Ok(()) => self.cx.ack(checkpoint, None).map(|()| true),
             Err(error) => {
-                // A failed snapshot holds no handle: the interval's staged file goes too.
+                // A failed snapshot holds no handle: the interval's staged
+                // file (or transaction) goes too.
                 sink.abort(checkpoint)?;
-                self.cx.ack(checkpoint, Some(error))
+                self.cx.ack(checkpoint, Some(error)).map(|()| false)
             }
         }
     }
