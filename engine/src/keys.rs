@@ -109,13 +109,6 @@ pub fn subtask_for_key(key: &[u8], parallelism: u32) -> u32 {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(Arc<[u8]>);
 
-impl Key {
-    /// How many holders share this key's bytes (a state entry and its timers).
-    pub fn holders(&self) -> usize {
-        Arc::strong_count(&self.0)
-    }
-}
-
 impl Deref for Key {
     type Target = [u8];
 
@@ -145,12 +138,6 @@ impl From<&[u8]> for Key {
 impl From<Vec<u8>> for Key {
     fn from(bytes: Vec<u8>) -> Key {
         Key(Arc::from(bytes))
-    }
-}
-
-impl PartialEq<[u8]> for Key {
-    fn eq(&self, other: &[u8]) -> bool {
-        *self.0 == *other
     }
 }
 
