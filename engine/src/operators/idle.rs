@@ -89,6 +89,12 @@ struct KeyState {
     idle_count: Option<i64>,
 }
 
+impl KeyState {
+    fn new(key: Key) -> KeyState {
+        KeyState { key, last_seen: None, idle_count: None }
+    }
+}
+
 pub struct IdleDetector {
     plan: Plan,
     keys: KeyedMap<KeyState>,
@@ -127,8 +133,7 @@ impl IdleDetector {
     /// The state of the key whose bytes are `key`, made when it is new (the
     /// restore's path; a record's is [`see`]).
     fn state_of(&mut self, key: &[u8]) -> &mut KeyState {
-        let new = |key: &Key| KeyState { key: key.clone(), last_seen: None, idle_count: None };
-        self.keys.entry(Key::from(key)).or_insert_with_key(new)
+        self.keys.entry(Key::from(key)).or_insert_with_key(|key| KeyState::new(key.clone()))
     }
 }
 
@@ -161,7 +166,7 @@ impl Transform for IdleDetector {
             Some(state) => see(state, time),
             None => {
                 let key = Key::from(bytes.as_slice());
-                let mut state = KeyState { key: key.clone(), last_seen: None, idle_count: None };
+                let mut state = KeyState::new(key.clone());
                 let advanced = see(&mut state, time);
                 self.keys.insert(key, state);
                 advanced

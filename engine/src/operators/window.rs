@@ -329,6 +329,7 @@ mod tests {
     use crate::operators::driver::Driver;
     use crate::event::Event;
     use crate::operators::segment_source::output_schema;
+    use crate::operators::Context;
     use crate::timers::Clock;
 
     fn driver() -> Driver {
@@ -360,6 +361,30 @@ mod tests {
         assert_eq!(out, vec!["a,0,10,2,1.05", "b,0,10,1,0.01"]);
         let out = run(&mut d, vec![event(5, "a", 1), Event::Watermark { time: 30, idle: false }]);
         assert!(out.is_empty(), "a late record is dropped: {out:?}");
+    }
+
+    #[test]
+    fn keys_whose_windows_all_fired_are_swept_once_they_are_many() {
+        let params = serde_json::json!({"key": ["account"], "time": "time", "value": "amount", "size_ms": 10});
+        let mut op = TumblingWindow::new(plan(&params, &output_schema()).unwrap());
+        let mut timers = crate::timers::TimerService::new(Clock::Manual(0));
+        let mut out = Vec::new();
+        let keys = 3 * SWEEP_AT_LEAST;
+        for k in 0..keys {
+            let Event::Record(row) = event(1, &format!("k{k}"), 1) else { unreachable!() };
+            op.on_record(row, &mut Context { out: &mut out, timers: &mut timers }).unwrap();
+        }
+        for timer in timers.advance_watermark(10) {
+            op.on_event_timer(timer, &mut Context { out: &mut out, timers: &mut timers }).unwrap();
+        }
+        assert_eq!(out.len(), keys, "every window fired");
+        assert!(op.windows.len() <= SWEEP_AT_LEAST + 1, "{} entries kept for no open window", op.windows.len());
+        // A key that comes back opens its window again.
+        let Event::Record(row) = event(15, "k7", 2) else { unreachable!() };
+        op.on_record(row, &mut Context { out: &mut out, timers: &mut timers }).unwrap();
+        assert_eq!(op.windows.get(b"k7".as_slice()).map(|e| e.open.len()), None, "keys are canonical bytes");
+        let key = crate::keys::key_of_values(&[Value::Str("k7".into())]);
+        assert_eq!(op.windows.get(key.as_slice()).map(|e| e.open.len()), Some(1));
     }
 
     #[test]

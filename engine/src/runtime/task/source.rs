@@ -318,24 +318,32 @@ mod tests {
     use crate::runtime::gates::{OutputEdge, Route};
     use clink_basics::ids::OperatorId;
 
-    /// A segment source that counts the items read from it, and notes the
-    /// count at its last position snapshot.
-    struct Counting(SegmentSource, Arc<AtomicU64>, Arc<AtomicU64>);
+    /// A segment source that counts the items read from it, notes the count
+    /// at its last position snapshot, and fails its read number `fail_at`.
+    struct Counting {
+        source: SegmentSource,
+        reads: Arc<AtomicU64>,
+        at_snapshot: Arc<AtomicU64>,
+        fail_at: Option<u64>,
+    }
 
     impl Source for Counting {
         fn restore(&mut self, slots: Option<&StateSlots>) -> Result<(), OperatorError> {
-            self.0.restore(slots)
+            self.source.restore(slots)
         }
         fn restored_watermark(&self) -> Option<i64> {
-            self.0.restored_watermark()
+            self.source.restored_watermark()
         }
         fn next_item(&mut self) -> Result<SourceItem, OperatorError> {
-            self.1.fetch_add(1, Ordering::Relaxed);
-            self.0.next_item()
+            let read = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.fail_at == Some(read) {
+                return Err(OperatorError::Input(format!("read {read} fails")));
+            }
+            self.source.next_item()
         }
         fn snapshot(&self) -> Result<StateSlots, OperatorError> {
-            self.2.store(self.1.load(Ordering::Relaxed), Ordering::Relaxed);
-            self.0.snapshot()
+            self.at_snapshot.store(self.reads.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.source.snapshot()
         }
     }
 
@@ -381,8 +389,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reading_ahead_for_a_trigger_moves_no_barrier_and_no_position() {
+    /// What a source task did over three segments of 70 records and 70
+    /// watermarks (times 0, 100, ...) and an END, asked to checkpoint every 20
+    /// records, its coordinator answering every request 5 ms late.
+    struct Ran {
+        dir: tempfile::TempDir,
+        backend: FileStateBackend,
+        stream: Vec<Element>,
+        /// How many items the source read past its position snapshots while
+        /// triggers travelled.
+        read_ahead: u64,
+        last_frame: Option<ToCoordinator>,
+    }
+
+    fn run_source(stop_at_watermark: Option<i64>, fail_at: Option<u64>) -> Ran {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("in")).unwrap();
         for s in 0..3 {
@@ -397,9 +417,12 @@ mod tests {
         let cx = context(dir.path(), to_coordinator);
         let backend = cx.backend.clone();
         let (reads, at_snapshot) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let source = Counting(SegmentSource::new(dir.path().join("in")), reads.clone(), at_snapshot.clone());
-        // The coordinator answers each request late, and notes how far the
-        // source read past its position snapshot while the trigger travelled.
+        let source = Counting {
+            source: SegmentSource::new(dir.path().join("in")),
+            reads: reads.clone(),
+            at_snapshot: at_snapshot.clone(),
+            fail_at,
+        };
         let coordinator = std::thread::spawn(move || {
             let (mut next, mut read_ahead) = (1, 0);
             while let Ok(frame) = requests.recv() {
@@ -407,22 +430,28 @@ mod tests {
                     ToCoordinator::RequestCheckpoint { kind } => {
                         std::thread::sleep(Duration::from_millis(5));
                         read_ahead += reads.load(Ordering::Relaxed) - at_snapshot.load(Ordering::Relaxed);
-                        control_tx.send(ToTask::TriggerCheckpoint { checkpoint: next, kind }).unwrap();
+                        let _ = control_tx.send(ToTask::TriggerCheckpoint { checkpoint: next, kind });
                         next += 1;
                     }
-                    ToCoordinator::Finished { .. } | ToCoordinator::Failed { .. } => break,
+                    ToCoordinator::Finished { .. } | ToCoordinator::Failed { .. } => return (read_ahead, Some(frame)),
                     _ => {}
                 }
             }
-            read_ahead
+            (read_ahead, None)
         });
         let edge = OutputEdge { route: Route::Forward, targets: vec![(data_tx, 0)] };
         let out = OutputGate::new(0, vec![edge], Arc::new(AtomicBool::new(false)));
         let triggers =
-            SourceTriggers { every_records: NonZeroU64::new(20), stop_at_watermark: None, records_per_second: None };
+            SourceTriggers { every_records: NonZeroU64::new(20), stop_at_watermark, records_per_second: None };
         run(cx, Box::new(source), out, control, triggers);
-        let read_ahead = coordinator.join().unwrap();
+        let (read_ahead, last_frame) = coordinator.join().unwrap();
         let stream: Vec<Element> = data.try_iter().flat_map(|f| f.elements).collect();
+        Ran { dir, backend, stream, read_ahead, last_frame }
+    }
+
+    #[test]
+    fn reading_ahead_for_a_trigger_moves_no_barrier_and_no_position() {
+        let Ran { dir, backend, stream, read_ahead, .. } = run_source(None, None);
         let mut barriers = 0;
         let mut since = 0;
         for (i, element) in stream.iter().enumerate() {
@@ -450,5 +479,52 @@ mod tests {
         }
         assert_eq!(barriers, 11, "210 records: 10 periodic checkpoints and the final one");
         assert!(read_ahead > 0, "the source read ahead while it awaited its triggers");
+    }
+
+    #[test]
+    fn the_watermark_that_stops_the_source_is_never_read_ahead_past() {
+        // The savepoint stop is at time 2,500 (the 26th watermark): a
+        // read-ahead for checkpoint 1 reaches it and must leave it be.
+        let ran = run_source(Some(2_500), None);
+        let tail: Vec<&Element> = ran.stream.iter().rev().take(3).collect();
+        assert!(
+            matches!(
+                tail.as_slice(),
+                [
+                    Element::Stop,
+                    Element::Barrier { kind: CheckpointKind::Savepoint, .. },
+                    Element::Watermark { time: 2_500, .. }
+                ]
+            ),
+            "{tail:?}"
+        );
+        let records = ran.stream.iter().filter(|e| matches!(e, Element::Record(_))).count();
+        assert_eq!(records, 26, "every record up to the stopping watermark, none after it");
+        assert!(ran.read_ahead > 0);
+    }
+
+    #[test]
+    fn an_error_read_ahead_fails_the_source_after_the_awaited_checkpoint() {
+        // Read 45 is the 23rd record, read ahead while checkpoint 1 (after
+        // record 20) is awaited: checkpoint 1 is taken, then the source fails.
+        let ran = run_source(None, Some(45));
+        let barriers: Vec<u64> = ran
+            .stream
+            .iter()
+            .filter_map(|e| match e {
+                Element::Barrier { checkpoint, .. } => Some(*checkpoint),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(barriers, [1]);
+        assert!(
+            matches!(&ran.last_frame, Some(ToCoordinator::Failed { error, .. }) if error.contains("read 45 fails")),
+            "{:?}",
+            ran.last_frame
+        );
+        // What followed the barrier was buffered, not sent: the source failed
+        // as it would have reading the 23rd record after the barrier.
+        let records = ran.stream.iter().filter(|e| matches!(e, Element::Record(_))).count();
+        assert_eq!(records, 20);
     }
 }
