@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::durable::{create_dir_durably, write_durably};
+use super::durable::{create_dir_durably, write_all_durably};
 use super::layout::{
     parse_snapshot_name, participant_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
 };
@@ -89,11 +89,13 @@ impl FileStateBackend {
         let bytes = encode_snapshot(header, slots);
         let meta = SnapshotMeta::describe(header, participant, slots, &bytes);
         let snap_name = snapshot_name(header.checkpoint);
-        write_durably(&dir, &snap_name, &bytes).map_err(io_error(&dir.join(&snap_name)))?;
         let meta_json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| StateError::MetaInvalid { path: dir.clone(), reason: e.to_string() })?;
         let meta_name = snapshot_meta_name(header.checkpoint);
-        write_durably(&dir, &meta_name, &meta_json).map_err(io_error(&dir.join(&meta_name)))?;
+        // The snapshot, then its sidecar, with one fsync of the directory:
+        // a reader needs both, and the ack waits for the call to return.
+        write_all_durably(&dir, &[(&snap_name, &bytes), (&meta_name, &meta_json)])
+            .map_err(io_error(&dir.join(&snap_name)))?;
         Ok(meta)
     }
 

@@ -29,6 +29,35 @@ pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Writes several files into `dir` durably and atomically each, with one
+/// fsync of the directory for all of them: each file is written under a
+/// temporary name and fsynced, then each is renamed into place in the order
+/// given, then the directory is fsynced. A crash before that last fsync may
+/// leave any prefix of the renames; a reader that needs them all (a snapshot
+/// and its sidecar) finds the set incomplete, never a half-written file.
+pub fn write_all_durably(dir: &Path, files: &[(&str, &[u8])]) -> io::Result<()> {
+    let mut temps = Vec::with_capacity(files.len());
+    let result = (|| {
+        for (name, bytes) in files {
+            let tmp = dir.join(temp_name(name));
+            temps.push(tmp.clone());
+            let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+        }
+        for ((name, _), tmp) in files.iter().zip(&temps) {
+            fs::rename(tmp, dir.join(name))?;
+        }
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        for tmp in &temps {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+    result
+}
+
 /// A temporary name for `name`, unique within this process.
 pub fn temp_name(name: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -127,6 +156,21 @@ mod tests {
         assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec!["a"]);
+    }
+
+    #[test]
+    fn several_files_are_written_whole_with_no_temp_left() {
+        let dir = tempfile::tempdir().unwrap();
+        write_all_durably(dir.path(), &[("a", b"one"), ("a.meta", b"two")]).unwrap();
+        write_all_durably(dir.path(), &[("a", b"three")]).unwrap();
+        assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"three");
+        assert_eq!(fs::read(dir.path().join("a.meta")).unwrap(), b"two");
+        let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, vec!["a", "a.meta"]);
+        // A directory that is gone: an error, and nothing is left behind.
+        let gone = dir.path().join("gone");
+        assert!(write_all_durably(&gone, &[("x", b"1")]).is_err());
     }
 
     #[test]
