@@ -38,6 +38,11 @@
 //!   and the rate the job sustained by its audited offsets (one run, a few
 //!   minutes; skipped without the services).
 //! - `models` (only when named): each TLA+ model's TLC time.
+//!
+//! Under the table, for a `throughput` or `recorder` goal the run did not
+//! meet, a profile of where the remaining time goes (`perf record -g`, and
+//! `perf trace -s` for wall time; see `engine/profile.rs`), or why none
+//! could be taken.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -45,6 +50,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+#[path = "engine/perf_output.rs"]
+mod perf_output;
+#[path = "engine/profile.rs"]
+mod profile;
 
 fn clink() -> &'static str {
     env!("CARGO_BIN_EXE_clink")
@@ -157,6 +167,12 @@ fn generate(dir: &Path, events: u64) -> PathBuf {
 }
 
 fn run_example(input: &Path, work: &Path, every: u64, extra: &[&str]) -> Cost {
+    measure(&mut example_command(input, work, every, extra))
+}
+
+/// The `clink run` of the example job that [`run_example`] measures (the
+/// profiles run the same command under perf).
+fn example_command(input: &Path, work: &Path, every: u64, extra: &[&str]) -> Command {
     let _ = std::fs::remove_dir_all(work);
     let mut cmd = Command::new(clink());
     cmd.arg("run")
@@ -173,7 +189,7 @@ fn run_example(input: &Path, work: &Path, every: u64, extra: &[&str]) -> Cost {
         .arg(every.to_string())
         .args(extra)
         .stdout(std::process::Stdio::null());
-    measure(&mut cmd)
+    cmd
 }
 
 /// The plain program the engine is measured against: one thread, the same
@@ -983,6 +999,15 @@ fn print_table(figures: &[Figure]) {
     }
 }
 
+fn print_profiles(profiles: &[profile::Profile]) {
+    for p in profiles {
+        println!("\nwhere the time goes: {}\n  ({})", p.figure, p.method);
+        for line in &p.lines {
+            println!("  {line}");
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
@@ -1015,6 +1040,8 @@ fn main() {
             bench(&scratch, &mut figures);
         }
     }
+    // Under a throughput or recorder goal the run missed: where the time goes.
+    let profiles = profile::shortfalls(&scratch, &figures);
     let _ = std::fs::remove_dir_all(&aside);
     let _ = std::fs::remove_dir_all(scratch.join(RUNS_DIR));
     if json {
@@ -1032,10 +1059,16 @@ fn main() {
                 "goal": f.goal.map(|g| match g { Goal::AtMost(v) => json!({"at_most": v}), Goal::AtLeast(v) => json!({"at_least": v}) }),
                 "met": f.met(),
             })).collect::<Vec<_>>(),
+            "profiles": profiles.iter().map(|p| json!({
+                "figure": p.figure,
+                "method": p.method,
+                "lines": p.lines,
+            })).collect::<Vec<_>>(),
         });
         println!("{doc}");
     } else {
         print_table(&figures);
+        print_profiles(&profiles);
         println!("({} runs per figure, {:.0} s in all)", runs(), started.elapsed().as_secs_f64());
     }
 }
