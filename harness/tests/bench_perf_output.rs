@@ -14,6 +14,11 @@ fn report_lines_are_read_by_symbol() {
     assert_eq!(samples.total, 651);
     assert_eq!(area_of("[.] clink_engine::capture::format::EventEncoder::encode_record"), "capture encoding");
     assert_eq!(area_of("[k] finish_task_switch.isra.0"), "kernel: thread wake-ups and switches");
+    // Page zeroing is fresh memory's (mimalloc's huge-page faults), never
+    // counted as the disk's.
+    assert_eq!(area_of("[k] clear_page_erms"), "kernel: zeroing fresh pages");
+    assert_eq!(area_of("[k] folio_zero_user"), "kernel: other");
+    assert_eq!(area_of("[k] ext4_sync_file"), "kernel: files and disk");
 }
 
 #[test]

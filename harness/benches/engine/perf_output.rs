@@ -68,6 +68,11 @@ pub fn area_of(symbol: &str) -> &'static str {
         "capture encoding"
     } else if has(&["sha2::", "sha256"]) {
         "sha-256"
+    } else if kernel && has(&["clear_page"]) {
+        // Zeroing a page before its first use: in this job's profiles it is
+        // the allocator faulting in fresh (huge) anonymous pages, not the
+        // disk, which the name alone cannot tell apart.
+        "kernel: zeroing fresh pages"
     } else if kernel
         && has(&[
             "ext4",
@@ -77,7 +82,6 @@ pub fn area_of(symbol: &str) -> &'static str {
             "block",
             "deleted",
             "filemap",
-            "folio",
             "inode",
             "dentry",
             "d_alloc",
@@ -86,7 +90,6 @@ pub fn area_of(symbol: &str) -> &'static str {
             "jbd2",
             "virtio",
             "fsync",
-            "clear_page",
         ])
     {
         "kernel: files and disk"
