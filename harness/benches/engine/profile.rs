@@ -209,8 +209,12 @@ fn waits(scratch: &Path, input: &Path) -> Vec<String> {
     if let Err(why) = wrapped_run(scratch, "trace", input, &[], &["trace", "-s", "-o", &file_arg]) {
         return vec![format!("unavailable: {why}")];
     }
-    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let text = std::fs::read_to_string(&file);
     let _ = std::fs::remove_file(&file);
+    let text = match text {
+        Ok(text) => text,
+        Err(e) => return vec![format!("unavailable: perf trace's summary {} could not be read: {e}", file.display())],
+    };
     let calls = parse_trace_summary(&text);
     if calls.is_empty() {
         return vec!["unavailable: perf trace printed no summary".into()];
