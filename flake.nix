@@ -1,6 +1,6 @@
 {
-  # clink for machines with Nix: the `clink` package (bin/clink,
-  # bin/clink-reference-audit and bin/clink-kafka-mock, built from Cargo.lock), an app per gate that
+  # clink for machines with Nix: the `clink` package (bin/clink and
+  # bin/clink-reference-audit, built from Cargo.lock), an app per gate that
   # runs that package's binaries with the gate's tools on PATH, a dev shell
   # with all of them, and a check that runs the flake's own tests in the
   # build sandbox.
@@ -55,11 +55,11 @@
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
-        services = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip ]; };
+        services = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
-        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip ]; };
-        audit-gate = { fetch = false; tools = [ clickhouse apacheKafka seaweedfs python3 python3Packages.pip util-linux ]; };
+        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
+        audit-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
       };
 
       # An app runs the packaged binaries (CLINK_BIN, CLINK_REFERENCE_AUDIT_BIN:
@@ -77,7 +77,6 @@
           export PATH=${pkgs.lib.makeBinPath (common pkgs ++ gate.tools)}:$PATH
           export CLINK_BIN=${package pkgs}/bin/clink
           export CLINK_REFERENCE_AUDIT_BIN=${package pkgs}/bin/clink-reference-audit
-          export CLINK_KAFKA_MOCK_BIN=${package pkgs}/bin/clink-kafka-mock
           export CARGO_TARGET_DIR="''${CARGO_TARGET_DIR:-''${XDG_CACHE_HOME:-$HOME/.cache}/clink-rs/nix-target}"
           # Snapshots are compared, never written: the source is the store's.
           export INSTA_UPDATE=no
@@ -86,10 +85,11 @@
         '');
       };
 
-      # clink itself, from Cargo.lock: the command line, the independent
-      # reference audit the reconcile gate runs, and the transactional Kafka
-      # mock gates/services starts. Its tests run in CI, not in
+      # clink itself, from Cargo.lock: the command line and the independent
+      # reference audit the reconcile gate runs. Its tests run in CI, not in
       # the package build; checks.flake-shape runs the flake's own tests.
+      # gates/services runs the Apache Kafka broker from the jars of the
+      # apacheKafka package on PATH (its bin/../libs).
       clink = pkgs: extra: pkgs.rustPlatform.buildRustPackage ({
         pname = "clink";
         inherit version;
@@ -98,7 +98,6 @@
         cargoBuildFlags = [
           "-p" "clink-harness" "--bin" "clink"
           "-p" "clink-reference-audit" "--bin" "clink-reference-audit"
-          "-p" "clink-kafka-mock" "--bin" "clink-kafka-mock"
         ];
         doCheck = false;
         meta.mainProgram = "clink";

@@ -6,11 +6,20 @@
 //! what a machine losing the process looks like. `checkpoint.snapshot_fails`
 //! instead makes the snapshot fail. Unarmed, a point costs one relaxed atomic
 //! load.
+//!
+//! A kill point armed as `<point>@<checkpoint id>=hold` pauses the thread that
+//! reaches it instead: it writes `<point>@<id>.held` into the directory
+//! `CLINK_FAULT_HOLD_DIR` names and waits until `<point>@<id>.release`
+//! appears there (or the process is killed). A test uses it to order what
+//! two processes, or a process and a broker, do around that step: the
+//! step's effect has not happened while the thread is held.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 pub const ENV_VAR: &str = "CLINK_FAULT";
+/// The directory a held point reports in and waits for its release in.
+pub const HOLD_DIR_VAR: &str = "CLINK_FAULT_HOLD_DIR";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultPoint {
@@ -118,11 +127,20 @@ impl FaultPoint {
     }
 }
 
-/// One armed point: where, at which checkpoint, and whether it has fired.
+/// What an armed kill point does when it is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Kill,
+    /// Pause there until released, reporting and waiting in this directory.
+    Hold(std::path::PathBuf),
+}
+
+/// One armed point: where, at which checkpoint, what it does, and whether it has fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArmedFault {
     pub point: FaultPoint,
     pub checkpoint: u64,
+    pub action: Action,
     fired: bool,
 }
 
@@ -140,14 +158,24 @@ pub enum FaultSpecError {
     UnknownPoint { name: String, known: Vec<&'static str> },
     #[error("{}: {id:?} is not a checkpoint id", ENV_VAR)]
     NotACheckpointId { id: String },
+    /// An action other than `hold`, or a hold of a point that does not kill.
+    #[error("{}: {item:?}: {why}", ENV_VAR)]
+    BadAction { item: String, why: String },
+    /// A hold armed with no directory to report in.
+    #[error("{}: {item:?} holds, and {} names no directory to report and wait in", ENV_VAR, HOLD_DIR_VAR)]
+    NoHoldDir { item: String },
 }
 
-/// Parses a `CLINK_FAULT` value.
-pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
+/// Parses a `CLINK_FAULT` value; `hold_dir` is where held points report.
+pub fn parse_spec_with(spec: &str, hold_dir: Option<&std::path::Path>) -> Result<Vec<ArmedFault>, FaultSpecError> {
     let mut armed = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (at, action) = match item.split_once('=') {
+            None => (item, None),
+            Some((at, action)) => (at, Some(action)),
+        };
         let (name, id) =
-            item.split_once('@').ok_or_else(|| FaultSpecError::NotPointAtCheckpoint { item: item.to_string() })?;
+            at.split_once('@').ok_or_else(|| FaultSpecError::NotPointAtCheckpoint { item: item.to_string() })?;
         let point = FaultPoint::parse(name).ok_or_else(|| FaultSpecError::UnknownPoint {
             name: name.to_string(),
             known: FaultPoint::ALL
@@ -159,15 +187,40 @@ pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
         })?;
         let checkpoint = clink_basics::ids::parse_decimal_u64(id)
             .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?;
-        armed.push(ArmedFault { point, checkpoint, fired: false });
+        let action = match action {
+            None => Action::Kill,
+            Some("hold") if point.kills() => match hold_dir {
+                Some(dir) => Action::Hold(dir.to_path_buf()),
+                None => return Err(FaultSpecError::NoHoldDir { item: item.to_string() }),
+            },
+            Some("hold") => {
+                return Err(FaultSpecError::BadAction {
+                    item: item.to_string(),
+                    why: format!("{} fails a step rather than kill the process: it cannot hold", point.name()),
+                })
+            }
+            Some(other) => {
+                return Err(FaultSpecError::BadAction {
+                    item: item.to_string(),
+                    why: format!("unknown action {other:?} (the one action is hold)"),
+                })
+            }
+        };
+        armed.push(ArmedFault { point, checkpoint, action, fired: false });
     }
     Ok(armed)
 }
 
+/// Parses a `CLINK_FAULT` value with no hold directory.
+pub fn parse_spec(spec: &str) -> Result<Vec<ArmedFault>, FaultSpecError> {
+    parse_spec_with(spec, None)
+}
+
 /// Arms the points `CLINK_FAULT` names (none when it is unset).
 pub fn arm_from_env() -> Result<Vec<ArmedFault>, FaultSpecError> {
+    let hold_dir = std::env::var_os(HOLD_DIR_VAR).map(std::path::PathBuf::from);
     let armed = match std::env::var(ENV_VAR) {
-        Ok(spec) => parse_spec(&spec)?,
+        Ok(spec) => parse_spec_with(&spec, hold_dir.as_deref())?,
         Err(_) => Vec::new(),
     };
     arm(armed.clone());
@@ -183,35 +236,66 @@ pub fn arm(faults: Vec<ArmedFault>) {
     ARMED.store(any, Ordering::Relaxed);
 }
 
-/// Takes the fault armed at this point and checkpoint, once.
-fn take(point: FaultPoint, checkpoint: u64) -> bool {
-    let Some(slot) = FAULTS.get() else {
-        return false;
-    };
-    let Ok(mut guard) = slot.lock() else {
-        return false;
-    };
-    match guard.iter_mut().find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired) {
-        Some(f) => {
-            f.fired = true;
-            true
-        }
-        None => false,
-    }
+/// Takes the fault armed at this point and checkpoint, once: its action.
+fn take(point: FaultPoint, checkpoint: u64) -> Option<Action> {
+    let slot = FAULTS.get()?;
+    let mut guard = slot.lock().ok()?;
+    let f = guard.iter_mut().find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired)?;
+    f.fired = true;
+    Some(f.action.clone())
 }
 
-/// A kill point: if armed here, the process dies now.
+/// A kill point: if armed here, the process dies now (or, armed to hold,
+/// this thread waits here until released).
 #[inline]
 pub fn kill_point(point: FaultPoint, checkpoint: u64) {
-    if ARMED.load(Ordering::Relaxed) && take(point, checkpoint) {
-        die(point, checkpoint);
+    if ARMED.load(Ordering::Relaxed) {
+        match take(point, checkpoint) {
+            Some(Action::Kill) => die(point, checkpoint),
+            Some(Action::Hold(dir)) => hold(&dir, point, checkpoint),
+            None => {}
+        }
     }
 }
 
 /// A failure point: true once if armed here.
 #[inline]
 pub fn fails(point: FaultPoint, checkpoint: u64) -> bool {
-    ARMED.load(Ordering::Relaxed) && take(point, checkpoint)
+    ARMED.load(Ordering::Relaxed) && take(point, checkpoint).is_some()
+}
+
+/// The names a held point reports and is released by, in its directory.
+pub fn hold_files(
+    dir: &std::path::Path,
+    point: FaultPoint,
+    checkpoint: u64,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let stem = format!("{}@{checkpoint}", point.name());
+    (dir.join(format!("{stem}.held")), dir.join(format!("{stem}.release")))
+}
+
+/// Reports the hold (a file written whole under a temporary name, then
+/// renamed, so a reader never sees half of it) and waits for the release.
+/// A hold that cannot report kills the process instead: a test waiting for
+/// a report that never comes would wait for nothing.
+fn hold(dir: &std::path::Path, point: FaultPoint, checkpoint: u64) {
+    let (held, release) = hold_files(dir, point, checkpoint);
+    let partial = held.with_extension("held.partial");
+    let reported =
+        std::fs::write(&partial, format!("{}\n", std::process::id())).and_then(|()| std::fs::rename(&partial, &held));
+    if let Err(e) = reported {
+        eprintln!(
+            "clink: fault point {}@{checkpoint} armed to hold cannot report in {}: {e}",
+            point.name(),
+            dir.display()
+        );
+        die(point, checkpoint);
+    }
+    eprintln!("clink: fault point {}@{checkpoint} reached: held until {} exists", point.name(), release.display());
+    while !release.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    eprintln!("clink: fault point {}@{checkpoint} released", point.name());
 }
 
 /// Steps whose durable effect and trace line are one unit to the fault
@@ -269,6 +353,13 @@ mod tests {
         assert!(matches!(&unknown, FaultSpecError::UnknownPoint { name, .. } if name == "nowhere"));
         assert!(unknown.to_string().contains("unknown fault point \"nowhere\"; known: "), "{unknown}");
         assert_eq!(parse_spec("sink.before_commit@x"), Err(FaultSpecError::NotACheckpointId { id: "x".into() }));
+        let dir = std::path::Path::new("/holds");
+        let held = parse_spec_with("sink.before_commit@3=hold", Some(dir)).unwrap();
+        assert_eq!(held[0].action, Action::Hold(dir.to_path_buf()));
+        assert!(matches!(parse_spec("sink.before_commit@3=hold"), Err(FaultSpecError::NoHoldDir { .. })));
+        for bad in ["sink.before_commit@3=pause", "checkpoint.snapshot_fails@3=hold"] {
+            assert!(matches!(parse_spec_with(bad, Some(dir)), Err(FaultSpecError::BadAction { .. })), "{bad}");
+        }
         for p in FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS) {
             assert_eq!(FaultPoint::parse(p.name()), Some(p));
         }

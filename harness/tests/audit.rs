@@ -1154,7 +1154,10 @@ fn reused_pid(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     // A process of another program now holds the pid the ledger names; the
     // kernel will not hand out a chosen pid, so the ledger is pointed at it.
     // It leads a process group of its own, as a child of another runner or
-    // a shell's job would: killing the recorded group would kill it.
+    // a shell's job would: killing the recorded group would kill it. Start
+    // times are in clock ticks (10 ms): the bystander starts ticks after the
+    // recorded child, or it would be indistinguishable from it by design.
+    std::thread::sleep(Duration::from_millis(50));
     let bystander = Reaped(
         std::os::unix::process::CommandExt::process_group(&mut Command::new("sleep"), 0)
             .arg("120")

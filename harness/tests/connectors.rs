@@ -33,7 +33,7 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value as Json;
 
 mod services;
-use services::{killed, run_bounded, stderr};
+use services::{killed, run_bounded, stderr, PrivateKafka};
 
 const SEED: &str = "4";
 const EVENTS: &str = "3000";
@@ -511,89 +511,19 @@ fn table_schema_differs(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     Ok(())
 }
 
-/// A broker of this test's own (tansu on a free loopback port, its data in
-/// the scenario's directory), so it can be killed and started again.
-struct PrivateBroker {
-    binary: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    child: Option<std::process::Child>,
-}
-
-impl PrivateBroker {
-    fn start(binary: PathBuf, dir: PathBuf) -> Result<PrivateBroker, Failed> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        std::fs::create_dir_all(&dir)?;
-        let mut broker = PrivateBroker { binary, dir, port, child: None };
-        broker.restart()?;
-        Ok(broker)
-    }
-
-    fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn restart(&mut self) -> Result<(), Failed> {
-        let listener = format!("tcp://127.0.0.1:{}", self.port);
-        let child = Command::new(&self.binary)
-            .args(["broker", "--cluster-id", "clink-private", "--listener-url", &listener])
-            .args(["--advertised-listener-url", &listener, "--storage-engine", "sqlite://tansu.db"])
-            .current_dir(&self.dir)
-            .stdout(std::fs::File::create(self.dir.join("tansu.log"))?)
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if Instant::now() > deadline {
-                return Err("the private broker did not start listening".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn tansu_binary(env: &BTreeMap<String, String>) -> Result<PathBuf, String> {
-    if env.get("CLINK_KAFKA_IMPL").map(String::as_str) != Some("tansu") {
-        return Err(format!("the broker is {:?}; this trial starts a private tansu", env.get("CLINK_KAFKA_IMPL")));
-    }
-    let prefix = std::env::var("CLINK_DEPS_PREFIX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".clink-deps"));
-    let candidate = prefix.join("tansu/bin/tansu");
-    if candidate.is_file() {
-        return Ok(candidate);
-    }
-    which::which("tansu").map_err(|e| format!("no tansu binary: {e}"))
-}
-
 /// The broker dies mid-run: the job fails cleanly (exit 1, the broker named),
 /// and once the broker is back a resume finishes with the table exact.
 fn broker_goes_away(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     let dir = tempfile::tempdir_in(scratch())?;
-    let mut broker = PrivateBroker::start(tansu_binary(env)?, dir.path().join("broker"))?;
+    let broker = PrivateKafka::start(&dir.path().join("broker"))?;
     // Read ahead little, so the broker's death is met before the input ends.
     let timeout = [("broker_timeout_ms", Json::from(2000)), ("prefetch_kbytes", Json::from(16))];
-    let mut s = Scenario::on(Job::Records, broker.bootstrap(), env, &timeout)?;
+    let mut s = Scenario::on(Job::Records, broker.bootstrap.clone(), env, &timeout)?;
     s.produce()?;
     let mut child =
         s.command(&["--restart-budget", "0", "--source-rate", "1000"]).stderr(std::process::Stdio::piped()).spawn()?;
     std::thread::sleep(Duration::from_millis(1200));
-    broker.kill();
+    broker.kill()?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -610,7 +540,7 @@ fn broker_goes_away(env: &BTreeMap<String, String>) -> Result<(), Failed> {
         use std::io::Read;
         err.read_to_string(&mut said)?;
     }
-    if status.code() != Some(1) || !said.contains(&broker.bootstrap()) {
+    if status.code() != Some(1) || !said.contains(&broker.bootstrap) {
         return Err(format!("expected exit 1 naming the broker: {status:?}\n{said}").into());
     }
     broker.restart()?;

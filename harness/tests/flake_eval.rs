@@ -199,7 +199,7 @@ fn rust_package_problems(ev: &Evaluated, drv: &Json, pname: &str, what: &str) ->
     want(&["src"], &dir);
     want(&["meta", "mainProgram"], "clink");
     let flags = strings(at(drv, &["cargoBuildFlags"])?, "cargoBuildFlags")?;
-    for bin in ["clink", "clink-reference-audit", "clink-kafka-mock"] {
+    for bin in ["clink", "clink-reference-audit"] {
         if !flags.windows(2).any(|w| w[0] == "--bin" && w[1] == bin) {
             problems.push(format!("{what}: cargoBuildFlags {flags:?} do not build --bin {bin}"));
         }
@@ -228,11 +228,7 @@ fn read_app_script(ev: &Evaluated, system: &str, name: &str, text: &str) -> Resu
     let dir = ev.dir.to_string_lossy();
     let package = text_at(&ev.outputs, &["packages", system, "default", "derivation", "path"]).map_err(|e| vec![e])?;
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
-    for (var, bin) in [
-        ("CLINK_BIN", "clink"),
-        ("CLINK_REFERENCE_AUDIT_BIN", "clink-reference-audit"),
-        ("CLINK_KAFKA_MOCK_BIN", "clink-kafka-mock"),
-    ] {
+    for (var, bin) in [("CLINK_BIN", "clink"), ("CLINK_REFERENCE_AUDIT_BIN", "clink-reference-audit")] {
         let line = format!("export {var}={package}/bin/{bin}");
         if lines.iter().filter(|l| **l == line).count() != 1 {
             problems
@@ -582,14 +578,6 @@ const SELF_TESTS: &[SelfTest] = &[
         &[],
         check_package,
         &["--bin clink-reference-audit"],
-    ),
-    (
-        "package_without_kafka_mock",
-        r#" "-p" "clink-kafka-mock" "--bin" "clink-kafka-mock""#,
-        "",
-        &[],
-        check_package,
-        &["--bin clink-kafka-mock"],
     ),
     (
         "dev_shell_short",

@@ -1518,8 +1518,12 @@ fn check_tools(table: &Table, gates: &BTreeMap<String, Gate>) -> Result<(), Stri
             }
         }
         // fetch-tools is the fetcher: it runs java itself (to make TLC's
-        // class-data-sharing archive), after installing the pinned jar.
-        if needs.contains_key("java") && !app.fetch && name != "fetch-tools" {
+        // class-data-sharing archive), after installing the pinned jar. And
+        // gates/services runs java for the Kafka broker, not for TLC: a gate
+        // whose only java is that one needs no TLC jar.
+        let mut broker_only = BTreeSet::from(["services".to_string()]);
+        let runs_tlc = gate_needs(name, gates, &mut broker_only).contains_key("java");
+        if runs_tlc && !app.fetch && name != "fetch-tools" {
             problems.push(format!(
                 "app `{name}` runs TLC (needs `java`) but not gates/fetch-tools first: set fetch = true so TLC is \
                  the jar formal/tools.env pins"

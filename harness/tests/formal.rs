@@ -297,18 +297,6 @@ fn main() {
         }
         for dir in dirs {
             let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            // A run whose judgement needs what the broker under test lacks
-            // (the suite that made it wrote why): not judged, never passed.
-            if dir.join("broker-gap").is_file() {
-                let why = std::fs::read_to_string(dir.join("broker-gap")).unwrap_or_default();
-                eprintln!("trace::testrun::{name}: not judged: {}", why.trim());
-                trials.push(
-                    Trial::test(format!("trace::testrun::{name}"), || Ok(()))
-                        .with_ignored_flag(true)
-                        .with_kind("broker-gap"),
-                );
-                continue;
-            }
             trials.push(tlc_trial(format!("trace::testrun::{name}"), &tools, move |t| check_testrun(t, &dir, &name)));
         }
     }

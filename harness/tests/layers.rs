@@ -44,9 +44,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The capture store moves files by digest; it parses no capture, snapshot
     // or bundle (the command line says which trees a source is).
     ("clink-store", &["clink-basics"]),
-    // The transaction-speaking broker's host and its probe use the
-    // transactional client they measure; nothing of ours depends on them.
-    ("clink-kafka-mock", &["clink-connectors"]),
+    // The broker probe uses the transactional client it measures; nothing of
+    // ours depends on it.
+    ("clink-kafka-probe", &["clink-connectors"]),
     // The continuous audit runner adds no check: it runs the real clink and
     // reference processes (through clink-upgrade's one process runner) and
     // reads their JSON, so it links no engine, bundle, verify or reconcile

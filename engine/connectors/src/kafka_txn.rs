@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -152,6 +154,10 @@ struct Deliveries {
     acked: u64,
     failed: u64,
     first_error: Option<String>,
+    /// A delivery the broker refused because a later producer of the id
+    /// took over (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH): the whole
+    /// producer is fenced, not one record refused.
+    fenced: Option<String>,
 }
 
 /// The identity librdkafka last reported in its statistics, and its state.
@@ -202,6 +208,9 @@ impl ProducerContext for TxnContext {
             Err((e, _)) => {
                 d.failed += 1;
                 d.first_error.get_or_insert_with(|| e.to_string());
+                if e.rdkafka_error_code().is_some_and(is_fencing) {
+                    d.fenced.get_or_insert_with(|| e.to_string());
+                }
             }
         }
     }
@@ -218,6 +227,9 @@ pub struct TxnProducer {
     config: TxnConfig,
     producer: ThreadedProducer<TxnContext>,
     context: Arc<TxnContext>,
+    /// The consumer group [`TxnProducer::mark`] commits an offset for: the
+    /// transactional id's own name.
+    group: ConsumerGroupMetadata,
 }
 
 impl TxnProducer {
@@ -241,7 +253,8 @@ impl TxnProducer {
             .create_with_context(TxnContext { deliveries: Mutex::default(), reported: Mutex::new(None) })
             .map_err(|e| TxnError::Config { message: format!("creating the producer: {e}") })?;
         let context = producer.context().clone();
-        let me = TxnProducer { config, producer, context };
+        let group = group_metadata(&config)?;
+        let me = TxnProducer { config, producer, context, group };
         me.producer
             .init_transactions(me.config.request_timeout)
             .map_err(|e| me.classify("init_transactions", e, Effect::None))?;
@@ -306,6 +319,29 @@ impl TxnProducer {
         }
     }
 
+    /// Puts the open transaction on the broker's books whatever it carries:
+    /// commits, inside it, offset `mark` of `topic`'s partition 0 for the
+    /// consumer group named as the transactional id (AddOffsetsToTxn, then
+    /// TxnOffsetCommit). librdkafka tells the transaction coordinator of a
+    /// transaction only when a record or an offset joins it, so a
+    /// transaction with no records would otherwise not exist there: it
+    /// could be neither described nor aborted, and a describe would report
+    /// the transaction before it. Kafka's own exactly-once stream
+    /// processors commit offsets in every transaction the same way. The
+    /// group is used for nothing else; its committed offset is the mark of
+    /// the newest transaction the broker committed.
+    pub fn mark(&self, topic: &str, mark: u64) -> Result<(), TxnError> {
+        let offset =
+            i64::try_from(mark).map_err(|_| TxnError::Config { message: format!("mark {mark} is not an offset") })?;
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset(topic, 0, Offset::Offset(offset))
+            .map_err(|e| TxnError::Config { message: format!("the mark's offset for {topic:?}: {e}") })?;
+        self.producer
+            .send_offsets_to_transaction(&offsets, &self.group, self.config.request_timeout)
+            .map_err(|e| self.classify("send_offsets_to_transaction (the mark)", e, Effect::None))
+    }
+
     /// Flushes the open transaction: every record sent since begin is
     /// acknowledged by the broker, or the prepare fails and the transaction
     /// must be aborted. Nothing is visible to read_committed readers yet.
@@ -314,6 +350,15 @@ impl TxnProducer {
             .flush(self.config.request_timeout)
             .map_err(|e| self.classify("prepare (flush)", e, Effect::None))?;
         let d = self.context.deliveries.lock().map_err(|_| TxnError::Config { message: "poisoned".into() })?;
+        // librdkafka purges the records of a fenced producer: their
+        // deliveries fail as purged, and the fencing is its fatal error.
+        let fatal = self.producer.client().fatal_error().filter(|(code, _)| is_fencing(*code));
+        if let Some(message) = d.fenced.clone().or_else(|| fatal.map(|(_, m)| m)) {
+            return Err(TxnError::Fenced {
+                at: site(&self.config.bootstrap, &self.config.transactional_id, "prepare (flush)"),
+                message: format!("{} of {} records refused: {message}", d.failed, d.sent),
+            });
+        }
         if d.failed > 0 || d.acked != d.sent {
             return Err(TxnError::Refused {
                 at: site(&self.config.bootstrap, &self.config.transactional_id, "prepare (flush)"),
@@ -346,6 +391,20 @@ impl TxnProducer {
     fn classify(&self, what: &str, e: KafkaError, effect: Effect) -> TxnError {
         classify(&self.config.bootstrap, &self.config.transactional_id, what, &e, effect)
     }
+}
+
+/// The group metadata of the consumer group named as the transactional id,
+/// taken from a consumer that joins nothing and is dropped at once.
+fn group_metadata(config: &TxnConfig) -> Result<ConsumerGroupMetadata, TxnError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.bootstrap)
+        .set("group.id", &config.transactional_id)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| TxnError::Config { message: format!("creating the mark's group handle: {e}") })?;
+    consumer.group_metadata().ok_or_else(|| TxnError::Config {
+        message: format!("librdkafka gave no group metadata for {:?}", config.transactional_id),
+    })
 }
 
 fn is_fencing(code: RDKafkaErrorCode) -> bool {

@@ -1,8 +1,8 @@
-//! The transactional client against the transaction-speaking broker that
-//! `gates/services start` runs on 127.0.0.1 (CLINK_KAFKA_TXN_BOOTSTRAP in its
-//! env file; today librdkafka's mock cluster, see ARCHITECTURE.md). Without
-//! it every trial that needs it is ignored with the reason `service`, never
-//! passed.
+//! The transactional client against the Apache Kafka broker that
+//! `gates/services start` runs on 127.0.0.1 (CLINK_KAFKA_BOOTSTRAP in its env
+//! file). Without it every trial that needs it is ignored with the reason
+//! `service`, never passed. Each trial makes its own topics (CreateTopics;
+//! the broker makes none on first use).
 //!
 //! One trial kills a real process mid-transaction: this test binary runs
 //! itself as the holder (CLINK_KAFKA_TXN_HOLD set), which opens a
@@ -14,8 +14,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clink_connectors::kafka_txn::orphan::{self, AbortAnswer, Settlement};
-use clink_connectors::kafka_txn::wire::api;
+use clink_connectors::kafka::LogWriter;
+use clink_connectors::kafka_txn::orphan::{self, AbortAnswer, Settlement, TxnState};
+use clink_connectors::kafka_txn::wire::{api, code};
 use clink_connectors::kafka_txn::{ProducerIdentity, TxnConfig, TxnError, TxnErrorClass, TxnProducer};
 use libtest_mimic::{Arguments, Failed, Trial};
 use rdkafka::config::ClientConfig;
@@ -37,8 +38,8 @@ fn services() -> Result<BTreeMap<String, String>, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    if !env.contains_key("CLINK_KAFKA_TXN_BOOTSTRAP") {
-        return Err(format!("{path} names no CLINK_KAFKA_TXN_BOOTSTRAP (started by an older gates/services?)"));
+    if !env.contains_key("CLINK_KAFKA_BOOTSTRAP") {
+        return Err(format!("{path} names no CLINK_KAFKA_BOOTSTRAP (gates/services start --only kafka)"));
     }
     Ok(env)
 }
@@ -46,6 +47,15 @@ fn services() -> Result<BTreeMap<String, String>, String> {
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{prefix}-{}-{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+/// A new topic of one partition.
+fn fresh_topic(bootstrap: &str, prefix: &str) -> Result<String, Failed> {
+    let topic = unique(prefix);
+    if !LogWriter::connect(bootstrap)?.ensure_topic(&topic, 1)? {
+        return Err(format!("{topic} existed before this trial made it").into());
+    }
+    Ok(topic)
 }
 
 fn config(bootstrap: &str, id: &str) -> TxnConfig {
@@ -88,8 +98,8 @@ fn one_transaction(p: &TxnProducer, topic: &str, payloads: &[&str]) -> Result<u6
 }
 
 fn a_transaction_is_opened_prepared_committed_and_aborted(env: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
-    let topic = unique("txn-commit");
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    let topic = fresh_topic(bootstrap, "txn-commit")?;
     let p = TxnProducer::open(config(bootstrap, &format!("{topic}-id")))?;
     let (identity, state) = p.identity(Duration::from_secs(2)).ok_or("the producer reported no identity")?;
     assert!(identity.producer_id >= 0 && identity.epoch >= 0, "{identity:?}");
@@ -106,15 +116,17 @@ fn a_transaction_is_opened_prepared_committed_and_aborted(env: &BTreeMap<String,
 }
 
 fn a_record_the_broker_did_not_take_fails_the_prepare(env: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
-    let topic = unique("txn-undeliverable");
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    let topic = fresh_topic(bootstrap, "txn-undeliverable")?;
     let p = TxnProducer::open(config(bootstrap, &format!("{topic}-id")))?;
     one_transaction(&p, &topic, &["fine"])?;
     p.commit()?;
-    // A topic this producer has no metadata for yet: the send is queued, and
-    // the record fails only once the broker says the topic has no partition
-    // 999. librdkafka sometimes knows the topic already and refuses the send
-    // itself; that attempt proves nothing of the prepare, so another is made.
+    // A topic that does not exist yet: the send is queued while librdkafka
+    // asks for its metadata. The topic is then made with one partition, so
+    // the record, addressed to partition 999, fails only once the broker
+    // has said the topic has no such partition. librdkafka sometimes refuses
+    // the send itself; that attempt proves nothing of the prepare, so
+    // another is made.
     for _ in 0..5 {
         let unknown = unique("txn-unknown");
         p.begin()?;
@@ -123,6 +135,7 @@ fn a_record_the_broker_did_not_take_fails_the_prepare(env: &BTreeMap<String, Str
             p.abort()?;
             continue;
         }
+        LogWriter::connect(bootstrap)?.ensure_topic(&unknown, 1)?;
         match p.prepare() {
             Err(TxnError::Refused { abortable: true, .. }) => {}
             other => return Err(format!("a record the broker never took must fail the prepare, got {other:?}").into()),
@@ -171,21 +184,23 @@ fn sigkill(mut child: Child) -> Result<(), Failed> {
 fn a_process_killed_mid_transaction_leaves_an_orphan_the_next_open_settles(
     env: &BTreeMap<String, String>,
 ) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
-    let topic = unique("txn-killed");
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    let topic = fresh_topic(bootstrap, "txn-killed")?;
     let id = format!("{topic}-id");
     let (child, orphan) = hold(bootstrap, &id, &topic)?;
     sigkill(child)?;
     // The orphan's records reached the broker before the kill.
     assert_eq!(read_all(bootstrap, &topic, "read_uncommitted")?, ["h0", "h1", "h2"]);
     let settled = orphan::settle(bootstrap, &id, orphan, SHORT)?;
-    let apis = orphan::broker_apis(bootstrap, SHORT)?;
-    if apis.range(api::DESCRIBE_TRANSACTIONS).is_none() {
-        assert!(
-            settled.steps.iter().any(|s| s.starts_with("DescribeTransactions: unsupported")),
-            "a broker without DescribeTransactions is said to lack it: {:?}",
+    let described = settled.steps.iter().find(|s| s.starts_with("DescribeTransactions:"));
+    let ongoing =
+        format!("identity: ProducerIdentity {{ producer_id: {}, epoch: {} }}", orphan.producer_id, orphan.epoch);
+    if !described.is_some_and(|d| d.contains("state: Ongoing") && d.contains(&ongoing)) {
+        return Err(format!(
+            "the settle must describe the orphan as Ongoing under its own identity first: {:?}",
             settled.steps
-        );
+        )
+        .into());
     }
     match &settled.settlement {
         Settlement::Aborted { by_this_call: true } => {}
@@ -202,7 +217,7 @@ fn a_process_killed_mid_transaction_leaves_an_orphan_the_next_open_settles(
 }
 
 fn an_abort_under_an_unknown_identity_is_refused_by_name(env: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
     let id = unique("txn-stranger");
     let p = TxnProducer::open(config(bootstrap, &id))?;
     let (mine, _) = p.identity(Duration::from_secs(2)).ok_or("no identity")?;
@@ -215,46 +230,90 @@ fn an_abort_under_an_unknown_identity_is_refused_by_name(env: &BTreeMap<String, 
     Ok(())
 }
 
-fn describe_is_unsupported_exactly_where_the_broker_lacks_it(env: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
-    let id = unique("txn-describe");
-    let advertised = orphan::broker_apis(bootstrap, SHORT)?.range(api::DESCRIBE_TRANSACTIONS).is_some();
-    match orphan::describe(bootstrap, &id, SHORT) {
-        Err(TxnError::Unsupported { api, .. }) if !advertised => {
-            assert_eq!(api, "DescribeTransactions");
-            Ok(())
-        }
-        Ok(found) if advertised => {
-            assert_eq!(found, None, "an id nothing used is not found");
-            Ok(())
-        }
-        other => Err(format!("advertised {advertised}, describe answered {other:?}").into()),
+/// DescribeTransactions names each state a transaction passes through, with
+/// the identity of the producer that holds it: nothing for an unused id,
+/// Empty after the init, Ongoing with its partitions while open, then
+/// CompleteCommit or CompleteAbort.
+fn describe_follows_a_transaction_through_its_states(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    if orphan::broker_apis(bootstrap, SHORT)?.range(api::DESCRIBE_TRANSACTIONS).is_none() {
+        return Err("the broker does not advertise DescribeTransactions".into());
     }
+    let topic = fresh_topic(bootstrap, "txn-describe")?;
+    let id = format!("{topic}-id");
+    assert_eq!(orphan::describe(bootstrap, &id, SHORT)?, None, "an id nothing used is not found");
+    let p = TxnProducer::open(config(bootstrap, &id))?;
+    let (me, _) = p.identity(Duration::from_secs(2)).ok_or("no identity")?;
+    let state = |want: TxnState| -> Result<(), Failed> {
+        let d = orphan::describe(bootstrap, &id, SHORT)?.ok_or("the initialised id is not found")?;
+        if d.state != want || d.identity != me {
+            return Err(format!("want {want:?} under {me:?}, described {d:?}").into());
+        }
+        Ok(())
+    };
+    state(TxnState::Empty)?;
+    one_transaction(&p, &topic, &["d0"])?;
+    state(TxnState::Ongoing)?;
+    let d = orphan::describe(bootstrap, &id, SHORT)?.ok_or("not found")?;
+    assert_eq!(d.partitions, [(topic.clone(), vec![0])], "the open transaction's partitions");
+    p.commit()?;
+    state(TxnState::CompleteCommit)?;
+    one_transaction(&p, &topic, &["d1"])?;
+    p.abort()?;
+    state(TxnState::CompleteAbort)?;
+    Ok(())
 }
 
-/// The gaps ARCHITECTURE.md records for this broker, held here so that a
-/// broker that changes them fails until the record is rewritten.
-fn the_brokers_recorded_gaps_hold(env: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let bootstrap = &env["CLINK_KAFKA_TXN_BOOTSTRAP"];
-    if env.get("CLINK_KAFKA_TXN_IMPL").map(String::as_str) != Some("librdkafka-mock") {
-        return Err(
-            format!("no recorded gaps for {:?}: probe it and record them", env.get("CLINK_KAFKA_TXN_IMPL")).into()
-        );
-    }
-    let topic = unique("txn-gaps");
+/// What the commit-confirmed family stands on, held against this broker: a
+/// second init on an id fences the first producer (its next prepare or
+/// commit is Fenced, and its epoch is refused at the coordinator), and
+/// read_committed readers see neither an aborted transaction nor the
+/// zombie's records.
+fn fencing_and_isolation_hold(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    let topic = fresh_topic(bootstrap, "txn-fence")?;
     let id = format!("{topic}-id");
     let first = TxnProducer::open(config(bootstrap, &id))?;
-    let second = TxnProducer::open(config(bootstrap, &id))?;
+    let (old, _) = first.identity(Duration::from_secs(2)).ok_or("no identity")?;
     one_transaction(&first, &topic, &["aborted"])?;
     first.abort()?;
-    // Recorded gap 1: a second init on the same id does not fence the first.
-    one_transaction(&first, &topic, &["zombie"])?;
-    first.commit()?;
+    let second = TxnProducer::open(config(bootstrap, &id))?;
+    let (new, _) = second.identity(Duration::from_secs(2)).ok_or("no identity")?;
+    if new.producer_id != old.producer_id || new.epoch <= old.epoch {
+        return Err(format!("the second init must bump the id's epoch: {old:?} then {new:?}").into());
+    }
+    let zombie = one_transaction(&first, &topic, &["zombie"]).and_then(|_| first.commit());
+    match zombie {
+        Err(e) if e.class() == TxnErrorClass::Fenced => {}
+        other => return Err(format!("the first producer must be fenced, got {other:?}").into()),
+    }
+    let late = orphan::end_txn_as(bootstrap, &id, old, true, SHORT)?;
+    if late != code::PRODUCER_FENCED && late != code::INVALID_PRODUCER_EPOCH {
+        return Err(format!("EndTxn(commit) under the fenced epoch answered {late}, not fenced").into());
+    }
     one_transaction(&second, &topic, &["second"])?;
     second.commit()?;
-    // Recorded gap 2: read_committed shows the aborted record.
-    let seen = read_all(bootstrap, &topic, "read_committed")?;
-    assert_eq!(seen, ["aborted", "zombie", "second"], "ARCHITECTURE.md's table says so; if this changed, re-probe");
+    assert_eq!(read_all(bootstrap, &topic, "read_committed")?, ["second"]);
+    Ok(())
+}
+
+/// A transaction left open past its timeout is aborted by the coordinator:
+/// the late commit fails, nothing of it is visible to read_committed, and
+/// its records are in the log (aborted, not lost in transit).
+fn an_expired_transaction_is_aborted_by_the_broker(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let bootstrap = &env["CLINK_KAFKA_BOOTSTRAP"];
+    let topic = fresh_topic(bootstrap, "txn-expiry")?;
+    let mut c = config(bootstrap, &format!("{topic}-id"));
+    c.transaction_timeout = Duration::from_secs(2);
+    let p = TxnProducer::open(c)?;
+    one_transaction(&p, &topic, &["late"])?;
+    std::thread::sleep(Duration::from_secs(5));
+    match p.commit() {
+        Err(e) if matches!(e.class(), TxnErrorClass::Fenced | TxnErrorClass::Refused) => {}
+        other => return Err(format!("a commit past the transaction's timeout must fail, got {other:?}").into()),
+    }
+    assert_eq!(read_all(bootstrap, &topic, "read_committed")?, Vec::<String>::new());
+    assert_eq!(read_all(bootstrap, &topic, "read_uncommitted")?, ["late"]);
     Ok(())
 }
 
@@ -313,7 +372,7 @@ fn main() {
         hold_and_wait(&spec);
     }
     let args = Arguments::from_args();
-    let needs_service: [(&str, Check); 6] = [
+    let needs_service: [(&str, Check); 7] = [
         ("kafka_txn::open_prepare_commit_abort", a_transaction_is_opened_prepared_committed_and_aborted),
         ("kafka_txn::undelivered_record_fails_prepare", a_record_the_broker_did_not_take_fails_the_prepare),
         (
@@ -321,8 +380,9 @@ fn main() {
             a_process_killed_mid_transaction_leaves_an_orphan_the_next_open_settles,
         ),
         ("kafka_txn::abort_under_unknown_identity_refused", an_abort_under_an_unknown_identity_is_refused_by_name),
-        ("kafka_txn::describe_unsupported_where_lacking", describe_is_unsupported_exactly_where_the_broker_lacks_it),
-        ("kafka_txn::recorded_broker_gaps_hold", the_brokers_recorded_gaps_hold),
+        ("kafka_txn::describe_follows_the_states", describe_follows_a_transaction_through_its_states),
+        ("kafka_txn::fencing_and_isolation_hold", fencing_and_isolation_hold),
+        ("kafka_txn::expired_transaction_aborted_by_the_broker", an_expired_transaction_is_aborted_by_the_broker),
     ];
     let env = services();
     let mut trials: Vec<Trial> = needs_service

@@ -59,11 +59,17 @@ pub struct Plan {
     /// The columns whose line keys each record (none: no key).
     pub key: Vec<String>,
     pub transaction_timeout_ms: u64,
+    /// What each subtask's transactional id starts with (`clink-<job id>`
+    /// when not given). Two jobs writing through one broker with the same
+    /// ids would fence each other's transactions, as Kafka fences any
+    /// producer a later one of its id supersedes: jobs that share a job id
+    /// on one broker need prefixes of their own.
+    pub transactional_id_prefix: Option<String>,
 }
 
 pub fn plan(params: &Json) -> Result<Plan, FieldError> {
     let f = Fields::object(params, "$")?;
-    f.only(&["topic", "key", "transaction_timeout_ms"])?;
+    f.only(&["topic", "key", "transaction_timeout_ms", "transactional_id_prefix"])?;
     let topic = f.str("topic")?;
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) || topic == "." || topic == ".." {
@@ -74,7 +80,14 @@ pub fn plan(params: &Json) -> Result<Plan, FieldError> {
     if !(1_000..=900_000).contains(&transaction_timeout_ms) {
         return Err(f.error("transaction_timeout_ms", "1000 to 900000"));
     }
-    Ok(Plan { topic: topic.to_string(), key, transaction_timeout_ms })
+    let transactional_id_prefix = f.optional("transactional_id_prefix", Fields::str)?.map(str::to_string);
+    if let Some(prefix) = &transactional_id_prefix {
+        // The id adds "-<uid>-<subtask>"; the whole is checked at build.
+        if check_transactional_id(prefix).is_err() || prefix.len() > 200 {
+            return Err(f.error("transactional_id_prefix", "1 to 200 of [A-Za-z0-9._:-]"));
+        }
+    }
+    Ok(Plan { topic: topic.to_string(), key, transaction_timeout_ms, transactional_id_prefix })
 }
 
 fn plan_schema(params: &Json, input: Option<&Schema>) -> Result<Schema, FieldError> {
@@ -187,7 +200,11 @@ impl Sink for KafkaSink {
     }
 
     fn prepare(&mut self, checkpoint: u64) -> Result<Prepared, OperatorError> {
-        self.producer()?.prepare().map_err(|e| self.broker(e))?;
+        // The mark makes the transaction one the broker knows, records or
+        // none: the in-doubt walk and the open describe it by its identity.
+        let producer = self.producer()?;
+        producer.mark(&self.plan.topic, checkpoint).map_err(|e| self.broker(e))?;
+        producer.prepare().map_err(|e| self.broker(e))?;
         let identity = self.identity.ok_or_else(|| OperatorError::Protocol("the Kafka sink is not open".into()))?;
         self.prepared = Some(TxnHandle {
             checkpoint,
@@ -283,6 +300,12 @@ impl ConfirmedSink for KafkaSink {
             Settlement::Committed { .. } => OrphanSeen::Committed,
             Settlement::Aborted { by_this_call: true } => OrphanSeen::AbortedNow,
             Settlement::Aborted { by_this_call: false } => OrphanSeen::NotCommitted,
+            // A later epoch holds the id: the broker expired the orphan, or
+            // a successor's init fenced it. A committed orphan would have its
+            // receipt already (a commit is receipted before its successor
+            // begins, and the open reads receipts before it settles), so
+            // this one never committed: as `seen_in` reads a later epoch.
+            Settlement::Superseded { .. } => OrphanSeen::NotCommitted,
             Settlement::Undetermined { why } => OrphanSeen::Unknown { why: format!("{why} ({})", settled.steps.join("; ")) },
         })
     }
@@ -330,10 +353,14 @@ fn bootstrap(env: &Environment) -> Option<&str> {
     env.connections.kafka_bootstrap.as_deref()
 }
 
-/// The transactional id of one subtask of a sink: fixed by the job, the
-/// sink's uid and the subtask, so every incarnation of it fences the last.
-pub fn transactional_id(job: u64, uid: &str, subtask: u32) -> String {
-    format!("clink-{job}-{uid}-{subtask}")
+/// The transactional id of one subtask of a sink: fixed by the prefix (the
+/// job's, unless the plan names one), the sink's uid and the subtask, so
+/// every incarnation of it fences the last.
+pub fn transactional_id(prefix: Option<&str>, job: u64, uid: &str, subtask: u32) -> String {
+    match prefix {
+        Some(prefix) => format!("{prefix}-{uid}-{subtask}"),
+        None => format!("clink-{job}-{uid}-{subtask}"),
+    }
 }
 
 fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
@@ -342,7 +369,8 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
     let bootstrap = bootstrap(setup.env).map(str::to_string).ok_or_else(|| {
         OperatorError::Input(format!("operator {:?} writes Kafka: name the brokers with --kafka-bootstrap", setup.uid))
     })?;
-    let transactional_id = transactional_id(setup.env.job, setup.uid, setup.subtask);
+    let transactional_id =
+        transactional_id(plan.transactional_id_prefix.as_deref(), setup.env.job, setup.uid, setup.subtask);
     check_transactional_id(&transactional_id)
         .map_err(|e| OperatorError::Input(format!("operator {:?}: {e} (its uid makes the id)", setup.uid)))?;
     Ok(Box::new(KafkaSink {
@@ -417,6 +445,7 @@ mod tests {
             (json!({"topic": "t", "key": ["nope"]}), "key[0]: no input column"),
             (json!({"topic": "t", "transaction_timeout_ms": 10}), "transaction_timeout_ms: 1000 to 900000"),
             (json!({"topic": "t", "extra": 1}), "extra"),
+            (json!({"topic": "t", "transactional_id_prefix": "a b"}), "transactional_id_prefix: 1 to 200"),
         ] {
             let e = plan_schema(&params, Some(&input())).unwrap_err().to_string();
             assert!(e.contains(why), "{params}: {e}");
@@ -531,6 +560,7 @@ mod tests {
 
     #[test]
     fn transactional_ids_name_job_uid_and_subtask() {
-        assert_eq!(transactional_id(22, "windows-out", 1), "clink-22-windows-out-1");
+        assert_eq!(transactional_id(None, 22, "windows-out", 1), "clink-22-windows-out-1");
+        assert_eq!(transactional_id(Some("blue"), 22, "windows-out", 1), "blue-windows-out-1");
     }
 }

@@ -103,6 +103,14 @@ pub enum Settlement {
     Committed { described: Described },
     /// The orphan is aborted: by this call's abort, or before it.
     Aborted { by_this_call: bool },
+    /// A later epoch of the id holds it (the abort answered PRODUCER_FENCED
+    /// or INVALID_PRODUCER_EPOCH): the orphan can no longer commit, and its
+    /// own record is gone. The coordinator bumps the epoch when it aborts a
+    /// transaction past its timeout, and an init bumps it to fence. Whether
+    /// the orphan committed before the bump, the broker cannot say any more;
+    /// what the caller knows (a receipt written before any successor began)
+    /// must decide that.
+    Superseded { described: Option<Described> },
     /// The broker cannot say how it ended: `why` names what it lacks or answered.
     Undetermined { why: String },
 }
@@ -242,20 +250,10 @@ fn abort_at(
     orphan: ProducerIdentity,
     deadline: Instant,
 ) -> Result<AbortAnswer, TxnError> {
-    let Some(version) = c.apis.version_within(api::END_TXN, 0, 3) else {
-        return Err(TxnError::Unsupported {
-            at: site(bootstrap, id, "aborting the orphan"),
-            api: "EndTxn v0..3",
-            message: format!("the coordinator at {} offers {:?}", c.apis.address, c.apis.range(api::END_TXN)),
-        });
-    };
+    let version = end_txn_version(c, bootstrap, id, "aborting the orphan")?;
     loop {
-        let body = wire::end_txn_body(id, orphan.producer_id, orphan.epoch, false);
-        let answer = c
-            .conn
-            .call(api::END_TXN, version, false, &body)
+        let error = wire::end_txn(&mut c.conn, version, id, orphan.producer_id, orphan.epoch, false)
             .map_err(|e| wire_error(bootstrap, id, "EndTxn(abort)", e, true))?;
-        let error = wire::decode_end_txn(&answer).map_err(|e| wire_error(bootstrap, id, "EndTxn(abort)", e, true))?;
         match error {
             code::NONE => return Ok(AbortAnswer::Aborted),
             code::INVALID_TXN_STATE => return Ok(AbortAnswer::NotOngoing),
@@ -289,17 +287,19 @@ pub fn end_txn_as(
 ) -> Result<i16, TxnError> {
     let mut c = coordinator(bootstrap, id, timeout)?;
     let what = if commit { "EndTxn(commit)" } else { "EndTxn(abort)" };
-    let Some(version) = c.apis.version_within(api::END_TXN, 0, 3) else {
-        return Err(TxnError::Unsupported {
-            at: site(bootstrap, id, what),
-            api: "EndTxn v0..3",
-            message: format!("the coordinator at {} offers {:?}", c.apis.address, c.apis.range(api::END_TXN)),
-        });
-    };
-    let body = wire::end_txn_body(id, identity.producer_id, identity.epoch, commit);
-    let answer =
-        c.conn.call(api::END_TXN, version, false, &body).map_err(|e| wire_error(bootstrap, id, what, e, true))?;
-    wire::decode_end_txn(&answer).map_err(|e| wire_error(bootstrap, id, what, e, true))
+    let version = end_txn_version(&c, bootstrap, id, what)?;
+    wire::end_txn(&mut c.conn, version, id, identity.producer_id, identity.epoch, commit)
+        .map_err(|e| wire_error(bootstrap, id, what, e, true))
+}
+
+/// The highest EndTxn version both the coordinator and this client speak.
+fn end_txn_version(c: &Coordinated, bootstrap: &str, id: &str, what: &str) -> Result<i16, TxnError> {
+    let (min, max) = wire::END_TXN_VERSIONS;
+    c.apis.version_within(api::END_TXN, min, max).ok_or_else(|| TxnError::Unsupported {
+        at: site(bootstrap, id, what),
+        api: "EndTxn v0..4",
+        message: format!("the coordinator at {} offers {:?}", c.apis.address, c.apis.range(api::END_TXN)),
+    })
 }
 
 /// Settles an orphan before the reopening sink's init: describes it where
@@ -320,6 +320,11 @@ pub fn settle(bootstrap: &str, id: &str, orphan: ProducerIdentity, timeout: Dura
         return Ok(Settled { settlement: Settlement::Aborted { by_this_call: true }, steps });
     }
     let after = describe_step(&mut c, bootstrap, id, &mut steps)?;
+    if answer == AbortAnswer::Superseded {
+        if let Some(later) = superseding(after.as_ref(), orphan) {
+            return Ok(Settled { settlement: Settlement::Superseded { described: later }, steps });
+        }
+    }
     let settlement = decided(after.as_ref(), orphan).unwrap_or_else(|| Settlement::Undetermined {
         why: match after {
             Seen::Unsupported => format!("the abort answered {answer:?} and the broker cannot describe transactions"),
@@ -354,6 +359,21 @@ fn describe_step(c: &mut Coordinated, bootstrap: &str, id: &str, steps: &mut Vec
             Ok(Seen::Unsupported)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// After an abort refused as superseded: the description that agrees (the
+/// same producer id at a later epoch, or the id no longer known), or `None`
+/// when the description contradicts the refusal.
+fn superseding(described: Option<&Option<Described>>, orphan: ProducerIdentity) -> Option<Option<Described>> {
+    match described {
+        // The broker cannot describe: the refusal alone says a later epoch exists.
+        None => Some(None),
+        Some(None) => Some(None),
+        Some(Some(d)) if d.identity.producer_id != orphan.producer_id || d.identity.epoch > orphan.epoch => {
+            Some(Some(d.clone()))
+        }
+        Some(Some(_)) => None,
     }
 }
 
@@ -401,6 +421,19 @@ mod tests {
             assert_eq!(decided(Some(&other), me), None, "{other:?}");
         }
         assert_eq!(decided(None, me), None);
+    }
+
+    #[test]
+    fn only_a_later_identity_agrees_with_a_superseded_abort() {
+        let me = ProducerIdentity { producer_id: 7, epoch: 3 };
+        // The coordinator aborted an expired transaction with a bump: 7/4.
+        let bumped = described(TxnState::CompleteAbort, 7, 4);
+        assert_eq!(superseding(Some(&bumped), me), Some(bumped.clone()));
+        let other_id = described(TxnState::Empty, 9, 0);
+        assert_eq!(superseding(Some(&other_id), me), Some(other_id.clone()));
+        // Its own epoch still there contradicts a refusal as superseded.
+        assert_eq!(superseding(Some(&described(TxnState::Ongoing, 7, 3)), me), None);
+        assert_eq!(superseding(Some(&described(TxnState::CompleteCommit, 7, 2)), me), None);
     }
 
     #[test]

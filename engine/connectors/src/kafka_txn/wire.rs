@@ -348,32 +348,67 @@ pub fn decode_find_coordinator(body: &[u8]) -> Result<Coordinator, WireError> {
     Ok(Coordinator { error, message, node_id, address: format!("{host}:{port}") })
 }
 
-/// EndTxn v1 under the given producer id and epoch; the broker's error code.
+/// The EndTxn versions this client speaks: 0 to 2 in the classic encoding,
+/// 3 and 4 flexible (compact strings, tagged fields). Version 5 is left out
+/// on purpose: it asks the coordinator to bump the producer epoch at every
+/// end (KIP-890 part 2), and the sink's identities are librdkafka's, which
+/// ends its own transactions at version 1.
+pub const END_TXN_VERSIONS: (i16, i16) = (0, 4);
+
+fn end_txn_flexible(version: i16) -> bool {
+    version >= 3
+}
+
+/// EndTxn at `version` (within [`END_TXN_VERSIONS`]) under the given
+/// producer id and epoch; the broker's error code.
 pub fn end_txn(
     conn: &mut Connection,
+    version: i16,
     transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     commit: bool,
 ) -> Result<i16, WireError> {
-    let answer =
-        conn.call(api::END_TXN, 1, false, &end_txn_body(transactional_id, producer_id, producer_epoch, commit))?;
-    decode_end_txn(&answer)
+    let body = end_txn_body(version, transactional_id, producer_id, producer_epoch, commit);
+    let answer = conn.call(api::END_TXN, version, end_txn_flexible(version), &body)?;
+    decode_end_txn(version, &answer)
 }
 
-pub fn end_txn_body(transactional_id: &str, producer_id: i64, producer_epoch: i16, commit: bool) -> Vec<u8> {
+pub fn end_txn_body(
+    version: i16,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+) -> Vec<u8> {
+    let flexible = end_txn_flexible(version);
     let mut body = Vec::new();
-    put_string(&mut body, transactional_id);
+    if flexible {
+        put_compact_string(&mut body, transactional_id);
+    } else {
+        put_string(&mut body, transactional_id);
+    }
     body.extend_from_slice(&producer_id.to_be_bytes());
     body.extend_from_slice(&producer_epoch.to_be_bytes());
     body.push(u8::from(commit));
+    if flexible {
+        body.push(0); // no tagged fields
+    }
     body
 }
 
-pub fn decode_end_txn(body: &[u8]) -> Result<i16, WireError> {
+/// The error code of an EndTxn answer at `version` (the header already split off).
+pub fn decode_end_txn(version: i16, body: &[u8]) -> Result<i16, WireError> {
     let mut r = Reader::new(body);
     let _throttle = r.i32()?;
     let error = r.i16()?;
+    if version >= 5 {
+        let _producer_id = r.i64()?;
+        let _producer_epoch = r.i16()?;
+    }
+    if end_txn_flexible(version) {
+        r.skip_tags()?;
+    }
     r.end()?;
     Ok(error)
 }
@@ -504,13 +539,33 @@ mod tests {
 
     #[test]
     fn requests_are_framed_with_their_size_and_header() {
-        let frame = request_frame(api::END_TXN, 1, 9, false, &end_txn_body("t", 5, 2, false));
+        let frame = request_frame(api::END_TXN, 1, 9, false, &end_txn_body(1, "t", 5, 2, false));
         let size = i32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(size, frame.len() - 4);
         assert_eq!(&frame[4..8], &[0, 26, 0, 1]);
         assert_eq!(&frame[8..12], &9i32.to_be_bytes());
         let flexible = request_frame(api::DESCRIBE_TRANSACTIONS, 0, 1, true, &[]);
         assert_eq!(flexible.last(), Some(&0), "a flexible header ends with its empty tag section");
+    }
+
+    /// The layouts of apache/kafka's EndTxnRequest.json and
+    /// EndTxnResponse.json: fields 0+, flexible 3+, producer id and epoch
+    /// in the answer from 5.
+    #[test]
+    fn end_txn_is_encoded_as_its_version_says() {
+        let classic = end_txn_body(2, "tx", 5, 2, true);
+        assert_eq!(classic, [&[0, 2][..], b"tx", &5i64.to_be_bytes(), &2i16.to_be_bytes(), &[1]].concat());
+        let flexible = end_txn_body(3, "tx", 5, 2, false);
+        assert_eq!(flexible, [&[3][..], b"tx", &5i64.to_be_bytes(), &2i16.to_be_bytes(), &[0], &[0]].concat());
+
+        let answer = [&0i32.to_be_bytes()[..], &47i16.to_be_bytes()].concat();
+        assert_eq!(decode_end_txn(1, &answer), Ok(47));
+        assert!(decode_end_txn(3, &answer).is_err(), "a flexible answer ends with its tag section");
+        let tagged = [&answer[..], &[0]].concat();
+        assert_eq!(decode_end_txn(4, &tagged), Ok(47));
+        assert!(decode_end_txn(1, &tagged).is_err(), "a classic answer has no tag section");
+        let v5 = [&answer[..], &9i64.to_be_bytes(), &3i16.to_be_bytes(), &[0]].concat();
+        assert_eq!(decode_end_txn(5, &v5), Ok(47));
     }
 
     #[test]
@@ -527,7 +582,8 @@ mod tests {
             let _ = decode_describe_transactions(&bytes);
             let _ = decode_api_versions(&bytes);
             let _ = decode_find_coordinator(&bytes);
-            let _ = decode_end_txn(&bytes);
+            let _ = decode_end_txn(1, &bytes);
+            let _ = decode_end_txn(3, &bytes);
             let _ = split_response(&bytes, 1, true);
         }
 

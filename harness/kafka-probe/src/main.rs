@@ -3,8 +3,10 @@
 //! and rdkafka consumers at both isolation levels. Each row is one request
 //! or one observable consequence, and says what was seen.
 //!
-//! It owns the measurement only: it writes to fresh topics named
-//! `probe-<pid>-<n>`, on the broker it is given, which must be on 127.0.0.1.
+//! It owns the measurement only: it creates fresh topics named
+//! `probe-<pid>-<n>-<what>` (one partition, by CreateTopics: a broker that
+//! makes topics on first use is not needed) on the broker it is given,
+//! which must be on 127.0.0.1, and writes only to them.
 //!
 //! usage: kafka-txn-probe BOOTSTRAP [--json] [--expiry-wait SECONDS]
 //!        kafka-txn-probe --hold BOOTSTRAP TRANSACTIONAL_ID TOPIC
@@ -18,6 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use clink_connectors::kafka::LogWriter;
 use clink_connectors::kafka_txn::orphan::{self, Settlement};
 use clink_connectors::kafka_txn::wire::{api, code};
 use clink_connectors::kafka_txn::{ProducerIdentity, TxnConfig, TxnError, TxnErrorClass, TxnProducer};
@@ -52,9 +55,15 @@ impl Probe {
         self.rows.push(Row { check: check.to_string(), verdict, measured: measured.into() });
     }
 
-    fn fresh(&mut self, what: &str) -> String {
+    /// A new topic of one partition; a broker that cannot make one leaves
+    /// the rows that need it unmeasured, with the reason.
+    fn fresh(&mut self, what: &str) -> Result<String, String> {
         self.topics += 1;
-        format!("probe-{}-{}-{what}", std::process::id(), self.topics)
+        let topic = format!("probe-{}-{}-{what}", std::process::id(), self.topics);
+        LogWriter::connect(&self.bootstrap)
+            .and_then(|w| w.ensure_topic(&topic, 1))
+            .map_err(|e| format!("creating topic {topic}: {e}"))?;
+        Ok(topic)
     }
 
     fn config(&self, id: &str) -> TxnConfig {
@@ -142,7 +151,10 @@ fn advertised(probe: &mut Probe) -> bool {
 }
 
 fn commit_abort_and_isolation(probe: &mut Probe) {
-    let topic = probe.fresh("isolation");
+    let topic = match probe.fresh("isolation") {
+        Ok(t) => t,
+        Err(e) => return probe.row("init_transactions", Verdict::Unmeasured, e),
+    };
     let id = format!("{topic}-txn");
     let p = match TxnProducer::open(probe.config(&id)) {
         Ok(p) => {
@@ -197,7 +209,10 @@ fn verdict(yes: bool) -> Verdict {
 }
 
 fn fencing(probe: &mut Probe) {
-    let topic = probe.fresh("fence");
+    let topic = match probe.fresh("fence") {
+        Ok(t) => t,
+        Err(e) => return probe.row("a second init fences the first producer", Verdict::Unmeasured, e),
+    };
     let id = format!("{topic}-txn");
     let (old, new) = match (TxnProducer::open(probe.config(&id)), TxnProducer::open(probe.config(&id))) {
         (Ok(a), Ok(b)) => (a, b),
@@ -227,11 +242,14 @@ fn fencing(probe: &mut Probe) {
 }
 
 fn expiry(probe: &mut Probe, wait: Duration) {
-    let topic = probe.fresh("expiry");
+    let check = "a transaction open past its timeout is aborted";
+    let topic = match probe.fresh("expiry") {
+        Ok(t) => t,
+        Err(e) => return probe.row(check, Verdict::Unmeasured, e),
+    };
     let id = format!("{topic}-txn");
     let mut config = probe.config(&id);
     config.transaction_timeout = Duration::from_secs(2);
-    let check = "a transaction open past its timeout is aborted";
     let p = match TxnProducer::open(config) {
         Ok(p) => p,
         Err(e) => return probe.row(check, Verdict::Unmeasured, short(&e)),
@@ -296,7 +314,10 @@ fn killed(mut child: Child) {
 }
 
 fn kill_then_reopen(probe: &mut Probe) {
-    let topic = probe.fresh("kill");
+    let topic = match probe.fresh("kill") {
+        Ok(t) => t,
+        Err(e) => return probe.row("SIGKILL mid-transaction, then init", Verdict::Unmeasured, e),
+    };
     let id = format!("{topic}-txn");
     let (child, orphan) = match hold(probe, &id, &topic) {
         Ok(h) => h,
@@ -345,7 +366,10 @@ fn kill_then_reopen(probe: &mut Probe) {
 }
 
 fn settle_before_init(probe: &mut Probe) {
-    let topic = probe.fresh("settle");
+    let topic = match probe.fresh("settle") {
+        Ok(t) => t,
+        Err(e) => return probe.row("abort under the orphan's identity (EndTxn)", Verdict::Unmeasured, e),
+    };
     let id = format!("{topic}-txn");
     let (child, orphan) = match hold(probe, &id, &topic) {
         Ok(h) => h,
