@@ -151,10 +151,14 @@ pub enum Defect {
     AdvanceBeforeConfirmedPut,
     /// A Kafka sink sends CommitConfirmed as it takes the commit frame.
     ConfirmBeforeCommit,
+    /// A Kafka sink's transactional id names its process, so a new
+    /// incarnation's init fences nothing an old one (a worker given up while
+    /// still running) holds: the old one's late produce and commit go through.
+    NoFencing,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 31] = [
+    pub const ALL: [Defect; 32] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
@@ -186,6 +190,7 @@ impl Defect {
         Defect::RestoreFromCompleted,
         Defect::AdvanceBeforeConfirmedPut,
         Defect::ConfirmBeforeCommit,
+        Defect::NoFencing,
     ];
 
     pub fn name(self) -> &'static str {
@@ -221,6 +226,7 @@ impl Defect {
             Defect::RestoreFromCompleted => "restore_from_completed",
             Defect::AdvanceBeforeConfirmedPut => "advance_before_confirmed_put",
             Defect::ConfirmBeforeCommit => "confirm_before_commit",
+            Defect::NoFencing => "no_fencing",
         }
     }
 

@@ -28,8 +28,11 @@
 //!   fetched copy swept), and a second push of the same bytes (dedup).
 //! - `tlc`: `incident-verify --profile full` on the example bundle (TLC's
 //!   start dominates), and trace validation of a 10,000-event trace.
-//! - `connectors`: both Kafka→ClickHouse jobs end to end over 200,000 events
-//!   against the services `gates/services start` runs (skipped without them).
+//! - `connectors`: both Kafka→ClickHouse jobs and the Kafka→Kafka exactly
+//!   once job end to end over 200,000 events against the services `gates/services
+//!   start` runs, each beside the broker's bound (Apache Kafka's
+//!   ProducerPerformance on the same records) measured in the same run
+//!   (`engine/kafka.rs`; skipped without the services).
 //! - `audit`: `gates/audit-gate --no-kills` on both Kafka→ClickHouse jobs fed
 //!   11,000 events/s by one paced `clink produce --rate` (so that at least
 //!   10,000 are sustained), a checkpoint every 10 s: the delay from a
@@ -51,6 +54,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+#[path = "engine/kafka.rs"]
+mod kafka;
 #[path = "engine/perf_output.rs"]
 mod perf_output;
 #[path = "engine/profile.rs"]
@@ -821,75 +826,6 @@ fn services() -> Option<std::collections::BTreeMap<String, String>> {
     Some(text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
 }
 
-fn connectors(scratch: &Path, figures: &mut Vec<Figure>) {
-    use clink_connectors::clickhouse::{sql, Connection, Endpoint};
-    let Some(env) = services() else {
-        eprintln!("  connectors: skipped: the services are not running (gates/services start)");
-        return;
-    };
-    let (bootstrap, clickhouse) = (&env["CLINK_KAFKA_BOOTSTRAP"], &env["CLINK_CLICKHOUSE_HTTP"]);
-    let events = 200_000u64;
-    let stamp = std::process::id();
-    let topic = format!("bench-{stamp}");
-    let produced = measure(
-        Command::new(clink())
-            .args(["produce", "--seed", "1", "--accounts", "200", "--partitions", "3", "--topic", &topic])
-            .args(["--bootstrap", bootstrap, "--events"])
-            .arg(events.to_string())
-            .stdout(std::process::Stdio::null()),
-    );
-    let ch = Connection::open(&Endpoint::parse(clickhouse).expect("address")).expect("client");
-    for (name, fixture) in [("records", "fixtures/jobs/kafka-clickhouse"), ("windows", "fixtures/jobs/kafka-windows")] {
-        let mut walls = Vec::new();
-        for i in 0..runs() {
-            let table = format!("bench_{name}_{stamp}_{i}");
-            let ddl = std::fs::read_to_string(workspace().join(fixture).join("table.sql")).expect("table.sql");
-            ch.execute("create", ddl.trim().replace("{table}", &sql::qualified("default", &table)).as_str())
-                .expect("the bench table");
-            let mut job: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(workspace().join(fixture).join("job.json")).expect("job"))
-                    .expect("job json");
-            for op in job["operators"].as_array_mut().expect("operators") {
-                match op["type"].as_str() {
-                    Some("kafka_source") => op["params"]["topic"] = topic.clone().into(),
-                    Some("clickhouse_sink") => op["params"]["table"] = table.clone().into(),
-                    _ => {}
-                }
-            }
-            let work = scratch.join(format!("connectors-{name}-{i}"));
-            let _ = std::fs::remove_dir_all(&work);
-            std::fs::create_dir_all(&work).expect("work");
-            std::fs::write(work.join("job.json"), job.to_string()).expect("job file");
-            let cost = measure(
-                Command::new(clink())
-                    .args(["run", "--quiet", "--checkpoint-every-records", "10000", "--job"])
-                    .arg(work.join("job.json"))
-                    .arg("--output-dir")
-                    .arg(work.join("out"))
-                    .arg("--checkpoint-dir")
-                    .arg(work.join("ck"))
-                    .args(["--kafka-bootstrap", bootstrap, "--clickhouse", clickhouse])
-                    .stdout(std::process::Stdio::null()),
-            );
-            walls.push(cost.wall.as_secs_f64());
-            let _ = ch.execute("drop", &format!("DROP TABLE {}", sql::qualified("default", &table)));
-        }
-        let wall = median(walls);
-        figures.push(
-            Figure::new(
-                "connectors",
-                format!("{name} job, Kafka into ClickHouse, 200k events, events/s"),
-                events as f64 / wall,
-                "ev/s",
-            )
-            .against(
-                format!("clink produce of the same events: {:.1}s", produced.wall.as_secs_f64()),
-                produced.wall.as_secs_f64(),
-            ),
-        );
-    }
-}
-
 /// One job's line of `gates/audit-gate --figures` (clink-audit-figures v1).
 fn audit_figures(line: &serde_json::Value, figures: &mut Vec<Figure>) {
     let job = line["job"].as_str().unwrap_or("?");
@@ -991,7 +927,7 @@ fn print_table(figures: &[Figure]) {
             if f.unit == "ev/s" { format!("{:.0} {}", f.value, f.unit) } else { format!("{:.3} {}", f.value, f.unit) };
         let goal = match (f.goal, f.met()) {
             (Some(Goal::AtMost(g)), Some(met)) => format!("<= {g} {}", if met { "met" } else { "NOT" }),
-            (Some(Goal::AtLeast(g)), Some(met)) => format!(">= {g:.0} {}", if met { "met" } else { "NOT" }),
+            (Some(Goal::AtLeast(g)), Some(met)) => format!(">= {g} {}", if met { "met" } else { "NOT" }),
             _ => String::new(),
         };
         let against = f.baseline.as_ref().map(|(b, _)| b.as_str()).unwrap_or("");
@@ -1024,7 +960,7 @@ fn main() {
         ("capture", capture_and_verify, true),
         ("ab", ab, true),
         ("tlc", tlc, true),
-        ("connectors", connectors, true),
+        ("connectors", kafka::connectors, true),
         ("audit", audit, true),
         ("models", models, false),
     ];

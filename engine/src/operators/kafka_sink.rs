@@ -371,6 +371,13 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
     })?;
     let transactional_id =
         transactional_id(plan.transactional_id_prefix.as_deref(), setup.env.job, setup.uid, setup.subtask);
+    // DEFECT no_fencing: each process its own id, so no incarnation fences another.
+    #[cfg(any(test, feature = "defects"))]
+    let transactional_id = if setup.env.defects.has(crate::defects::Defect::NoFencing) {
+        format!("{transactional_id}.p{}", std::process::id())
+    } else {
+        transactional_id
+    };
     check_transactional_id(&transactional_id)
         .map_err(|e| OperatorError::Input(format!("operator {:?}: {e} (its uid makes the id)", setup.uid)))?;
     Ok(Box::new(KafkaSink {

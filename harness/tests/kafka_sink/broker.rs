@@ -62,17 +62,17 @@ fn broker_down_while_held(name: &str, first_kill: Option<&str>, at: &str, releas
 
 /// Killed while the sink's transaction is open (records sent, not flushed).
 pub fn killed_during_an_open_transaction(_: &str) -> Result<(), Failed> {
-    broker_down_while_held("open transaction", None, "sink.before_prepare@3", false)
+    broker_down_while_held("open transaction", None, "sink.before_prepare@7", false)
 }
 
 /// Killed with the commit request on its way: the sink sends it to a broker
 /// that is gone, and the broker comes back while it waits for the answer.
 pub fn killed_between_a_commit_request_and_its_answer(_: &str) -> Result<(), Failed> {
-    broker_down_while_held("commit in flight", None, "sink.before_commit@3", true)
+    broker_down_while_held("commit in flight", None, "sink.before_commit@7", true)
 }
 
-/// Killed as the in-doubt walk starts asking about checkpoint 3's orphans
-/// (the job killed at sink.before_commit@3 before): its probes meet no
+/// Killed as the in-doubt walk starts asking about checkpoint 7's orphans
+/// (the job killed at sink.before_commit@7 before): its probes meet no
 /// broker, then the broker that comes back.
 pub fn killed_during_the_in_doubt_walk(_: &str) -> Result<(), Failed> {
     broker_down_while_held("in-doubt walk", Some("sink.before_commit@3"), "coordinator.before_in_doubt_walk@2", true)
@@ -84,7 +84,7 @@ pub fn killed_during_the_in_doubt_walk(_: &str) -> Result<(), Failed> {
 pub fn an_expired_transaction_takes_the_refused_commit_path(bootstrap: &str) -> Result<(), Failed> {
     let s = Scenario::new("broker-expiry", bootstrap)?;
     s.edit_sink_params(|p| p["transaction_timeout_ms"] = 2000.into())?;
-    let at = "sink.before_commit@3";
+    let at = "sink.before_commit@7";
     let mut run = Steered::start(s.command("ck", Some(&format!("{at}=hold")), &[]), s.dir.path(), "expiry")?;
     run.wait_held(at, HELD)?;
     // 2 s of timeout, and the coordinator looks for expired transactions every second.
@@ -108,6 +108,6 @@ pub fn an_expired_transaction_takes_the_refused_commit_path(bootstrap: &str) -> 
         }
     }
     let exact = committed_exactly(&s)?;
-    println!("expiry: the commit of checkpoint 3, past its 2 s timeout, was refused; {exact}");
+    println!("expiry: the commit of checkpoint 7, past its 2 s timeout, was refused; {exact}");
     Ok(())
 }
