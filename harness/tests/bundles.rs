@@ -4,6 +4,8 @@
 //! by `clink incident-verify`; its exit code must be the one the recipe
 //! expects, and its report is compared with an insta snapshot.
 
+#[path = "bundles/claims.rs"]
+mod claims;
 mod common;
 
 use common::copy_dir;
@@ -211,6 +213,23 @@ fn apply(dir: &Path, action: &Json) {
             let mut all = fs::read(dir.join(&rel)).unwrap();
             all.extend(bytes);
             fs::write(dir.join(&rel), all).unwrap();
+            revouch(dir, &rel);
+        }
+        "drop_epoch" => {
+            // Leaves the first epoch of a role out of the manifest's epoch
+            // index; its capture stays listed as an artifact.
+            let mut m = m;
+            let role = action["capture_role"].as_str().unwrap_or("operator");
+            let epochs = m["epochs"].as_array_mut().unwrap();
+            let at = epochs.iter().position(|e| e["role"] == role).unwrap_or_else(|| panic!("no {role} epoch"));
+            epochs.remove(at);
+            save_manifest(dir, &m);
+        }
+        "truncate_path" => {
+            // Cuts a named artifact in half and re-vouches for it.
+            let rel = placed(&m, action["path"].as_str().unwrap());
+            let bytes = fs::read(dir.join(&rel)).unwrap();
+            fs::write(dir.join(&rel), &bytes[..bytes.len() / 2]).unwrap();
             revouch(dir, &rel);
         }
         "note" => {
@@ -489,6 +508,9 @@ fn main() {
         .collect();
     let found = trials.len();
     trials.push(Trial::test("suite::a-malformed-recipe-fails-its-trial", a_malformed_recipe_fails_its_trial));
+    trials.push(Trial::test("claims::any-single-field-edit-never-passes", || {
+        claims::any_single_field_edit_never_passes(&fixtures().join("good"))
+    }));
     if found == 0 {
         trials.push(Trial::test("bundle::none_found", || {
             Err("no bundle under fixtures/bundles: an empty suite proves nothing".into())

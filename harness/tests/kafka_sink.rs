@@ -601,7 +601,40 @@ fn bundle_verifies(bootstrap: &str) -> Result<(), Failed> {
         .into());
     }
     println!("bundle: {receipts} receipts, {confirmed} CONFIRMED markers; incident-verify --profile full passed, protocol.conformance included");
+    family_flip_refused(&bundle)?;
     receipt_dropped_fails(&bundle, manifest["selection"]["checkpoint"].as_u64().ok_or("no selected checkpoint")?)
+}
+
+/// The same bundle with its manifest saying the job's sinks need no commit
+/// confirmation (and naming the recoverable family's rule): judged by that
+/// rule, a missing receipt and an unconfirmed restore point would pass. The
+/// family is a fact of the job graph's sinks and the job manifest: the
+/// bundle is refused (exit 2), naming the field.
+fn family_flip_refused(bundle: &Path) -> Result<(), Failed> {
+    let copy = bundle.with_file_name("bundle-family-flipped");
+    let out = Command::new("cp").arg("-a").arg(bundle).arg(&copy).output()?;
+    if !out.status.success() {
+        return Err(format!("cp: {}", stderr(&out)).into());
+    }
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(copy.join("manifest.json"))?)?;
+    manifest["job"]["requires_commit_confirmation"] = false.into();
+    manifest["selection"]["rule"] = "newest_completed_not_passed_over".into();
+    std::fs::write(copy.join("manifest.json"), serde_json::to_vec_pretty(&manifest)?)?;
+    for profile in ["consistency", "replay", "full"] {
+        let verify = Command::new(clink()).arg("incident-verify").arg(&copy).args(["--profile", profile]).output()?;
+        let said = stderr(&verify);
+        if verify.status.code() != Some(2) || !said.contains("/job/requires_commit_confirmation") {
+            return Err(format!(
+                "a bundle whose manifest flips the family must be refused under --profile {profile} (exit 2, naming the field): {:?}\n{said}",
+                verify.status
+            )
+            .into());
+        }
+    }
+    println!(
+        "with its manifest claiming the recoverable family, the bundle is refused under every profile that reads it"
+    );
+    Ok(())
 }
 
 /// The same bundle with one sink's receipt of the selected checkpoint taken

@@ -116,7 +116,10 @@ impl Bundle {
         parse_receipt_bytes(&path, &bytes, self.job_id(), participant, checkpoint).map_err(invalid)
     }
 
-    /// The markers the manifest lists, and the RESTORED record read.
+    /// The markers the manifest lists, each read and checked against its
+    /// path (a marker that does not parse, or names another job or
+    /// checkpoint, is an error, never counted by its name), and the RESTORED
+    /// record read.
     pub fn markers(&self) -> Result<Markers, EvidenceError> {
         let mut markers = Markers::default();
         let mut restored = None;
@@ -130,6 +133,12 @@ impl Bundle {
         }
         markers.completed.sort_unstable();
         markers.confirmed.sort_unstable();
+        for &c in &markers.completed {
+            self.completed_marker(c)?;
+        }
+        for &c in &markers.confirmed {
+            self.confirmed_marker(c)?;
+        }
         if let Some(path) = restored {
             let bytes = self.read_vouched(&path, MAX_MARKER_BYTES)?;
             let file = self.layout().restored_record();

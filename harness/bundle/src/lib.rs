@@ -1,7 +1,8 @@
 //! clink-bundle: incident bundles. The manifest and its reader ([`manifest`]),
 //! the path rules ([`paths`]), the reader of what the manifest vouched for
-//! ([`vouched`]) and the typed evidence read from it ([`evidence`]), and the
-//! collector ([`collect`]).
+//! ([`vouched`]) and the typed evidence read from it ([`evidence`]), what the
+//! manifest claims derived again from that evidence ([`derive`]), and the
+//! collector ([`collect`]), which writes its manifest with the same rules.
 //!
 //! A bundle keeps the engine's own layout under `checkpoint/` and `capture/`,
 //! so the engine's readers (markers, the restore rule, snapshots, captures) run
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod collect;
+pub mod derive;
 pub mod evidence;
 pub mod graph;
 pub mod manifest;

@@ -34,6 +34,9 @@ pub fn scope_document(bundle: &Bundle, checkpoint: u64, since: Option<u64>, from
     if !failed.is_empty() {
         return Outcome::Refused(format!("the bundle's integrity checks failed: {}", failed.join("; ")));
     }
+    if let Err(e) = clink_verify::claims_hold(bundle) {
+        return Outcome::Refused(e.0);
+    }
     // Where the graph does not read or is not a shape the audit knows,
     // Scope::compute says why, by name.
     let shape = crate::scope::shape_at(bundle, checkpoint);

@@ -253,6 +253,25 @@ pub fn integrity_checks(bundle: &Bundle) -> Vec<CheckResult> {
     checks
 }
 
+/// Whether the manifest's claims (the job, the selection, delivery,
+/// contents, the epoch index, the bounds) are what the bundle's evidence
+/// says, field by field (`clink_bundle::derive`). Every command that reads a
+/// bundle's evidence calls it once bundle.artifacts has passed: a field the
+/// evidence contradicts refuses the bundle (exit 2), naming the field and
+/// both values. Evidence a field is derived from that does not read is left
+/// to the checks that read it, which fail on it.
+pub fn claims_hold(bundle: &Bundle) -> Result<(), UsageError> {
+    match clink_bundle::derive::disagreements(bundle) {
+        Ok(found) if found.is_empty() => Ok(()),
+        Ok(found) => Err(UsageError(format!(
+            "the manifest disagrees with the bundle's evidence ({} fields; edited by hand?): {}",
+            found.len(),
+            found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        ))),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Runs the profile's checks over a bundle the reader accepted.
 pub fn verify(bundle: &Bundle, options: &VerifyOptions) -> Result<Report, UsageError> {
     verify_observed(bundle, options, &mut progress::Quiet)
@@ -296,6 +315,9 @@ pub fn verify_observed(
     checks.run("bundle.artifacts", || integrity::artifacts(bundle));
     let intact = checks.list.last().is_some_and(|a| a.status == Status::Passed);
     checks.run("bundle.completeness", || integrity::completeness(bundle));
+    if intact && profile.includes(Profile::Consistency) {
+        claims_hold(bundle)?;
+    }
     let behind = |name: &'static str| {
         CheckResult::new(
             name,

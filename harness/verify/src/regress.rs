@@ -27,6 +27,7 @@ pub fn regress(
     if artifacts.status != Status::Passed {
         return Err(RegressError(format!("bundle.artifacts {}: {}", artifacts.status.as_str(), artifacts.reason)));
     }
+    crate::claims_hold(bundle).map_err(|e| RegressError(e.0))?;
     let path = clink_bundle::manifest::capture_path(op, subtask, epoch);
     if !bundle.manifest.epochs.iter().any(|e| e.path == path && e.role == "operator") {
         return Err(RegressError(format!("the bundle holds no captured operator epoch at {path}")));

@@ -105,6 +105,18 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
     if let Some(named) = sel.named {
         evidence.push(format!("collected checkpoint {named} was named; the engine chose {engine_choice}"));
     }
+    if sel.named.is_none() && sel.checkpoint != point.checkpoint {
+        return CheckResult::new(
+            name,
+            Status::Failed,
+            format!(
+                "no checkpoint was named, so the bundle is of the engine's choice, {}; the manifest selects {}",
+                point.checkpoint, sel.checkpoint
+            ),
+        )
+        .evidence(evidence)
+        .next("the manifest was altered; collect again");
+    }
     if point.checkpoint != engine_choice {
         return CheckResult::new(
             name,

@@ -79,33 +79,16 @@ pub(super) fn newest_graph(
 }
 
 /// Whether the job's sinks need commit confirmation, from every source that
-/// says: the job graph, the job manifest, `--commit-confirmation`. When two
-/// say different things the collection is refused: which restore rule applies
-/// would be a guess.
+/// says (the rule is [`crate::derive::family`]): when two say different
+/// things the collection is refused, since which restore rule applies would
+/// be a guess.
 pub(super) fn commit_confirmation(
     graph: Option<&JobGraph>,
     manifest: Option<&job_manifest::JobManifest>,
     option: Option<bool>,
 ) -> Result<Option<bool>, Refusal> {
-    let said: Vec<(&str, bool)> = [
-        graph.map(|g| ("the job graph", g.requires_commit_confirmation())),
-        manifest.map(|m| ("the job manifest", m.requires_commit_confirmation)),
-        option.map(|o| ("--commit-confirmation", o)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if let [(first, a), rest @ ..] = said.as_slice() {
-        if let Some((other, b)) = rest.iter().find(|(_, b)| b != a) {
-            return Err(refusal(
-                RefusalKind::Other,
-                format!(
-                    "{first} says commit confirmation is {a}, {other} says {b}: which restore rule applies is unknown"
-                ),
-            ));
-        }
-    }
-    Ok(said.first().map(|(_, v)| *v))
+    crate::derive::family(graph, manifest, option.map(|o| ("--commit-confirmation", o)))
+        .map_err(|why| refusal(RefusalKind::Other, format!("{why}: which restore rule applies is unknown")))
 }
 
 /// The sinks and the guarantee each gives, from the job's graph.
@@ -114,19 +97,5 @@ pub(super) fn delivery(b: &mut Builder<'_>, graph: Option<&JobGraph>) -> Vec<Sin
         b.absent.push(Note { what: "delivery report".into(), why: "no job graph to read the sinks from".into() });
         return Vec::new();
     };
-    graph
-        .operators
-        .iter()
-        .filter_map(|o| {
-            // The sink says its family; the type's name says nothing.
-            let family = o.spec.descriptor.sink_family()?;
-            Some(SinkDelivery {
-                operator: o.spec.id.to_string(),
-                uid: o.spec.uid.clone(),
-                type_name: o.spec.type_name.clone(),
-                family: family.as_str().into(),
-                guarantee: family.guarantee().into(),
-            })
-        })
-        .collect()
+    crate::derive::delivery(graph)
 }

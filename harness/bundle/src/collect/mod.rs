@@ -25,8 +25,7 @@ use clink_engine::checkpoint::layout::{parse_completed_marker_name, RECEIPT_PREF
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
 use crate::manifest::{
-    Bounds, Collector, Contents, IncidentManifest, JobInfo, Note, RestoredInfo, Selection, FORMAT, MANIFEST_NAME,
-    VERSION,
+    Bounds, Collector, IncidentManifest, JobInfo, Note, RestoredInfo, Selection, FORMAT, MANIFEST_NAME, VERSION,
 };
 
 pub use clink_basics::redact::{redact, REDACTED};
@@ -223,16 +222,17 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     let confirmation =
         job::commit_confirmation(newest_graph.as_ref(), job_manifest.as_ref(), options.commit_confirmation)?;
     let rule = confirmation.map(RestoreRule::for_confirmation);
-    let (engine_choice, rule_name, restored) = match rule {
+    let rule_name = crate::derive::rule_name(confirmation);
+    let (engine_choice, restored) = match rule {
         Some(rule) => {
             let point = restore_point_on_disk_by(&layout, rule).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-            (Some(point.checkpoint), rule.name().to_string(), point.restored)
+            (Some(point.checkpoint), point.restored)
         }
         None if options.checkpoint.is_some() => {
             // No rule is known, so the engine made no choice to record.
             let restored = clink_engine::checkpoint::markers::read_restored(&layout)
                 .map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-            (None, "unknown".to_string(), restored)
+            (None, restored)
         }
         None => {
             return Err(refusal(
@@ -290,7 +290,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
 
     // The job graph the selected marker names: always collected, it says
     // what every participant is.
-    let job_graph = match &marker.graph {
+    match &marker.graph {
         Some(g) => {
             let rel = format!("{jobs_rel}/{}", g.file);
             b.copy(&layout.jobs_dir().join(&g.file), &rel, "job_graph", Need::Required)?;
@@ -301,16 +301,14 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
                     format!("{rel} does not hash to the SHA-256 COMPLETED-{selected} names ({})", g.sha256),
                 ));
             }
-            true
         }
         None => {
             b.absent.push(Note {
                 what: "the job graph".into(),
                 why: format!("COMPLETED-{selected} is a version {} marker, which names none", marker.version),
             });
-            false
         }
-    };
+    }
 
     // The graphs the other collected markers name, where a redeploy changed
     // the job: a scope of an earlier checkpoint reads its own marker's.
@@ -349,11 +347,11 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     };
 
     // Traces.
-    let mut traces = false;
     if let Some(dir) = &options.trace_dir {
         b.progress.phase("traces");
         let listing = clink_basics::files::list_dir(dir)
             .map_err(|e| refusal(RefusalKind::Other, format!("--trace-dir {}: {e}", dir.display())))?;
+        let mut traces = false;
         for name in listing.names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
             traces |= b.copy(&dir.join(name), &format!("traces/{name}"), "trace", Need::Optional)?;
         }
@@ -380,13 +378,25 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         None => None,
     };
     let delivery = job::delivery(b, graph.as_ref().or(manifest_graph.as_ref()));
-    let mut job_manifest_included = false;
     if let Some(m) = &job_manifest {
         let mut doc = serde_json::to_value(m).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
         redact(&mut doc);
         let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
-        b.write("job/manifest.json", "job_manifest", &bytes, Need::Optional)?;
-        job_manifest_included = true;
+        b.write(crate::derive::JOB_MANIFEST_PATH, "job_manifest", &bytes, Need::Optional)?;
+    }
+    // What the bundle holds is what it lists, by the rule the verifier
+    // derives it with: a part asked for and left out (under a bound, or
+    // never there) is said absent, never claimed.
+    let contents = crate::derive::contents(
+        &b.artifacts,
+        &options.job.to_string(),
+        generation,
+        selected,
+        &marker.participants,
+        marker.graph.as_ref().map(|g| g.file.as_str()),
+    );
+    if options.include_captures && !contents.captures {
+        b.absent.push(Note { what: "captures".into(), why: "asked for, and no captured epoch was collected".into() });
     }
 
     let markers_after = list_markers(&layout)?;
@@ -423,13 +433,7 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             participant_state: "file".into(),
         },
         delivery,
-        contents: Contents {
-            state: options.include_state,
-            captures: options.include_captures,
-            traces,
-            job_manifest: job_manifest_included,
-            job_graph,
-        },
+        contents,
         bounds: Bounds { max_bytes: options.max_bytes, max_files: options.max_files, timeout_s: options.timeout_s },
         epochs,
         artifacts: std::mem::take(&mut b.artifacts),

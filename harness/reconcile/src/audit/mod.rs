@@ -78,6 +78,9 @@ pub fn reconcile(bundle: &Bundle, options: &Options, progress: &mut dyn Reconcil
             return Err(Refusal(format!("--job {job}: the bundle is of job {}", bundle.job_id())));
         }
     }
+    if intact {
+        clink_verify::claims_hold(bundle).map_err(|e| Refusal(e.0))?;
+    }
     if !intact {
         let why = "a bundle.* check failed: nothing else in the bundle is read";
         for name in RECONCILE_CHECKS {

@@ -37,6 +37,7 @@ impl Source {
                 artifacts.reason
             ));
         }
+        clink_verify::claims_hold(&bundle).map_err(|e| format!("{}: {e}", root.display()))?;
         let graph = match bundle.job_graph() {
             Ok(known) => Some(known.graph),
             Err(clink_bundle::graph::GraphProblem::Absent(_)) => None,
