@@ -301,11 +301,23 @@ fn apply(dir: &Path, action: &Json) {
             revouch(dir, &format!("{base}.meta"));
         }
         "capture_header" => {
-            // Re-encodes a capture with a header naming another job, re-vouched.
+            // Re-encodes a capture with header fields changed (the job, the
+            // epoch, the truncation flag, the true event count), re-vouched.
             let rel = placed(&m, action["path"].as_str().unwrap());
             let capture = read_capture(&fs::read(dir.join(&rel)).unwrap()).unwrap();
             let mut header = capture.header.clone();
-            header.job = action["job"].as_u64().unwrap();
+            if let Some(job) = action["job"].as_u64() {
+                header.job = job;
+            }
+            if let Some(epoch) = action["epoch"].as_u64() {
+                header.epoch = epoch;
+            }
+            if let Some(truncated) = action["truncated"].as_bool() {
+                header.truncated = truncated;
+            }
+            if let Some(n) = action["true_events"].as_u64() {
+                header.true_events = n;
+            }
             fs::write(dir.join(&rel), encode_capture(&header, &capture.events)).unwrap();
             revouch(dir, &rel);
         }

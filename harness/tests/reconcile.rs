@@ -1518,7 +1518,15 @@ fn shared_capture_directory(env: &BTreeMap<String, String>) -> Result<(), Failed
         return Err(format!("incident-collect: {said}").into());
     }
     let r = s.reconcile(&out_dir, AUDITED, &[])?;
-    refused_or_broken(&r, "names job 23")?;
+    // The collector left the other job's captures out, saying whose they are
+    // (an absence, never a claim), so the reconciliation has no sink evidence
+    // and is not established (exit 3); or a check refuses the evidence.
+    let check = |name: &str| r.report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == name).cloned();
+    let left_out = check("bundle.completeness").is_some_and(|c| c["details"].to_string().contains("names job 23"));
+    let unread = check("reconcile.scope").is_some_and(|c| c["status"] == "unavailable");
+    if !(r.code == 3 && left_out && unread) {
+        refused_or_broken(&r, "names job 23")?;
+    }
     let (code, _) = s.scope(&out_dir, AUDITED, &[])?;
     if code == 0 {
         return Err("incident-scope wrote a scope from another job's evidence".into());

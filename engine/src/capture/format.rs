@@ -84,6 +84,61 @@ impl Capture {
     pub fn is_whole(&self) -> bool {
         !self.header.truncated && !self.cut_short
     }
+
+    /// Where the file contradicts itself: its events against its header's
+    /// stored count, its records and control events against its bound (the
+    /// recorder keeps at most `bound` records and
+    /// `bound * CONTROL_EVENT_FACTOR` watermarks and ticks), its true counts
+    /// against what it stored, and its truncation flag against the counts
+    /// (it is set exactly when an event was dropped). A file that passes says
+    /// of itself only what its own bytes bear out.
+    pub fn inconsistencies(&self) -> Vec<String> {
+        let h = &self.header;
+        let mut out = Vec::new();
+        let records = self.events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64;
+        let control = self.events.len() as u64 - records;
+        if self.cut_short {
+            out.push(format!(
+                "it holds {} whole events where its header says {} are stored (cut short, or bytes past them)",
+                self.events.len(),
+                h.stored_events
+            ));
+        }
+        if h.true_records > h.true_events {
+            out.push(format!("its header counts {} records among {} events", h.true_records, h.true_events));
+        }
+        if h.stored_events > h.true_events {
+            out.push(format!("its header says {} events stored of {} handed over", h.stored_events, h.true_events));
+        }
+        if self.cut_short {
+            return out;
+        }
+        if records > h.bound {
+            out.push(format!("it holds {records} records; its bound is {}", h.bound));
+        }
+        if h.holds_control_events() && control > h.bound.saturating_mul(crate::capture::recorder::CONTROL_EVENT_FACTOR)
+        {
+            out.push(format!(
+                "it holds {control} watermarks and ticks; its bound allows {}",
+                h.bound.saturating_mul(4)
+            ));
+        }
+        if records > h.true_records {
+            out.push(format!("it holds {records} records; its header says {} were handed over", h.true_records));
+        }
+        if h.holds_control_events() {
+            let dropped = h.true_events > h.stored_events;
+            if dropped != h.truncated {
+                out.push(format!(
+                    "its header says truncated {}, and it stored {} of {} events",
+                    h.truncated, h.stored_events, h.true_events
+                ));
+            }
+        } else if !h.truncated && records != h.true_records {
+            out.push(format!("not truncated, it holds {records} of the {} records handed over", h.true_records));
+        }
+        out
+    }
 }
 
 impl CaptureHeader {

@@ -259,6 +259,12 @@ pub fn disagreements(bundle: &Bundle) -> Result<Vec<Disagreement>, String> {
         }
     }
 
+    // Each entry's role is what the job graph says its operator is (the
+    // role decides which checks read the epoch).
+    if let Err(why) = bundle.check_epoch_roles(graph.as_ref()) {
+        differ("/epochs", "the roles it gives".into(), why);
+    }
+
     // The bounds held what was collected.
     let files = m.artifacts.len() as u64 + 1;
     let bytes: u64 = m.artifacts.iter().map(|a| a.size).sum();

@@ -133,6 +133,15 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
     for e in &m.epochs {
         need(e.path.clone(), "a captured epoch the manifest lists");
     }
+    // Every captured epoch is read, selected for a replay or not: its header
+    // names what its path says, and it says of itself only what its bytes
+    // bear out.
+    let mut contradictions = Vec::new();
+    for e in m.epochs.iter().filter(|e| bundle.artifact(&e.path).is_some()) {
+        if let Err(problem) = capture_holds_together(bundle, e) {
+            contradictions.push(format!("{}: {problem}", e.path));
+        }
+    }
     if m.contents.captures && m.epochs.is_empty() {
         missing.push("captured epochs (the manifest says captures are included and lists none)".into());
     }
@@ -143,6 +152,15 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
         missing.push("job/manifest.json (the manifest says the job manifest is included)".into());
     }
     let absences: Vec<String> = m.absent.iter().map(|n| format!("absent: {}: {}", n.what, n.why)).collect();
+    if !contradictions.is_empty() {
+        return CheckResult::new(
+            "bundle.completeness",
+            Status::Failed,
+            format!("{} captured epochs contradict their own headers or their paths", contradictions.len()),
+        )
+        .next("do not take these epochs as evidence: the recorder writes none like them; collect again")
+        .details(contradictions.into_iter().chain(missing).take(30));
+    }
     if missing.is_empty() {
         CheckResult::new(
             "bundle.completeness",
@@ -168,5 +186,24 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
         )
         .next("collect again with the options that include them")
         .details(missing.into_iter().chain(absences).take(30))
+    }
+}
+
+/// A captured epoch, read whole from vouched bytes: its header names the
+/// job, operator, subtask and epoch of its path, and its counts, bound,
+/// truncation flag and events agree.
+fn capture_holds_together(bundle: &Bundle, e: &clink_bundle::EpochEntry) -> Result<(), String> {
+    let (op, subtask, epoch) = (e.operator_id(), e.subtask, e.epoch);
+    let bytes = match bundle.capture_bytes(op, subtask, epoch, clink_replay::MAX_CAPTURE_BYTES) {
+        Ok(bytes) => bytes,
+        // Not there, or not the bytes vouched for: bundle.artifacts says so.
+        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let capture = clink_engine::capture::read_capture(&bytes).map_err(|e| e.to_string())?;
+    capture.header.check_names(bundle.job_id(), op.0, subtask, epoch).map_err(|e| e.to_string())?;
+    match capture.inconsistencies().as_slice() {
+        [] => Ok(()),
+        found => Err(found.join("; ")),
     }
 }

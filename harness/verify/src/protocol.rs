@@ -4,7 +4,8 @@
 //! empty, its last line not cut), holds one process, numbers its lines from 1
 //! without a gap and stamps them strictly increasing. Conformance is judged
 //! only on evidence that is complete: a trace the collector excluded or could
-//! not list, a process whose coordinator acted without its worker file, a
+//! not list, a process whose coordinator acted without its worker file (or
+//! whose worker file has no coordinator's), a
 //! trace switched on only for a resumed run, a run of another job or of a sink
 //! family the specification does not model are each unavailable or
 //! unsupported, never a failure. Only a complete trace of a modelled run can
@@ -248,6 +249,15 @@ fn incomplete(files: &[TraceFile], job: u64) -> Option<String> {
         let deployed = f.events().any(|(e, _)| matches!(e, "Redeploy" | "Trigger"));
         if deployed && !roles.get(&process).is_some_and(|r| r.contains("worker")) {
             return Some(format!("process {process}'s coordinator deployed subtasks, but its worker file is missing"));
+        }
+    }
+    // And every process with a worker file has its coordinator's: in this
+    // engine one process is both, so a worker file alone is a process whose
+    // coordinator's history the bundle lacks.
+    for f in files {
+        let Some(("worker", process)) = f.role_and_process() else { continue };
+        if !roles.get(&process).is_some_and(|r| r.contains("coordinator")) {
+            return Some(format!("process {process}'s worker file is there, but its coordinator file is missing"));
         }
     }
     // The first event of the job is not a recovery: tracing was on from the start.
