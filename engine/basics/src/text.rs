@@ -1,4 +1,10 @@
-//! Text that came from evidence, made safe to print.
+//! Text that came from evidence, made safe to print, and counts said in
+//! words that agree with them.
+
+/// `n` and the noun in the number `n` takes: "1 problem", "2 problems".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
 
 /// Evidence may hold any character (a file name with a newline, a reason
 /// quoting a hostile field): every control character is written as an
@@ -26,6 +32,13 @@ fn is_invisible_format(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_agrees_with_its_noun() {
+        assert_eq!(count(1, "piece of evidence", "pieces of evidence"), "1 piece of evidence");
+        assert_eq!(count(0, "problem", "problems"), "0 problems");
+        assert_eq!(count(2, "problem", "problems"), "2 problems");
+    }
 
     #[test]
     fn nothing_from_evidence_can_start_a_line_of_its_own() {

@@ -18,8 +18,8 @@ use super::layout::{
     parse_snapshot_name, participant_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
 };
 use super::snapshot::{
-    decode_snapshot, encode_snapshot, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES, META_FORMAT,
-    META_VERSION,
+    decode_snapshot, encode_snapshot, SlotMeta, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
+    META_FORMAT, META_VERSION,
 };
 use clink_basics::digest::sha256_hex;
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
@@ -307,12 +307,20 @@ pub fn verify_snapshot_bytes(
     }
     let (header, slots) =
         decode_snapshot(bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
-    let listed: Vec<(&str, u32)> = meta.states.iter().map(|s| (s.name.as_str(), s.version)).collect();
-    let held: Vec<(&str, u32)> = slots.0.iter().map(|(n, s)| (n.as_str(), s.version)).collect();
-    if listed != held {
+    // Every field of every slot the sidecar describes (name, kind, version,
+    // size) is what the snapshot holds, in its order.
+    let held: Vec<SlotMeta> = slots
+        .0
+        .iter()
+        .map(|(name, s)| SlotMeta { name: name.clone(), kind: s.kind, version: s.version, bytes: s.bytes.len() as u64 })
+        .collect();
+    if meta.states != held {
+        let show = |list: &[SlotMeta]| {
+            list.iter().map(|s| format!("{} {:?} v{} {} B", s.name, s.kind, s.version, s.bytes)).collect::<Vec<_>>()
+        };
         return Err(StateError::Mismatch {
             path: snap_path.to_path_buf(),
-            reason: format!("the sidecar lists slots {listed:?}, the snapshot holds {held:?}"),
+            reason: format!("the sidecar lists slots {:?}, the snapshot holds {:?}", show(&meta.states), show(&held)),
         });
     }
     Ok(VerifiedSnapshot { meta, header, slots })

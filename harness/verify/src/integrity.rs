@@ -1,5 +1,6 @@
 //! The integrity checks: bundle.manifest, bundle.artifacts, bundle.completeness.
 
+use clink_basics::text::count;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
@@ -68,7 +69,10 @@ pub fn artifacts(bundle: &Bundle) -> CheckResult {
         CheckResult::new(
             "bundle.artifacts",
             Status::Failed,
-            format!("{} artifact problems: the bundle is not what its manifest vouches for", problems.len()),
+            format!(
+                "{}: the bundle is not what its manifest vouches for",
+                count(problems.len(), "artifact problem", "artifact problems")
+            ),
         )
         .next("do not trust this copy: collect the bundle again, or find the copy whose files match the manifest")
         .details(problems.into_iter().take(20))
@@ -156,7 +160,11 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
         return CheckResult::new(
             "bundle.completeness",
             Status::Failed,
-            format!("{} captured epochs contradict their own headers or their paths", contradictions.len()),
+            format!(
+                "{} {} their own headers or their paths",
+                count(contradictions.len(), "captured epoch", "captured epochs"),
+                if contradictions.len() == 1 { "contradicts" } else { "contradict" }
+            ),
         )
         .next("do not take these epochs as evidence: the recorder writes none like them; collect again")
         .details(contradictions.into_iter().chain(missing).take(30));
@@ -182,7 +190,7 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
         CheckResult::new(
             "bundle.completeness",
             Status::Failed,
-            format!("{} pieces of evidence are missing", missing.len()),
+            format!("{} missing", count(missing.len(), "piece of evidence is", "pieces of evidence are")),
         )
         .next("collect again with the options that include them")
         .details(missing.into_iter().chain(absences).take(30))

@@ -11,6 +11,7 @@
 //! unsupported, never a failure. Only a complete trace of a modelled run can
 //! fail, and then naming the first event no step of the specification can take.
 
+use clink_basics::text;
 use std::collections::{BTreeMap, BTreeSet};
 
 use clink_basics::ndjson::{parse_objects, Line};
@@ -151,8 +152,12 @@ pub fn trace_structure(bundle: &Bundle) -> CheckResult {
     let files = match read_traces(bundle) {
         Ok(files) => files,
         Err(problems) => {
-            return CheckResult::new(name, Status::Failed, format!("{} trace files are malformed", problems.len()))
-                .details(problems)
+            return CheckResult::new(
+                name,
+                Status::Failed,
+                format!("{} malformed", text::count(problems.len(), "trace file is", "trace files are")),
+            )
+            .details(problems)
         }
     };
     if let Some(why) = trace_notes(bundle) {

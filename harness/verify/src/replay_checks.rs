@@ -10,6 +10,7 @@
 //! evidence; unsupported when the only gap is epochs this build cannot replay
 //! or compare.
 
+use clink_basics::text::count;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -427,7 +428,7 @@ fn conclude<'a>(
     let (status, reason, next) = if counts.failed > 0 {
         (
             Status::Failed,
-            format!("{} selected epochs failed", counts.failed),
+            format!("{} failed", count(counts.failed, "selected epoch", "selected epochs")),
             "read the failures in the details; freeze one with incident-regress to reproduce it",
         )
     } else if counts.selected == 0 {

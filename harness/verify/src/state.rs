@@ -7,6 +7,7 @@
 //! Every file is read through the bundle's vouched readers: the bytes decided
 //! on are the bytes the manifest lists, found by their path.
 
+use clink_basics::text::count;
 use std::collections::BTreeSet;
 
 use clink_basics::digest::sha256_hex;
@@ -244,7 +245,7 @@ pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -
         return CheckResult::new(
             name,
             Status::Failed,
-            format!("{} problems with the selected checkpoint's participants", problems.len()),
+            format!("{} with the selected checkpoint's participants", count(problems.len(), "problem", "problems")),
         )
         .details(problems);
     }
@@ -327,8 +328,12 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
         }
     }
     if !problems.is_empty() {
-        return CheckResult::new(name, Status::Failed, format!("{} snapshots do not restore", problems.len()))
-            .details(problems.into_iter().chain(decoded));
+        return CheckResult::new(
+            name,
+            Status::Failed,
+            format!("{} restore", count(problems.len(), "snapshot does not", "snapshots do not")),
+        )
+        .details(problems.into_iter().chain(decoded));
     }
     if decoded.is_empty() && unknown.is_empty() {
         return CheckResult::new(name, Status::Unavailable, "the bundle lists no snapshot to decode");
