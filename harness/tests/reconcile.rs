@@ -1279,7 +1279,7 @@ fn another_place(env: &BTreeMap<String, String>) -> Result<(), Failed> {
         ),
         (
             "evidence-of-another-uid",
-            "uid \"someone-else\"",
+            "names uid someone-else",
             Box::new(|b| {
                 edit_json(&b.join(SINK_EVIDENCE), |e| e["uid"] = "someone-else".into())?;
                 revouch(b, SINK_EVIDENCE)

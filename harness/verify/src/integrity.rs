@@ -8,7 +8,7 @@ use std::path::Path;
 use clink_basics::digest::sha256_file;
 
 use super::{CheckResult, Status};
-use clink_bundle::paths::{resolve, EVIDENCE_DIRS};
+use clink_bundle::paths::{resolve, ArtifactKind, EVIDENCE_DIRS};
 use clink_bundle::Bundle;
 
 /// The reader accepted the manifest: report what it holds.
@@ -22,7 +22,8 @@ pub fn manifest(bundle: &Bundle) -> CheckResult {
     .evidence([
         format!("{} version {}", m.format, m.version),
         format!("{} artifacts, {} captured epochs", m.artifacts.len(), m.epochs.len()),
-        format!("collected by {} {}", m.collector.name, m.collector.version),
+        // Nothing in the bundle can confirm who collected it: said as the manifest's claim.
+        format!("the manifest says it was collected by {} {}", m.collector.name, m.collector.version),
     ])
 }
 
@@ -146,6 +147,23 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
             contradictions.push(format!("{}: {problem}", e.path));
         }
     }
+    // And every op.json and sink interval evidence, against its path, the
+    // job graph and the capture it accounts for.
+    let graph = bundle.job_graph().ok().map(|k| k.graph);
+    for (a, kind) in
+        bundle.artifacts_of_kind(|k| matches!(k, ArtifactKind::OpSpec { .. } | ArtifactKind::SinkEvidence { .. }))
+    {
+        let held = match kind {
+            ArtifactKind::OpSpec { operator, subtask } => op_spec_agrees(bundle, graph.as_ref(), operator, subtask),
+            ArtifactKind::SinkEvidence { operator, subtask, epoch } => {
+                sink_evidence_agrees(bundle, graph.as_ref(), operator, subtask, epoch)
+            }
+            _ => Ok(()),
+        };
+        if let Err(problem) = held {
+            contradictions.push(format!("{}: {problem}", a.path));
+        }
+    }
     if m.contents.captures && m.epochs.is_empty() {
         missing.push("captured epochs (the manifest says captures are included and lists none)".into());
     }
@@ -161,12 +179,12 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
             "bundle.completeness",
             Status::Failed,
             format!(
-                "{} {} their own headers or their paths",
-                count(contradictions.len(), "captured epoch", "captured epochs"),
+                "{} {} its path, the job graph or its own header",
+                count(contradictions.len(), "piece of capture evidence", "pieces of capture evidence"),
                 if contradictions.len() == 1 { "contradicts" } else { "contradict" }
             ),
         )
-        .next("do not take these epochs as evidence: the recorder writes none like them; collect again")
+        .next("do not take this evidence: the engine writes none like it; collect again")
         .details(contradictions.into_iter().chain(missing).take(30));
     }
     if missing.is_empty() {
@@ -214,4 +232,89 @@ fn capture_holds_together(bundle: &Bundle, e: &clink_bundle::EpochEntry) -> Resu
         [] => Ok(()),
         found => Err(found.join("; ")),
     }
+}
+
+/// A captured op.json describes the operator and subtask its path names, as
+/// the job graph has them (every field the graph names).
+fn op_spec_agrees(
+    bundle: &Bundle,
+    graph: Option<&clink_engine::job::JobGraph>,
+    operator: clink_basics::ids::OperatorId,
+    subtask: u32,
+) -> Result<(), String> {
+    let spec = match bundle.op_spec(operator, subtask) {
+        Ok(spec) => spec,
+        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    if spec.operator_id() != operator.0 || spec.subtask != subtask || spec.job != bundle.manifest.job.id {
+        return Err(format!(
+            "the op.json names job {} operator {} subtask {}; its path says job {} operator {operator} subtask {subtask}",
+            spec.job, spec.id, spec.subtask, bundle.manifest.job.id
+        ));
+    }
+    match graph {
+        Some(graph) => clink_replay::bundle::spec_agrees_with_graph(&spec, graph, subtask).map_err(|e| e.0),
+        None => Ok(()),
+    }
+}
+
+/// A sink's interval evidence names the job, operator, subtask and epoch of
+/// its path and a sink of the job graph, and accounts for the capture of
+/// that epoch as the capture's own header does.
+fn sink_evidence_agrees(
+    bundle: &Bundle,
+    graph: Option<&clink_engine::job::JobGraph>,
+    operator: clink_basics::ids::OperatorId,
+    subtask: u32,
+    epoch: u64,
+) -> Result<(), String> {
+    let doc = match bundle.sink_evidence(operator, subtask, epoch) {
+        Ok(doc) => doc,
+        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let placed = (bundle.manifest.job.id.as_str(), operator.to_string(), subtask, epoch);
+    if (doc.job.as_str(), doc.operator.clone(), doc.subtask, doc.epoch) != placed {
+        return Err(format!(
+            "the sink evidence names job {} operator {} subtask {} epoch {}; its path says job {} operator {} subtask {} epoch {}",
+            doc.job, doc.operator, doc.subtask, doc.epoch, placed.0, placed.1, placed.2, placed.3
+        ));
+    }
+    if doc.previous_barrier >= epoch {
+        return Err(format!("its previous barrier {} is not before its epoch {epoch}", doc.previous_barrier));
+    }
+    if let Some(graph) = graph {
+        let Some(op) = graph.operator(operator) else {
+            return Err(format!("the job graph has no operator {operator}"));
+        };
+        if op.spec.descriptor.sink_family().is_none() {
+            return Err(format!("operator {operator} is a {}, not a sink", op.spec.type_name));
+        }
+        if op.spec.uid != doc.uid {
+            return Err(format!(
+                "the sink evidence names uid {}; the job graph's operator {operator} is {}",
+                doc.uid, op.spec.uid
+            ));
+        }
+    }
+    let capture = clink_bundle::manifest::capture_path(operator, subtask, epoch);
+    if doc.capture.file != capture.rsplit('/').next().unwrap_or_default() && doc.capture.file != capture {
+        return Err(format!("it accounts for capture {:?}, not {capture}", doc.capture.file));
+    }
+    if bundle.artifact(&capture).is_some() {
+        let bytes = bundle
+            .capture_bytes(operator, subtask, epoch, clink_replay::MAX_CAPTURE_BYTES)
+            .map_err(|e| e.to_string())?;
+        let h = clink_engine::capture::format::read_capture_header(&bytes).map_err(|e| e.to_string())?;
+        let account = (doc.capture.records, doc.capture.events, doc.capture.stored_events, doc.capture.truncated);
+        let header = (h.true_records, h.true_events, h.stored_events, h.truncated);
+        if account != header {
+            return Err(format!(
+                "it accounts for {} records, {} events, {} stored, truncated {}; the capture's header says {} records, {} events, {} stored, truncated {}",
+                account.0, account.1, account.2, account.3, header.0, header.1, header.2, header.3
+            ));
+        }
+    }
+    Ok(())
 }

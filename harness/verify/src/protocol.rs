@@ -340,6 +340,10 @@ fn validate_bundle_traces(bundle: &Bundle, tools: &FormalTools) -> CheckResult {
         return CheckResult::new(name, Status::Unsupported, why)
             .next("validate a trace recorded from the job's first start (CLINK_PROTOCOL_TRACE_DIR set before it)");
     }
+    if let Some(problem) = markers_disagree_with_triggers(bundle, &merged) {
+        return CheckResult::new(name, Status::Failed, problem)
+            .next("the marker and the trace name the same checkpoint and must agree on what triggered it: one was altered, or is another run's");
+    }
     let validation = match trace::validate_trace(tools, &merged) {
         Ok(v) => v,
         Err(e) => return unavailable(format!("trace validation could not run: {e}")),
@@ -393,6 +397,33 @@ fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
                 return Some(format!("the trace starts mid-run: {s} acts before any open of it is recorded"));
             }
             _ => {}
+        }
+    }
+    None
+}
+
+/// The first COMPLETED marker of the bundle whose kind (periodic, final,
+/// savepoint) is not the kind its checkpoint's `Trigger` line gives: the two
+/// name the same checkpoint. A marker the trace has no trigger of (a
+/// checkpoint before tracing began) is left alone; one that does not read
+/// is checkpoint.restore_rule's to fail.
+fn markers_disagree_with_triggers(bundle: &Bundle, merged: &trace::MergedTrace) -> Option<String> {
+    let triggers: BTreeMap<u64, &str> = merged
+        .events
+        .iter()
+        .filter(|l| l.event() == "Trigger")
+        .filter_map(|l| Some((l.fields.get("ckpt")?.as_u64()?, l.fields.get("kind")?.as_str()?)))
+        .collect();
+    let completed = bundle.markers().ok()?.completed;
+    for c in completed {
+        let Ok(marker) = bundle.completed_marker(c) else { continue };
+        if let Some(kind) = triggers.get(&c) {
+            if *kind != marker.kind.as_str() {
+                return Some(format!(
+                    "COMPLETED-{c} says the checkpoint was {}, the trace's Trigger of {c} says {kind}",
+                    marker.kind.as_str()
+                ));
+            }
         }
     }
     None

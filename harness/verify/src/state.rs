@@ -104,7 +104,7 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         ));
     }
     if let Some(named) = sel.named {
-        evidence.push(format!("collected checkpoint {named} was named; the engine chose {engine_choice}"));
+        evidence.push(format!("the manifest says checkpoint {named} was named; the engine chose {engine_choice}"));
     }
     if sel.named.is_none() && sel.checkpoint != point.checkpoint {
         return CheckResult::new(
