@@ -602,7 +602,89 @@ fn bundle_verifies(bootstrap: &str) -> Result<(), Failed> {
     }
     println!("bundle: {receipts} receipts, {confirmed} CONFIRMED markers; incident-verify --profile full passed, protocol.conformance included");
     family_flip_refused(&bundle)?;
-    receipt_dropped_fails(&bundle, manifest["selection"]["checkpoint"].as_u64().ok_or("no selected checkpoint")?)
+    let selected = manifest["selection"]["checkpoint"].as_u64().ok_or("no selected checkpoint")?;
+    confirmation_doctored_fails(&bundle, selected)?;
+    receipt_dropped_fails(&bundle, selected)
+}
+
+/// Copies of the bundle whose evidence was edited and re-vouched for (file
+/// and manifest line both): a CONFIRMED marker that leaves one sink out
+/// (with that sink's receipt gone too), and a receipt that names another
+/// transaction than the sink's snapshot holds. checkpoint.restore_rule fails
+/// each, saying why.
+fn confirmation_doctored_fails(bundle: &Path, selected: u64) -> Result<(), Failed> {
+    let confirmed = format!("checkpoint/_jobs/23/CONFIRMED-{selected}");
+    let receipt = format!("checkpoint/_jobs/23/receipts/op-4-0/receipt-{selected}");
+    type Doctor<'a> = Box<dyn Fn(&Path) -> Result<(), Failed> + 'a>;
+    let variants: Vec<(&str, &str, Doctor)> = vec![
+        (
+            "a-sink-left-out",
+            "the job graph's commit-confirmed sink subtasks are",
+            Box::new(|b: &Path| {
+                edit_json(b, &confirmed, |m| m["sinks"] = serde_json::json!(["op-4-1"]))?;
+                unlist_file(b, &receipt)
+            }),
+        ),
+        (
+            "a-receipt-of-another-transaction",
+            "another transaction",
+            Box::new(|b: &Path| {
+                edit_json(b, &receipt, |r| {
+                    r["handle"]["epoch"] = (r["handle"]["epoch"].as_i64().unwrap_or(0) + 1).into()
+                })
+            }),
+        ),
+    ];
+    for (name, said, doctor) in variants {
+        let copy = bundle.with_file_name(format!("bundle-{name}"));
+        let out = Command::new("cp").arg("-a").arg(bundle).arg(&copy).output()?;
+        if !out.status.success() {
+            return Err(format!("cp: {}", stderr(&out)).into());
+        }
+        doctor(&copy)?;
+        let verify = Command::new(clink()).arg("incident-verify").arg(&copy).arg("--json").output()?;
+        let report: Json =
+            serde_json::from_slice(&verify.stdout).map_err(|e| format!("{name}: {e}: {}", stderr(&verify)))?;
+        let rule = report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == "checkpoint.restore_rule");
+        let reason = rule.map(|c| c["reason"].as_str().unwrap_or_default().to_string()).unwrap_or_default();
+        if !rule.is_some_and(|c| c["status"] == "failed") || !reason.contains(said) || verify.status.code() != Some(1) {
+            return Err(format!(
+                "{name}: checkpoint.restore_rule must fail saying {said:?}: exit {:?}, {rule:?}",
+                verify.status.code()
+            )
+            .into());
+        }
+        println!("{name}: checkpoint.restore_rule fails: {reason}");
+    }
+    Ok(())
+}
+
+/// Sets fields of a JSON evidence file of a bundle and re-vouches for it.
+fn edit_json(bundle: &Path, rel: &str, edit: impl Fn(&mut Json)) -> Result<(), Failed> {
+    let mut doc: Json = serde_json::from_slice(&std::fs::read(bundle.join(rel))?)?;
+    edit(&mut doc);
+    let bytes = serde_json::to_vec_pretty(&doc)?;
+    std::fs::write(bundle.join(rel), &bytes)?;
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(bundle.join("manifest.json"))?)?;
+    let artifact = manifest["artifacts"]
+        .as_array_mut()
+        .ok_or("no artifacts")?
+        .iter_mut()
+        .find(|a| a["path"] == rel)
+        .ok_or_else(|| format!("the manifest does not list {rel}"))?;
+    artifact["size"] = bytes.len().into();
+    artifact["sha256"] = clink_basics::digest::sha256_hex(&bytes).into();
+    std::fs::write(bundle.join("manifest.json"), serde_json::to_vec_pretty(&manifest)?)?;
+    Ok(())
+}
+
+/// Removes an evidence file of a bundle, file and manifest line both.
+fn unlist_file(bundle: &Path, rel: &str) -> Result<(), Failed> {
+    std::fs::remove_file(bundle.join(rel))?;
+    let mut manifest: Json = serde_json::from_slice(&std::fs::read(bundle.join("manifest.json"))?)?;
+    manifest["artifacts"].as_array_mut().ok_or("no artifacts")?.retain(|a| a["path"] != rel);
+    std::fs::write(bundle.join("manifest.json"), serde_json::to_vec_pretty(&manifest)?)?;
+    Ok(())
 }
 
 /// The same bundle with its manifest saying the job's sinks need no commit

@@ -155,19 +155,32 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
 }
 
 /// The chosen CONFIRMED marker and the receipts it vouches for agree: it
-/// reads and names this job and checkpoint, names at least one sink, each a
-/// participant of its COMPLETED marker, and each sink's receipt of it is in
-/// the bundle and names that sink and checkpoint. A marker confirmed by a
-/// dataset import vouches for the exporting run's receipts, which live with
-/// that run; it is said so.
+/// reads and names this job and checkpoint; it names exactly the
+/// commit-confirmed sink subtasks the job graph of that checkpoint deploys
+/// (a marker that leaves a sink out vouches for a commit nothing proves);
+/// each sink's receipt of it is in the bundle, names that sink and
+/// checkpoint, and vouches for the transaction that sink's snapshot of the
+/// checkpoint holds (the handle the engine's walk compares). A marker
+/// confirmed by a dataset import vouches for the exporting run's receipts,
+/// which live with that run; it is said so.
 fn confirmed_receipts(bundle: &Bundle, checkpoint: u64) -> Result<String, String> {
     let marker =
         bundle.confirmed_marker(checkpoint).map_err(|e| format!("CONFIRMED-{checkpoint} does not read: {e}"))?;
-    if marker.sinks.is_empty() {
-        return Err(format!("CONFIRMED-{checkpoint} names no sink: it vouches for nothing"));
-    }
     let completed =
         bundle.completed_marker(checkpoint).map_err(|e| format!("COMPLETED-{checkpoint} does not read: {e}"))?;
+    let graph = bundle
+        .job_graph_at(checkpoint)
+        .map_err(|e| format!("the job graph of checkpoint {checkpoint} is needed to know its sinks: {e}"))?
+        .graph;
+    let sinks = confirmed_sinks(&graph);
+    let named: BTreeSet<String> = marker.sinks.iter().cloned().collect();
+    if named != sinks.keys().cloned().collect::<BTreeSet<_>>() {
+        return Err(format!(
+            "CONFIRMED-{checkpoint} names sinks {:?}; the job graph's commit-confirmed sink subtasks are {:?}",
+            named,
+            sinks.keys().collect::<Vec<_>>()
+        ));
+    }
     if let Some(stranger) = marker.sinks.iter().find(|s| !completed.participants.contains(s)) {
         return Err(format!("CONFIRMED-{checkpoint} names {stranger}, which COMPLETED-{checkpoint} does not"));
     }
@@ -177,15 +190,39 @@ fn confirmed_receipts(bundle: &Bundle, checkpoint: u64) -> Result<String, String
             marker.sinks
         ));
     }
-    for sink in &marker.sinks {
-        bundle.receipt(sink, checkpoint).map_err(|e| {
+    for (sink, confirmation) in &sinks {
+        let receipt = bundle.receipt(sink, checkpoint).map_err(|e| {
             format!("CONFIRMED-{checkpoint} names {sink}, and its receipt of checkpoint {checkpoint} is not there to vouch for it: {e}")
         })?;
+        let snapshot = bundle.snapshot(completed.generation, sink, checkpoint).map_err(|e| {
+            format!("{sink}'s snapshot of checkpoint {checkpoint} is needed to hold its receipt to the transaction it sealed: {e}")
+        })?;
+        let sealed = (confirmation.handle)(&snapshot.slots)
+            .map_err(|e| format!("{sink}'s snapshot of checkpoint {checkpoint}: {e}"))?;
+        if sealed.as_ref() != Some(&receipt.handle) {
+            return Err(format!(
+                "{sink}'s receipt of checkpoint {checkpoint} vouches for {:?}, its snapshot of it holds {:?}: another transaction",
+                receipt.handle, sealed
+            ));
+        }
     }
     Ok(format!(
-        "CONFIRMED-{checkpoint} (by {}): every sink's receipt of it read: {:?}",
+        "CONFIRMED-{checkpoint} (by {}): every sink's receipt of it read, each the transaction its snapshot holds: {:?}",
         marker.confirmed_by, marker.sinks
     ))
+}
+
+/// The commit-confirmed sink subtasks a job graph deploys, with the rule
+/// that reads the handle a snapshot holds.
+fn confirmed_sinks(
+    graph: &JobGraph,
+) -> std::collections::BTreeMap<String, clink_engine::operators::CommitConfirmation> {
+    graph
+        .operators
+        .iter()
+        .filter_map(|o| Some((o, o.spec.descriptor.confirmation?)))
+        .flat_map(|(o, c)| (0..o.spec.parallelism).map(move |s| (participant_name(o.spec.id, s), c)))
+        .collect()
 }
 
 /// The participants a job graph deploys: every operator at its parallelism.
