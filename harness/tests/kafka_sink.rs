@@ -536,6 +536,76 @@ fn restore_from_dataset(bootstrap: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// A run restored from another run's dataset, killed before it confirms a
+/// checkpoint of its own: its newest CONFIRMED marker is the imported one,
+/// confirmed by the import. Its bundle carries the IMPORTED record the engine
+/// wrote, and checkpoint.restore_rule passes on it; without that record (the
+/// marker's own word alone) it fails.
+fn imported_confirmation_is_vouched(bootstrap: &str) -> Result<(), Failed> {
+    let s = Scenario::private(bootstrap)?;
+    let first = s.run(Some("sink.before_prepare@4"));
+    if !killed(&first) {
+        return Err(format!("the first run was not killed at sink.before_prepare@4:\n{}", stderr(&first)).into());
+    }
+    let dataset = s.dir.path().join("dataset");
+    let export = Command::new(clink())
+        .args(["checkpoint", "export", "--job-id", "23", "--checkpoint", "3", "--checkpoint-dir"])
+        .arg(s.dir.path().join("ck"))
+        .arg("--out")
+        .arg(&dataset)
+        .output()?;
+    if !export.status.success() {
+        return Err(format!("checkpoint export: {}", stderr(&export)).into());
+    }
+    let dataset = dataset.to_string_lossy().into_owned();
+    // The restored run numbers from 4: killed before its first commit.
+    let restored = s.run_in(
+        "restored",
+        Some("sink.before_commit@4"),
+        &["--restore-from-dir", &dataset, "--restore-from-checkpoint-id", "3"],
+    );
+    if !killed(&restored) {
+        return Err(format!("the restored run was not killed at sink.before_commit@4:\n{}", stderr(&restored)).into());
+    }
+    let bundle = s.dir.path().join("bundle-imported");
+    let collect = Command::new(clink())
+        .args(["incident-collect", "--job", "23", "--include-state", "--checkpoint-dir"])
+        .arg(s.dir.path().join("restored"))
+        .arg("--out")
+        .arg(&bundle)
+        .output()?;
+    if !collect.status.success() {
+        return Err(format!("incident-collect: {}", stderr(&collect)).into());
+    }
+    let verify_rule = |b: &Path| -> Result<(Option<i32>, Json), Failed> {
+        let out = Command::new(clink())
+            .arg("incident-verify")
+            .arg(b)
+            .args(["--profile", "consistency", "--json"])
+            .output()?;
+        let report: Json = serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", stderr(&out)))?;
+        let rule =
+            report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == "checkpoint.restore_rule").cloned();
+        Ok((out.status.code(), rule.unwrap_or_default()))
+    };
+    let (code, rule) = verify_rule(&bundle)?;
+    if code != Some(0) || !rule["evidence"].to_string().contains("as the bundle's IMPORTED record says") {
+        return Err(format!("the imported confirmation must verify, vouched by IMPORTED: exit {code:?}, {rule}").into());
+    }
+    let copy = bundle.with_file_name("bundle-imported-without-its-record");
+    let out = Command::new("cp").arg("-a").arg(&bundle).arg(&copy).output()?;
+    if !out.status.success() {
+        return Err(format!("cp: {}", stderr(&out)).into());
+    }
+    unlist_file(&copy, "checkpoint/_jobs/23/IMPORTED")?;
+    let (code, rule) = verify_rule(&copy)?;
+    if code != Some(1) || rule["status"] != "failed" || !rule["reason"].to_string().contains("names nothing") {
+        return Err(format!("without its IMPORTED record the import's word must fail: exit {code:?}, {rule}").into());
+    }
+    println!("CONFIRMED-3 by the import verifies with its IMPORTED record, and fails without it: {}", rule["reason"]);
+    Ok(())
+}
+
 /// An incident bundle of the Kafka sink job, killed after every sink
 /// confirmed checkpoint 3 and resumed: collected by the CONFIRMED rule with
 /// the sinks' receipts, and verified under the full profile, TLC's
@@ -624,6 +694,11 @@ fn confirmation_doctored_fails(bundle: &Path, selected: u64) -> Result<(), Faile
                 edit_json(b, &confirmed, |m| m["sinks"] = serde_json::json!(["op-4-1"]))?;
                 unlist_file(b, &receipt)
             }),
+        ),
+        (
+            "confirmed-by-an-import-that-never-happened",
+            "the bundle's IMPORTED record names nothing",
+            Box::new(|b: &Path| edit_json(b, &confirmed, |m| m["confirmed_by"] = "import".into())),
         ),
         (
             "a-receipt-of-another-transaction",
@@ -815,8 +890,9 @@ fn main() {
         trials.push(Trial::test(names[1].clone(), move || exactly_once(d, &broker)));
     }
     type Check = fn(&str) -> Result<(), Failed>;
-    let more: [(&str, Check); 13] = [
+    let more: [(&str, Check); 14] = [
         ("kafka_sink::restore_from_dataset", restore_from_dataset),
+        ("kafka_sink::imported_confirmation_is_vouched", imported_confirmation_is_vouched),
         ("kafka_sink::bundle_verifies", bundle_verifies),
         ("kafka_sink::defect::advance_before_confirmed_put", advance_before_confirmed_put),
         ("kafka_sink::broker::killed_during_an_open_transaction", broker::killed_during_an_open_transaction),

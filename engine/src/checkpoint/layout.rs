@@ -63,7 +63,7 @@ impl CheckpointLayout {
     /// The record of a checkpoint imported from a dataset (`clink run
     /// --restore-from-dir`): its id, as decimal text.
     pub fn imported_record(&self) -> PathBuf {
-        self.jobs_dir().join("IMPORTED")
+        self.jobs_dir().join(IMPORTED_NAME)
     }
 
     pub fn restored_record(&self) -> PathBuf {
@@ -112,6 +112,8 @@ impl CheckpointLayout {
 }
 
 pub const RESTORED_NAME: &str = "RESTORED";
+/// The record of a checkpoint imported from a dataset (its id, decimal text).
+pub const IMPORTED_NAME: &str = "IMPORTED";
 pub const RECEIPT_PREFIX: &str = "receipt-";
 pub const UNRESOLVED_PREFIX: &str = "unresolved-";
 pub const COMPLETED_PREFIX: &str = "COMPLETED-";

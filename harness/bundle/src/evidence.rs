@@ -147,6 +147,21 @@ impl Bundle {
         Ok(markers)
     }
 
+    /// The checkpoint the bundle's IMPORTED record names, read from vouched
+    /// bytes; `None` when the bundle holds no such record.
+    pub fn imported_checkpoint(&self) -> Result<Option<u64>, EvidenceError> {
+        let path = self.layout().imported_record();
+        let bytes = match self.vouched_at(&path, 64) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_unlisted() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let text = std::str::from_utf8(&bytes).map_err(|_| invalid(format!("{}: not UTF-8", path.display())))?;
+        clink_basics::ids::parse_decimal_u64(text.trim())
+            .map(Some)
+            .ok_or_else(|| invalid(format!("{}: {:?} is not a checkpoint id", path.display(), text.trim())))
+    }
+
     /// The job graph a marker names: the file's name is its hash, and its
     /// bytes hash to it.
     pub fn graph_bytes(&self, graph: &GraphRef) -> Result<Vec<u8>, EvidenceError> {

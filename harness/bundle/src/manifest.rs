@@ -30,10 +30,13 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_ARTIFACTS: usize = 100_000;
 
 /// The artifact roles a bundle holds.
-pub const ROLES: [&str; 14] = [
+pub const ROLES: [&str; 15] = [
     "completed_marker",
     "confirmed_marker",
     "restored_record",
+    // The checkpoint a run imported from a dataset: what vouches for a
+    // CONFIRMED marker confirmed by the import.
+    "imported_record",
     // The commit-confirmed family's receipts, and the handles a stopped
     // in-doubt walk left for the sinks' opens.
     "commit_receipt",

@@ -86,6 +86,11 @@ pub enum ArtifactKind {
     RestoredRecord {
         job: u64,
     },
+    /// `checkpoint/_jobs/<job>/IMPORTED`: the checkpoint a run imported from
+    /// a dataset, whose CONFIRMED marker it vouches for.
+    ImportedRecord {
+        job: u64,
+    },
     /// `checkpoint/_jobs/<job>/receipts/<participant>/receipt-<c>`: a
     /// commit-confirmed sink's commit receipt.
     CommitReceipt {
@@ -147,6 +152,7 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { .. } => &["completed_marker"],
             ArtifactKind::ConfirmedMarker { .. } => &["confirmed_marker"],
             ArtifactKind::RestoredRecord { .. } => &["restored_record"],
+            ArtifactKind::ImportedRecord { .. } => &["imported_record"],
             ArtifactKind::CommitReceipt { .. } => &["commit_receipt"],
             ArtifactKind::UnresolvedMarker { .. } => &["unresolved_marker"],
             ArtifactKind::JobGraph { .. } => &["job_graph"],
@@ -166,6 +172,7 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { job, .. }
             | ArtifactKind::ConfirmedMarker { job, .. }
             | ArtifactKind::RestoredRecord { job }
+            | ArtifactKind::ImportedRecord { job }
             | ArtifactKind::CommitReceipt { job, .. }
             | ArtifactKind::UnresolvedMarker { job, .. }
             | ArtifactKind::JobGraph { job, .. }
@@ -190,6 +197,8 @@ pub fn kind_of(path: &str) -> Option<ArtifactKind> {
                 Some(ArtifactKind::ConfirmedMarker { job, checkpoint })
             } else if *name == layout::RESTORED_NAME {
                 Some(ArtifactKind::RestoredRecord { job })
+            } else if *name == layout::IMPORTED_NAME {
+                Some(ArtifactKind::ImportedRecord { job })
             } else {
                 let sha256 = parse_graph_file_name(name)?.to_string();
                 Some(ArtifactKind::JobGraph { job, sha256 })
@@ -301,6 +310,7 @@ mod tests {
         let cases: Vec<(&str, ArtifactKind)> = vec![
             ("checkpoint/_jobs/1/COMPLETED-3", ArtifactKind::CompletedMarker { job: 1, checkpoint: 3 }),
             ("checkpoint/_jobs/1/RESTORED", ArtifactKind::RestoredRecord { job: 1 }),
+            ("checkpoint/_jobs/1/IMPORTED", ArtifactKind::ImportedRecord { job: 1 }),
             (&graph, ArtifactKind::JobGraph { job: 1, sha256: "a".repeat(64) }),
             (
                 "checkpoint/_state/1/v1/op-4-0/checkpoint-2.snap.meta",

@@ -185,8 +185,17 @@ fn confirmed_receipts(bundle: &Bundle, checkpoint: u64) -> Result<String, String
         return Err(format!("CONFIRMED-{checkpoint} names {stranger}, which COMPLETED-{checkpoint} does not"));
     }
     if marker.confirmed_by == "import" {
+        // The marker's own word is not evidence: the record the engine
+        // writes when it imports a dataset must be in the bundle and name it.
+        let imported = bundle.imported_checkpoint().map_err(|e| format!("the IMPORTED record does not read: {e}"))?;
+        if imported != Some(checkpoint) {
+            return Err(format!(
+                "CONFIRMED-{checkpoint} says a dataset import confirmed it, and the bundle's IMPORTED record names {}",
+                imported.map_or("nothing (there is none)".to_string(), |c| format!("checkpoint {c}"))
+            ));
+        }
         return Ok(format!(
-            "CONFIRMED-{checkpoint}: confirmed by a dataset import, for sinks {:?}; their receipts are the exporting run's",
+            "CONFIRMED-{checkpoint}: confirmed by a dataset import, as the bundle's IMPORTED record says, for sinks {:?}; their receipts are the exporting run's",
             marker.sinks
         ));
     }

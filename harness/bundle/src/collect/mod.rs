@@ -267,6 +267,17 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         b.copy(&layout.jobs_dir().join(name), &format!("{jobs_rel}/{name}"), role, Need::Required)?;
     }
 
+    // The record of a checkpoint the run imported from a dataset: it is what
+    // vouches for a CONFIRMED marker confirmed by that import.
+    if layout.imported_record().is_file() {
+        b.copy(
+            &layout.imported_record(),
+            &format!("{jobs_rel}/{}", clink_engine::checkpoint::layout::IMPORTED_NAME),
+            "imported_record",
+            Need::Required,
+        )?;
+    }
+
     // The commit-confirmed family's receipts (never removed by the job) and
     // unresolved markers (a reopening sink clears its own), per participant.
     for participant in &marker.participants {
