@@ -475,3 +475,156 @@ fn push_help_explains_both_sources() {
         assert!(help.contains(needle), "{needle} in: {help}");
     }
 }
+
+/// A bundle collected from the example run, in `scratch`.
+fn collected_bundle(scratch: &Path) -> PathBuf {
+    let run = example();
+    let bundle = scratch.join("bundle");
+    let out = exec(
+        clink()
+            .args(["incident-collect", "--include-state", "--include-captures", "--checkpoint-dir"])
+            .arg(run.checkpoints())
+            .arg("--capture-dir")
+            .arg(run.capture())
+            .arg("--out")
+            .arg(&bundle),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    bundle
+}
+
+/// A bundle whose evidence no longer matches its manifest is pushed only as
+/// its manifest vouches for it: a truncated snapshot, a file it does not
+/// list, a file it lists that is gone are each refused (exit 2) naming the
+/// file, and no reference is written.
+#[test]
+fn a_damaged_bundle_is_refused_naming_the_file_and_leaves_no_reference() {
+    let scratch = tempfile::tempdir().unwrap();
+    let good = collected_bundle(scratch.path());
+    let m: Json = serde_json::from_slice(&std::fs::read(good.join("manifest.json")).unwrap()).unwrap();
+    let snapshot = m["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "snapshot")
+        .map(|a| a["path"].as_str().unwrap().to_string())
+        .expect("a snapshot");
+    type Damage = Box<dyn Fn(&Path)>;
+    let snap = snapshot.clone();
+    let cases: Vec<(&str, String, Damage)> = vec![
+        (
+            "truncated",
+            snapshot.clone(),
+            Box::new(move |b: &Path| {
+                let bytes = std::fs::read(b.join(&snap)).unwrap();
+                std::fs::write(b.join(&snap), &bytes[..bytes.len() / 2]).unwrap();
+            }),
+        ),
+        (
+            "unlisted",
+            "checkpoint/note.txt".into(),
+            Box::new(|b: &Path| std::fs::write(b.join("checkpoint/note.txt"), b"not vouched for").unwrap()),
+        ),
+        ("gone", snapshot.clone(), Box::new(move |b: &Path| std::fs::remove_file(b.join(&snapshot)).unwrap())),
+    ];
+    for (name, named, damage) in cases {
+        let bundle = scratch.path().join(format!("bundle-{name}"));
+        common_copy(&good, &bundle);
+        damage(&bundle);
+        let store = scratch.path().join(format!("store-{name}"));
+        let out = exec(clink().args(["capture", "push", "--bundle"]).arg(&bundle).arg(&store));
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out));
+        assert!(text(&out).contains(&named), "{name}: the refusal must name {named}: {}", text(&out));
+        let manifests = std::fs::read_dir(store.join("manifests/sha256")).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(manifests, 0, "{name}: a refused push wrote a reference");
+    }
+}
+
+fn common_copy(from: &Path, to: &Path) {
+    let out = Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap();
+    assert!(out.status.success());
+}
+
+/// An object already in the store counts as present only when its bytes
+/// hash to its name: one corrupted in place (same size) is sent again, and
+/// what the reference names fetches whole.
+#[test]
+fn a_corrupted_object_in_the_store_is_sent_again() {
+    let run = example();
+    let scratch = tempfile::tempdir().unwrap();
+    let (store, r, manifest) = pushed_store(scratch.path(), "store");
+    let (_, sha256, _) = a_capture_entry(&manifest);
+    let object = object_path(&store, &sha256);
+    let mut bytes = std::fs::read(&object).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&object, &bytes).unwrap();
+    let again = push(run, &store);
+    assert_eq!(reference(&again), r);
+    assert!(again["objects_written"].as_u64().unwrap() >= 1, "the corrupted object was taken as present: {again}");
+    let dest = scratch.path().join("dest");
+    let out = fetch(&store, &r, &dest, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A fetch killed with SIGKILL leaves nothing at DEST, and what it left
+/// beside it is refused by every reader as an interrupted fetch, never read
+/// as a whole capture or bundle.
+#[test]
+fn a_fetch_killed_with_sigkill_leaves_nothing_read_as_whole() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (store, r, _) = pushed_store(scratch.path(), "store");
+    let bundle = collected_bundle(scratch.path());
+    let (out, doc) = run_json(clink().args(["capture", "push", "--json", "--bundle"]).arg(&bundle).arg(&store));
+    assert!(out.status.success(), "{}", text(&out));
+    for (what, reference) in [("capture", r.clone()), ("bundle", doc["reference"].as_str().unwrap().to_string())] {
+        let parent = scratch.path().join(format!("fetched-{what}"));
+        std::fs::create_dir_all(&parent).unwrap();
+        let dest = parent.join("dest");
+        let mut child = clink()
+            .args(["capture", "fetch"])
+            .arg(&store)
+            .arg(&reference)
+            .arg(&dest)
+            .env("CLINK_TEST_FETCH_PAUSE_MS", "20")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let leftover = || {
+            std::fs::read_dir(&parent)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(".clink-fetch-"))
+        };
+        let started = Instant::now();
+        let partial = loop {
+            if let Some(dir) = leftover() {
+                if tree(&dir).len() > 5 {
+                    break dir;
+                }
+            }
+            assert!(child.try_wait().unwrap().is_none(), "{what}: the fetch ended before it was killed");
+            assert!(started.elapsed() < Duration::from_secs(60), "{what}: the fetch wrote nothing");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        assert!(std::fs::symlink_metadata(&dest).is_err(), "{what}: a killed fetch left DEST");
+        let read = if what == "capture" {
+            exec(
+                clink()
+                    .args(["replay", "sweep", "--job", "1", "--capture-dir"])
+                    .arg(partial.join("capture"))
+                    .arg("--checkpoint-dir")
+                    .arg(partial.join("checkpoint")),
+            )
+        } else {
+            exec(clink().args(["incident-verify", "--profile", "integrity"]).arg(&partial))
+        };
+        assert_eq!(read.status.code(), Some(2), "{what}: {}", text(&read));
+        assert!(text(&read).contains("interrupted `clink capture fetch`"), "{what}: {}", text(&read));
+        // Fetching again from the start succeeds.
+        assert!(fetch(&store, &reference, &dest, &[]).status.success());
+    }
+}

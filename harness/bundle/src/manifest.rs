@@ -240,6 +240,16 @@ pub fn read_bundle(root: &Path) -> Result<Bundle, ManifestError> {
     if !meta.is_dir() {
         return Err(refuse("$", format!("{} is not a directory", root.display())));
     }
+    if let Some(marker) = clink_basics::files::interrupted_fetch(root) {
+        return Err(refuse(
+            "$",
+            format!(
+                "an interrupted `clink capture fetch` left {} ({} is there): fetch again",
+                root.display(),
+                marker.display()
+            ),
+        ));
+    }
     let path = root.join(MANIFEST_NAME);
     let bytes = clink_basics::files::read_bounded(&path, MAX_MANIFEST_BYTES)
         .map_err(|e| refuse("$", format!("cannot read: {e}")))?;

@@ -264,11 +264,17 @@ pub enum ListCapturedError {
     /// An entry whose name is not UTF-8 (shown lossily): never skipped.
     #[error("{}: an entry whose name is not UTF-8: {name:?}", dir.display())]
     NotUtf8 { dir: PathBuf, name: String },
+    /// What a capture fetch cut short left: never read as a capture.
+    #[error("{}: an interrupted `clink capture fetch` left this ({} is there): fetch again", dir.display(), marker.display())]
+    InterruptedFetch { dir: PathBuf, marker: PathBuf },
 }
 
 /// Every captured (operator, subtask, epoch) under a capture directory, in
 /// operator, subtask, epoch order.
 pub fn list_captured(capture_dir: &Path) -> Result<Vec<(EpochRef, PathBuf)>, ListCapturedError> {
+    if let Some(marker) = clink_basics::files::interrupted_fetch(capture_dir) {
+        return Err(ListCapturedError::InterruptedFetch { dir: capture_dir.to_path_buf(), marker });
+    }
     let mut found = Vec::new();
     // An entry that cannot be listed is an error, never a capture skipped.
     let read = |dir: &Path| -> Result<Vec<String>, ListCapturedError> {

@@ -63,8 +63,11 @@ impl BoundArgs {
 /// with the job's markers and snapshots, which are what `clink replay` needs
 /// to start each epoch), or --bundle (an incident bundle directory, read and
 /// checked by the bundle reader: format, paths, no link). A link or special file in
-/// the source is refused. Files already in the store are not sent again; the
-/// manifest goes last, so a push cut short leaves no REF. The REF (the
+/// the source is refused. A bundle is pushed only as its manifest vouches for
+/// it: a file missing, unlisted, or of another size or SHA-256 refuses the
+/// push (exit 2), naming the file, and no REF is written. A file already in
+/// the store is not sent again only when the stored bytes hash to its name;
+/// the manifest goes last, so a push cut short leaves no REF. The REF (the
 /// manifest's SHA-256) is the last line printed. Exit 0 pushed; 2 refused
 /// (bad source, a bound exceeded); 3 the store did not answer.
 #[derive(Args, Debug)]
@@ -155,7 +158,7 @@ fn capture_request(capture_dir: &Path, checkpoint_dir: &Path, job: u64, bounds: 
         trees.push(Tree { root: checkpoint_dir.to_path_buf(), sub, prefix: CHECKPOINT_ROOT.into() });
     }
     let operators = subtasks.iter().map(|(op, _)| op.0).collect();
-    Ok(PushRequest { source: SourceKind::Capture, job, operators, epochs, trees, bounds })
+    Ok(PushRequest { source: SourceKind::Capture, job, operators, epochs, trees, bounds, vouched: None })
 }
 
 /// The tree and names of an incident bundle.
@@ -169,7 +172,18 @@ fn bundle_request(dir: &Path, bounds: Bounds) -> Result<PushRequest, String> {
         .collect();
     let operators = bundle.manifest.epochs.iter().map(|e| e.operator_id().0).collect();
     let tree = Tree { root: dir.to_path_buf(), sub: String::new(), prefix: String::new() };
-    Ok(PushRequest { source: SourceKind::Bundle, job: bundle.job_id(), operators, epochs, trees: vec![tree], bounds })
+    // Only what the bundle's manifest vouches for is pushed, each file held
+    // to its size and SHA-256 as it is read for the push.
+    let vouched = bundle.manifest.artifacts.iter().map(|a| (a.path.clone(), (a.size, a.sha256.clone()))).collect();
+    Ok(PushRequest {
+        source: SourceKind::Bundle,
+        job: bundle.job_id(),
+        operators,
+        epochs,
+        trees: vec![tree],
+        bounds,
+        vouched: Some(vouched),
+    })
 }
 
 fn push(args: PushArgs) -> Exit {

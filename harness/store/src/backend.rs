@@ -151,6 +151,27 @@ impl Store {
     }
 
     /// Streams an object's bytes to `sink`, chunk by chunk; `sink` may stop it with an error.
+    /// Whether the object `name` is there and its bytes are `size` bytes
+    /// hashing to `sha256`: read back and hashed, never taken from its name
+    /// or its size alone.
+    pub fn holds(&self, name: &str, size: u64, sha256: &str) -> Result<bool, StoreError> {
+        if self.presence(name)? != (Presence::Present { size }) {
+            return Ok(false);
+        }
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let mut read = 0u64;
+        match self.get(name, |chunk| {
+            read += chunk.len() as u64;
+            sha2::Digest::update(&mut hasher, chunk);
+            Ok(())
+        }) {
+            Ok(()) => {}
+            Err(StoreError::Missing(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        Ok(read == size && clink_basics::digest::hex(&sha2::Digest::finalize(hasher)) == sha256)
+    }
+
     pub fn get(&self, name: &str, mut sink: impl FnMut(&[u8]) -> Result<(), StoreError>) -> Result<(), StoreError> {
         let path = Self::path(name)?;
         self.runtime.block_on(async {

@@ -2,7 +2,12 @@
 //!
 //! Everything is written into a temporary directory beside DEST, each object
 //! hashed and counted as it is written, and renamed to DEST only when every
-//! file has its manifest's size and digest. Any refusal (a missing, short,
+//! file has its manifest's size and digest and is durable (every file and
+//! directory fsynced). The temporary directory holds a marker
+//! ([`clink_basics::files::INCOMPLETE_FETCH`]) from its first write until
+//! just before the rename, so what a fetch killed midway leaves is never
+//! read as a capture or a bundle (their readers refuse a directory under
+//! it). Any refusal (a missing, short,
 //! long or altered object, a manifest that is not this format or that names
 //! a hostile path, a bound exceeded) removes the temporary directory, so
 //! nothing is left at DEST or beside it. DEST must not exist.
@@ -87,11 +92,55 @@ pub fn fetch(store: &Store, reference: &str, dest: &Path, bounds: Bounds) -> Res
         .prefix(".clink-fetch-")
         .tempdir_in(&parent)
         .map_err(|e| StoreError::Refused(format!("{}: cannot make a temporary directory: {e}", parent.display())))?;
+    let marker = tmp.path().join(clink_basics::files::INCOMPLETE_FETCH);
+    let marked = File::create(&marker).and_then(|f| f.sync_all()).and_then(|()| sync_dir(tmp.path()));
+    marked.map_err(|e| StoreError::Refused(format!("{}: {e}", marker.display())))?;
+    let pause = test_pause_ms()?;
     for entry in &manifest.files {
         write_object(store, entry, tmp.path())?;
+        if let Some(ms) = pause {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
     }
+    sync_tree(tmp.path()).map_err(|e| StoreError::Refused(format!("{}: {e}", tmp.path().display())))?;
+    fs::remove_file(&marker)
+        .and_then(|()| sync_dir(tmp.path()))
+        .map_err(|e| StoreError::Refused(format!("{}: {e}", marker.display())))?;
     publish(tmp, dest)?;
+    sync_dir(&parent).map_err(|e| StoreError::Refused(format!("{}: {e}", parent.display())))?;
     Ok(FetchReport { manifest, dest: dest.to_path_buf(), files, bytes })
+}
+
+/// Test-only: sleep this many milliseconds after each object, so a test can
+/// kill a fetch midway. Only a build with the `defects` feature reads it; a
+/// default build refuses it.
+pub const PAUSE_ENV: &str = "CLINK_TEST_FETCH_PAUSE_MS";
+
+fn test_pause_ms() -> Result<Option<u64>, StoreError> {
+    match (cfg!(feature = "defects"), std::env::var(PAUSE_ENV).ok()) {
+        (_, None) => Ok(None),
+        (true, Some(v)) => {
+            v.parse().map(Some).map_err(|_| StoreError::Refused(format!("{PAUSE_ENV}={v:?} is not milliseconds")))
+        }
+        (false, Some(_)) => Err(StoreError::Refused(format!(
+            "{PAUSE_ENV} is set, but this build has no test switches (built without the `defects` feature)"
+        ))),
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Every directory under `root` (files are synced as they are written).
+fn sync_tree(root: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(root)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        }
+    }
+    sync_dir(root)
 }
 
 /// DEST must not exist; its parent must be a directory. Returns the parent.

@@ -5,8 +5,12 @@
 //! The bounds are checked on the listing, before anything is written. A file
 //! is hashed, then sent and hashed again on the way: if it changed in
 //! between, the upload is aborted and the push refused, so an object never
-//! holds bytes other than its name says. An object already present (by name
-//! and size) is not sent again.
+//! holds bytes other than its name says. An object already in the store is
+//! not sent again only when its bytes, read back, hash to its name; one that
+//! does not is sent again. A source that vouches for its own files (a
+//! bundle's manifest) is held to that: a file of another size or digest, or
+//! one it does not list, refuses the push, naming the file, before any
+//! manifest is written.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -15,7 +19,7 @@ use std::io::Read;
 use clink_basics::digest::{hex, sha256_file, sha256_hex};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{manifest_name, object_name, Presence, Store, PART_BYTES};
+use crate::backend::{manifest_name, object_name, Store, PART_BYTES};
 use crate::manifest::{EpochEntry, FileEntry, Manifest, SourceKind};
 use crate::source::{list_trees, SourceFile, Tree};
 use crate::{Bounds, StoreError};
@@ -34,6 +38,10 @@ pub struct PushRequest {
     pub epochs: Vec<EpochEntry>,
     pub trees: Vec<Tree>,
     pub bounds: Bounds,
+    /// What the source vouches for, by path: each file's size and SHA-256
+    /// (an incident bundle's manifest). `None`: the source vouches for
+    /// nothing of its own (a capture directory).
+    pub vouched: Option<std::collections::BTreeMap<String, (u64, String)>>,
 }
 
 /// What a push did.
@@ -80,6 +88,14 @@ pub fn push(store: &Store, request: &PushRequest) -> Result<PushReport, StoreErr
             files.len()
         )));
     }
+    if let Some(vouched) = &request.vouched {
+        let listed: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        if let Some(gone) = vouched.keys().find(|p| !listed.contains(p.as_str())) {
+            return Err(StoreError::Refused(format!(
+                "{gone}: the bundle's manifest vouches for it and it is not there: the bundle is damaged, nothing is pushed"
+            )));
+        }
+    }
     let mut report = PushReport {
         reference: String::new(),
         files: files.len() as u64,
@@ -93,9 +109,12 @@ pub fn push(store: &Store, request: &PushRequest) -> Result<PushReport, StoreErr
     let mut done = BTreeSet::new();
     for file in &files {
         let sha256 = digest_of(file)?;
+        if let Some(vouched) = &request.vouched {
+            check_vouched(vouched, file, &sha256)?;
+        }
         if done.insert(sha256.clone()) {
             let name = object_name(&sha256);
-            if store.presence(&name)? == (Presence::Present { size: file.size }) {
+            if store.holds(&name, file.size, &sha256)? {
                 report.objects_present += 1;
             } else {
                 send(store, &name, file, &sha256)?;
@@ -112,11 +131,35 @@ pub fn push(store: &Store, request: &PushRequest) -> Result<PushReport, StoreErr
     let bytes = manifest.encode();
     report.reference = sha256_hex(&bytes);
     let name = manifest_name(&report.reference);
-    if store.presence(&name)? != (Presence::Present { size: bytes.len() as u64 }) {
+    if !store.holds(&name, bytes.len() as u64, &report.reference)? {
         store.put(&name, bytes)?;
         report.manifest_written = true;
     }
     Ok(report)
+}
+
+/// A file of a source that vouches for its files is the file it vouches for:
+/// listed, of that size and digest (the bytes just hashed, which are the
+/// bytes sent). The source's own manifest is the one file it cannot list.
+fn check_vouched(
+    vouched: &std::collections::BTreeMap<String, (u64, String)>,
+    file: &SourceFile,
+    sha256: &str,
+) -> Result<(), StoreError> {
+    if file.path == "manifest.json" {
+        return Ok(());
+    }
+    match vouched.get(&file.path) {
+        None => Err(StoreError::Refused(format!(
+            "{}: the bundle's manifest does not list it; only what it vouches for is pushed",
+            file.path
+        ))),
+        Some((size, digest)) if *size != file.size || digest != sha256 => Err(StoreError::Refused(format!(
+            "{}: {} bytes with SHA-256 {sha256}, the bundle's manifest vouches for {size} bytes with {digest}: the bundle is damaged, nothing is pushed",
+            file.path, file.size
+        ))),
+        Some(_) => Ok(()),
+    }
 }
 
 fn changed(file: &SourceFile) -> StoreError {
@@ -191,6 +234,7 @@ fn send(store: &Store, name: &str, file: &SourceFile, sha256: &str) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Presence;
 
     /// A file whose bytes no longer have the digest it is sent under is
     /// never published, in one request or in parts.
