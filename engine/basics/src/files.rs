@@ -62,6 +62,24 @@ pub fn list_dir(dir: &Path) -> io::Result<DirListing> {
     Ok(listing)
 }
 
+/// The file a capture fetch writes first into the directory it fills and
+/// removes only once every file in it is verified and durable, just before
+/// the directory is renamed into place. A directory holding it is what an
+/// interrupted fetch left: never evidence.
+pub const INCOMPLETE_FETCH: &str = ".clink-fetch-incomplete";
+
+/// Whether `dir`, or the directory above it (a fetched capture's `capture/`
+/// and `checkpoint/` sit one level down), is an interrupted fetch's: the
+/// marker file's path when it is.
+pub fn interrupted_fetch(dir: &Path) -> Option<std::path::PathBuf> {
+    let here = dir.join(INCOMPLETE_FETCH);
+    if std::fs::symlink_metadata(&here).is_ok() {
+        return Some(here);
+    }
+    let above = dir.parent()?.join(INCOMPLETE_FETCH);
+    std::fs::symlink_metadata(&above).is_ok().then_some(above)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,22 +119,4 @@ mod tests {
         let err = read_bounded_text(&file, 100).unwrap_err();
         assert!(err.to_string().contains("at byte 2"), "{err}");
     }
-}
-
-/// The file a capture fetch writes first into the directory it fills and
-/// removes only once every file in it is verified and durable, just before
-/// the directory is renamed into place. A directory holding it is what an
-/// interrupted fetch left: never evidence.
-pub const INCOMPLETE_FETCH: &str = ".clink-fetch-incomplete";
-
-/// Whether `dir`, or the directory above it (a fetched capture's `capture/`
-/// and `checkpoint/` sit one level down), is an interrupted fetch's: the
-/// marker file's path when it is.
-pub fn interrupted_fetch(dir: &Path) -> Option<std::path::PathBuf> {
-    let here = dir.join(INCOMPLETE_FETCH);
-    if std::fs::symlink_metadata(&here).is_ok() {
-        return Some(here);
-    }
-    let above = dir.parent()?.join(INCOMPLETE_FETCH);
-    std::fs::symlink_metadata(&above).is_ok().then_some(above)
 }
