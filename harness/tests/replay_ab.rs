@@ -97,7 +97,12 @@ fn candidate(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 #[test]
 fn the_same_build_is_identical_on_every_replayable_epoch() {
+    // The sinks' epochs cannot be replayed here: left uncompared, they leave
+    // the run not established, unless they are allowed to stand aside.
     let (code, doc, stderr) = ab(Path::new(clink_path()), &[]);
+    assert_eq!(code, Some(3), "{doc}\n{stderr}");
+    assert!(doc["exit_reason"].as_str().unwrap_or_default().contains("--allow-unsupported"), "{doc}");
+    let (code, doc, stderr) = ab(Path::new(clink_path()), &["--allow-unsupported"]);
     assert_eq!(code, Some(0), "{doc}\n{stderr}");
     assert_eq!(doc["format"], "clink-replay-ab");
     assert_eq!(doc["isolation"]["result"], "enforced", "the candidate ran isolated");
@@ -292,6 +297,22 @@ fn a_bundle_is_replayed_from_its_vouched_bytes_and_a_tampered_one_is_refused_bef
         )
     };
     let (code, stdout, stderr) = run(&good, Path::new(clink_path()));
+    assert_eq!(code, Some(3), "the bundle's sink epochs stand aside uncompared: {stdout}\n{stderr}");
+    let out = clink(&[
+        "replay",
+        "ab",
+        "--json",
+        "--allow-unsupported",
+        "--bundle",
+        p(&good),
+        "--candidate-clink",
+        clink_path(),
+    ]);
+    let (code, stdout, stderr) = (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let doc: Json = serde_json::from_str(&stdout).unwrap();
     assert!(doc["totals"]["identical"].as_u64().unwrap() >= 4, "{doc}");
@@ -370,4 +391,30 @@ exec "$REAL" "$@""#,
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
     let doc: Json = serde_json::from_slice(&out.stdout).unwrap();
     assert!(doc["reason"].as_str().unwrap().contains("changed while the candidate read it"), "{doc}");
+}
+
+/// The candidate judged is the candidate that ran: one that replaces its own
+/// file with a build that diverges, the moment it is asked for its
+/// capabilities, changes nothing, since a copy taken before that runs every
+/// epoch; the report gives the copy's SHA-256.
+#[test]
+fn a_candidate_replaced_after_its_capabilities_call_changes_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let path = scratch.path().join("swaps");
+    let diverging = "#!/usr/bin/env bash\necho 'not a clink build' >&2\nexit 7\n";
+    let body = format!(
+        r#"if [[ "$1" == capabilities ]]; then
+    printf '%s' {diverging:?} > '{me}.next' && chmod +x '{me}.next' && mv -f '{me}.next' '{me}'
+fi
+exec "$REAL" "$@""#,
+        me = p(&path)
+    );
+    let cand = candidate(scratch.path(), "swaps", &body);
+    assert_eq!(cand, path);
+    let before = clink_basics::digest::sha256_file(&cand, 1 << 20).unwrap().sha256;
+    let (code, doc, stderr) = ab(&cand, &["--op", "3", "--allow-unsupported"]);
+    assert_eq!(code, Some(0), "{doc}\n{stderr}");
+    assert_eq!(doc["candidate"]["sha256"], before.as_str(), "the report names what ran");
+    let after = clink_basics::digest::sha256_file(&cand, 1 << 20).unwrap().sha256;
+    assert_ne!(before, after, "the candidate did replace its file");
 }

@@ -151,8 +151,10 @@ pub struct WrongDump {
 /// Compares this build's emissions with the candidate's dump of the same
 /// epoch, after checking the dump says it is of that epoch.
 pub fn compare(job: u64, at: &EpochRef, ours: &[Row], theirs: &Dump) -> Result<Comparison, WrongDump> {
+    // The same checks as `replay diff`: a dump that does not name its job (a
+    // version 1 dump) cannot be shown to be of this job's epoch.
     let same = theirs.operator == at.operator.0 && theirs.subtask == at.subtask && theirs.epoch == at.epoch;
-    if !same || theirs.job.is_some_and(|j| j != job) {
+    if !same || theirs.job != Some(job) {
         return Err(WrongDump { found: theirs.origin(), job, at: at.to_string() });
     }
     Ok(match first_difference(ours, &theirs.rows) {
@@ -225,7 +227,7 @@ mod tests {
         assert_eq!(compare(1, &at, &rows, &dump(Some(1), 4)), Ok(Comparison::Identical { emissions: 1 }));
         assert!(compare(1, &at, &rows, &dump(Some(1), 5)).is_err());
         assert!(compare(1, &at, &rows, &dump(Some(2), 4)).is_err());
-        assert!(compare(1, &at, &rows, &dump(None, 4)).is_ok(), "a version 1 dump names no job to disagree with");
+        assert!(compare(1, &at, &rows, &dump(None, 4)).is_err(), "a version 1 dump cannot be shown to be of job 1");
         let other = vec![vec![Value::Int(2)]];
         match compare(1, &at, &other, &dump(Some(1), 4)) {
             Ok(Comparison::Diverged { difference, .. }) => assert_eq!(difference.index, 0),

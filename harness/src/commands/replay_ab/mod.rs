@@ -50,10 +50,15 @@ const CONTEXT_ROWS: usize = 20;
 /// format, state encodings and operator type its `capabilities --json`
 /// declares. A bundle (--bundle) is hashed against its manifest before
 /// anything runs and again after, and this build replays its vouched bytes.
-/// Exit 0 every selected epoch identical; 1 an epoch diverged;
-/// 2 bad usage or malformed evidence; 3 not established (isolation not
-/// proven, a capability missing, the candidate killed at a bound or failing,
-/// nothing replayable selected).
+/// The candidate judged is the candidate that ran: it is copied into the
+/// work directory first (hashed as it is copied), and that copy answers
+/// `capabilities` and replays every epoch; the report gives its SHA-256.
+/// Exit 0 every selected epoch compared and identical, and at least one
+/// emission compared; 1 an epoch diverged; 2 bad usage or malformed
+/// evidence; 3 not established (isolation not proven, a capability missing,
+/// the candidate killed at a bound or failing, an epoch this build cannot
+/// replay (unless --allow-unsupported), or nothing emitted in any selected
+/// epoch, so nothing was compared).
 #[derive(Args, Debug)]
 pub struct AbArgs {
     #[command(flatten)]
@@ -94,6 +99,11 @@ pub struct AbArgs {
     /// the first difference, the differing cells marked.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Let epochs this build cannot replay (a sink's, one with several
+    /// inputs) stand aside: without it any such epoch leaves the run not
+    /// established (exit 3).
+    #[arg(long)]
+    allow_unsupported: bool,
     /// Print the report as JSON (format clink-replay-ab, version 1).
     #[arg(long)]
     json: bool,
@@ -145,21 +155,43 @@ pub(crate) struct EpochResult {
     pub(crate) status: Status,
 }
 
-/// The exit of a whole run: a divergence is a finding; malformed evidence
-/// is refused; anything not compared leaves the run not established.
-fn exit_of(results: &[EpochResult]) -> Exit {
+/// The exit of a whole run, and when it is not 0 or 1 the reason in one
+/// line: a divergence is a finding; malformed evidence is refused; anything
+/// not compared (an epoch unsupported here, unless allowed) leaves the run
+/// not established, and so does a run that compared no emission at all.
+pub(crate) fn exit_of(results: &[EpochResult], allow_unsupported: bool) -> (Exit, Option<String>) {
     let any = |f: fn(&Status) -> bool| results.iter().any(|r| f(&r.status));
-    let compared = any(|s| matches!(s, Status::Identical { .. } | Status::Diverged { .. }));
+    let count = |f: fn(&Status) -> bool| results.iter().filter(|r| f(&r.status)).count();
+    let emitted: usize =
+        results.iter().map(|r| if let Status::Identical { emissions } = r.status { emissions } else { 0 }).sum();
+    let unsupported = count(|s| matches!(s, Status::Unsupported(_)));
     if any(|s| matches!(s, Status::Diverged { .. })) {
-        Exit::Failed
+        (Exit::Failed, None)
     } else if any(|s| matches!(s, Status::Refused(_))) {
-        Exit::Refused
-    } else if !compared
-        || any(|s| matches!(s, Status::MissingCapability(_) | Status::Candidate(_) | Status::Unavailable(_)))
-    {
-        Exit::NotEstablished
+        (Exit::Refused, Some("the evidence of an epoch is malformed".into()))
+    } else if any(|s| matches!(s, Status::MissingCapability(_) | Status::Candidate(_) | Status::Unavailable(_))) {
+        (
+            Exit::NotEstablished,
+            Some(
+                "an epoch was not compared (a capability missing, the candidate failing, or its evidence unavailable)"
+                    .into(),
+            ),
+        )
+    } else if unsupported > 0 && !allow_unsupported {
+        let n = clink_basics::text::count(unsupported, "epoch", "epochs");
+        (
+            Exit::NotEstablished,
+            Some(format!("{n} this build cannot replay stood aside uncompared (--allow-unsupported lets them)")),
+        )
+    } else if !any(|s| matches!(s, Status::Identical { .. })) {
+        (Exit::NotEstablished, Some("no selected epoch was compared".into()))
+    } else if emitted == 0 {
+        (
+            Exit::NotEstablished,
+            Some("every compared epoch emitted nothing in both builds: no emission was compared".into()),
+        )
     } else {
-        Exit::Passed
+        (Exit::Passed, None)
     }
 }
 
@@ -247,15 +279,11 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let mut runner = Runner::new(work, bounds).map_err(|e| format!("{}: {e}", work.display()))?;
     let dumps = work.join("dumps");
     std::fs::create_dir_all(&dumps).map_err(|e| format!("{}: {e}", dumps.display()))?;
-    let candidate = &args.candidate_clink;
-    // The identity of what runs is taken before it runs.
-    let sha256 = match clink_basics::digest::sha256_file(candidate, MAX_CANDIDATE_BYTES) {
-        Ok(d) if d.bytes <= MAX_CANDIDATE_BYTES => d.sha256,
-        Ok(_) => {
-            return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", candidate.display()))
-        }
-        Err(e) => return Err(format!("--candidate-clink {}: {e}", candidate.display())),
-    };
+    let given = &args.candidate_clink;
+    // What runs is a copy of its own, hashed as it is copied: a file
+    // replaced at the given path later changes nothing that is judged.
+    let (candidate, sha256) = private_copy(given, work)?;
+    let candidate = &candidate;
     let capabilities = declared(&mut runner, candidate);
     let progress = crate::progress::Progress::bar(args.json, "A/B", "epochs");
     progress.set_length(selected.len() as u64);
@@ -268,7 +296,7 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let mut in_flight: VecDeque<(usize, Box<Pending>)> = VecDeque::new();
     for (i, at) in selected.into_iter().enumerate() {
         progress.message(at.to_string());
-        match start_epoch(&mut runner, args, &source, &dumps, &capabilities, at) {
+        match start_epoch(&mut runner, candidate, &source, &dumps, &capabilities, at) {
             Started::Done(r) => {
                 results[i] = Some(r);
                 progress.inc();
@@ -290,7 +318,8 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     source.still_vouched()?;
     Ok(Report {
         candidate: json!({
-            "path": candidate.display().to_string(),
+            "path": given.display().to_string(),
+            "ran": candidate.display().to_string(),
             "sha256": sha256,
             "build": capabilities.as_ref().map(|d| d.build.clone()).ok(),
         }),
@@ -301,6 +330,26 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
         job: source.job(),
         evidence: source.describe(),
     })
+}
+
+/// Copies the candidate into `work` (read-only, executable by its owner)
+/// and hashes the copy: the copy is what runs, so its SHA-256 is the
+/// identity of what is judged.
+fn private_copy(given: &Path, work: &Path) -> Result<(std::path::PathBuf, String), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let named = |e: std::io::Error| format!("--candidate-clink {}: {e}", given.display());
+    let size = std::fs::metadata(given).map_err(named)?.len();
+    if size > MAX_CANDIDATE_BYTES {
+        return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", given.display()));
+    }
+    let copy = work.join("candidate-clink");
+    std::fs::copy(given, &copy).map_err(named)?;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o500)).map_err(named)?;
+    let digest = clink_basics::digest::sha256_file(&copy, MAX_CANDIDATE_BYTES).map_err(named)?;
+    if digest.bytes > MAX_CANDIDATE_BYTES {
+        return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", given.display()));
+    }
+    Ok((copy, digest.sha256))
 }
 
 /// The captured epochs the selection names, in operator, subtask, epoch order.
@@ -347,7 +396,7 @@ enum Started {
 /// candidate on it, and replays it with this build while the candidate runs.
 fn start_epoch(
     runner: &mut Runner,
-    args: &AbArgs,
+    candidate: &Path,
     source: &Source,
     dumps: &Path,
     capabilities: &Result<Declared, String>,
@@ -373,7 +422,7 @@ fn start_epoch(
     }
     let dump = dumps.join(format!("op-{}-subtask-{}-epoch-{}.emit", at.operator, at.subtask, at.epoch));
     let name = format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch);
-    let running = match runner.spawn(&name, &args.candidate_clink, &candidate_args(source, &at, &dump)) {
+    let running = match runner.spawn(&name, candidate, &candidate_args(source, &at, &dump)) {
         Ok(r) => r,
         Err(e) => return done(operator_type, Status::Candidate(e.to_string())),
     };
@@ -481,8 +530,12 @@ fn cells(row: &clink_engine::value::Row) -> Vec<String> {
 }
 
 fn finish(out: &Output, args: &AbArgs, report: Report) -> Exit {
-    let exit = exit_of(&report.results);
-    let doc = page::json(&report, exit);
+    let (exit, why) = exit_of(&report.results, args.allow_unsupported);
+    if let Some(why) = &why {
+        eprintln!("replay ab: exit {}: {why}", exit.code());
+    }
+    let mut doc = page::json(&report, exit);
+    doc["exit_reason"] = why.clone().map_or(Json::Null, Json::from);
     if let Some(path) = &args.html {
         if let Err(e) = super::write_html(path, &page::html(&report, exit)) {
             return out.refuse(format!("--html {}: {e}", path.display()));
@@ -494,4 +547,48 @@ fn finish(out: &Output, args: &AbArgs, report: Report) -> Exit {
 /// One row's cells as the JSON report and the text show them.
 pub(crate) fn row_text(cells: &[String]) -> String {
     format!("[{}]", cells.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(epoch: u64, status: Status) -> EpochResult {
+        EpochResult {
+            at: EpochRef { operator: OperatorId(2), subtask: 0, epoch },
+            operator_type: "tumbling_window".into(),
+            status,
+        }
+    }
+
+    #[test]
+    fn identical_epochs_that_emitted_something_pass() {
+        let results = [result(1, Status::Identical { emissions: 0 }), result(2, Status::Identical { emissions: 4 })];
+        assert_eq!(exit_of(&results, false), (Exit::Passed, None));
+    }
+
+    #[test]
+    fn identical_epochs_that_all_emitted_nothing_establish_nothing() {
+        let results = [result(1, Status::Identical { emissions: 0 }), result(2, Status::Identical { emissions: 0 })];
+        let (exit, why) = exit_of(&results, false);
+        assert_eq!(exit, Exit::NotEstablished);
+        assert!(why.is_some_and(|w| w.contains("no emission was compared")));
+    }
+
+    #[test]
+    fn an_unsupported_epoch_is_not_established_unless_allowed() {
+        let results = [result(1, Status::Identical { emissions: 2 }), result(2, Status::Unsupported("a sink".into()))];
+        let (exit, why) = exit_of(&results, false);
+        assert_eq!(exit, Exit::NotEstablished);
+        assert!(why.is_some_and(|w| w.contains("1 epoch") && w.contains("--allow-unsupported")));
+        assert_eq!(exit_of(&results, true), (Exit::Passed, None));
+    }
+
+    #[test]
+    fn a_divergence_fails_whatever_else_stood_aside() {
+        let diverged = Status::Diverged { index: 0, ours: vec![], theirs: vec![], counts: (1, 0) };
+        let results = [result(1, Status::Unavailable("gone".into())), result(2, diverged)];
+        assert_eq!(exit_of(&results, true).0, Exit::Failed);
+        assert_eq!(exit_of(&[], true).0, Exit::NotEstablished);
+    }
 }
