@@ -244,12 +244,26 @@ fn describe_follows_a_transaction_through_its_states(env: &BTreeMap<String, Stri
     assert_eq!(orphan::describe(bootstrap, &id, SHORT)?, None, "an id nothing used is not found");
     let p = TxnProducer::open(config(bootstrap, &id))?;
     let (me, _) = p.identity(Duration::from_secs(2)).ok_or("no identity")?;
+    // EndTxn is answered once the decision (PrepareCommit, PrepareAbort) is
+    // logged; the markers, then the Complete state, follow: a describe in
+    // between sees the decision, so it is asked again, for a bounded time.
     let state = |want: TxnState| -> Result<(), Failed> {
-        let d = orphan::describe(bootstrap, &id, SHORT)?.ok_or("the initialised id is not found")?;
-        if d.state != want || d.identity != me {
-            return Err(format!("want {want:?} under {me:?}, described {d:?}").into());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let d = orphan::describe(bootstrap, &id, SHORT)?.ok_or("the initialised id is not found")?;
+            let deciding = matches!(
+                (&want, &d.state),
+                (TxnState::CompleteCommit, TxnState::PrepareCommit) | (TxnState::CompleteAbort, TxnState::PrepareAbort)
+            );
+            if deciding && d.identity == me && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            if d.state != want || d.identity != me {
+                return Err(format!("want {want:?} under {me:?}, described {d:?}").into());
+            }
+            return Ok(());
         }
-        Ok(())
     };
     state(TxnState::Empty)?;
     one_transaction(&p, &topic, &["d0"])?;
