@@ -181,9 +181,19 @@ fn a_rule_the_evidence_contradicts_or_cannot_say_is_refused_rather_than_guessed(
 #[test]
 fn a_divergence_in_one_epoch_fails_determinism_while_another_is_unavailable() {
     let live = Live::new("6000");
-    let done =
-        live.run("proc-time", &["--checkpoint-every-records", "500", "--source-rate", "20000"]).output().unwrap();
+    let args = ["--checkpoint-every-records", "500", "--source-rate", "20000", "--capture-retain-epochs", "1000"];
+    let done = live.run("proc-time", &args).output().unwrap();
     assert!(done.status.success());
+    // The run keeps every checkpoint its captured epochs start from; prune
+    // checkpoint 2 by hand, as a run with a shorter window would have.
+    for generation in std::fs::read_dir(live.path("ck/_state/1")).unwrap() {
+        for participant in std::fs::read_dir(generation.unwrap().path()).unwrap() {
+            let dir = participant.unwrap().path();
+            for name in ["checkpoint-2.snap", "checkpoint-2.snap.meta"] {
+                std::fs::remove_file(dir.join(name)).unwrap();
+            }
+        }
+    }
     let last = std::fs::read_dir(live.path("ck/_jobs/1"))
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse::<u64>().ok())
@@ -709,4 +719,40 @@ fn a_capture_directory_two_jobs_share_gives_a_bundle_only_its_own_jobs_captures(
     // And the bundle's replay checks do not pass on nothing.
     let verified = clink().args(["incident-verify", "--json", "--profile", "replay"]).arg(&out).output().unwrap();
     assert_ne!(verified.status.code(), Some(0), "{}", String::from_utf8_lossy(&verified.stdout));
+}
+
+#[test]
+fn a_directory_named_to_collect_from_must_exist_and_an_empty_part_is_said_absent() {
+    let live = Live::new("2000");
+    assert!(live.run("example", &["--checkpoint-every-records", "500"]).output().unwrap().status.success());
+    let out = live.path("b");
+    let swap = |from: &str, to: &Path| {
+        let cmd = live.collect(&out, &[]);
+        let args: Vec<std::ffi::OsString> =
+            cmd.get_args().map(|a| if a == live.path(from).as_os_str() { to.into() } else { a.into() }).collect();
+        let mut swapped = clink();
+        swapped.args(args);
+        swapped.output().unwrap()
+    };
+    // A mistyped directory is bad usage, named, with nothing published.
+    for (flag, dir) in [("--capture-dir", "capture"), ("--trace-dir", "traces"), ("--checkpoint-dir", "ck")] {
+        let refused = swap(dir, &live.path("no-such"));
+        assert_eq!(refused.status.code(), Some(2), "{flag}: {}", String::from_utf8_lossy(&refused.stdout));
+        let said = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+        assert!(said.contains(flag) && said.contains("no such directory"), "{flag}: {said}");
+        assert!(!out.exists(), "{flag}: a refused collection published {}", out.display());
+    }
+    // An existing, empty capture directory: the bundle says captures are absent, and why.
+    std::fs::create_dir(live.path("empty")).unwrap();
+    let collected = swap("capture", &live.path("empty"));
+    assert!(collected.status.success(), "{}", String::from_utf8_lossy(&collected.stdout));
+    let absent = json(&collected)["absent"].to_string();
+    assert!(absent.contains("asked for, and no captured epoch was collected"), "{absent}");
+    // A checkpoint directory of another job: missing evidence, with advice that fits it.
+    std::fs::remove_dir_all(&out).unwrap();
+    let refused = live.collect(&out, &["--job", "7"]).output().unwrap();
+    let report = json(&refused);
+    assert_eq!((refused.status.code(), report["kind"].clone()), (Some(1), Json::from("missing")), "{report}");
+    let advice = report["next_action"].as_str().unwrap();
+    assert!(advice.contains("--checkpoint-dir") && !advice.contains("stop the job"), "{advice}");
 }

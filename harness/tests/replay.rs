@@ -421,3 +421,59 @@ fn a_regression_bundle_whose_golden_names_another_epoch_is_refused() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// With the defaults, every epoch the recorder keeps replays: its starting
+/// checkpoint is kept with it. A start pruned anyway is named as pruned.
+#[test]
+fn a_default_runs_captured_epochs_all_replay_and_a_pruned_start_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = gen_input(dir.path(), "6000");
+    let d = dir.path();
+    let ran = Command::new(env!("CARGO_BIN_EXE_clink"))
+        .args(["run", "--quiet", "--checkpoint-every-records", "300", "--job", &job("example")])
+        .args(["--input-dir", p(&input), "--output-dir", p(&d.join("out")), "--checkpoint-dir", p(&d.join("ck"))])
+        .args(["--capture-dir", p(&d.join("capture"))])
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let sweep = |what: &str| {
+        let out = clink(&[
+            "replay",
+            "sweep",
+            "--json",
+            "--capture-dir",
+            p(&d.join("capture")),
+            "--checkpoint-dir",
+            p(&d.join("ck")),
+        ]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: {e}"));
+        (out.status.code(), doc)
+    };
+    let (code, doc) = sweep("default");
+    assert_eq!(doc["unavailable"], 0, "{doc}");
+    assert_eq!(code, Some(0), "{doc}");
+    assert!(doc["deterministic"].as_u64().unwrap() > 0, "{doc}");
+    // The default window is the retained checkpoints' (3) per subtask.
+    let epochs = std::fs::read_dir(subtask_dir(&d.join("capture"), OperatorId(3), 0))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("epoch-"))
+        .count();
+    assert_eq!(epochs, 3);
+    // Prune one starting state by hand, as a shorter retention would have.
+    let state = d.join("ck/_state/1");
+    let oldest = std::fs::read_dir(&state)
+        .unwrap()
+        .flat_map(|g| std::fs::read_dir(g.unwrap().path().join("op-3-0")).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "snap"))
+        .min_by_key(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.trim_start_matches("checkpoint-").trim_end_matches(".snap").parse::<u64>().unwrap()
+        })
+        .unwrap();
+    std::fs::remove_file(&oldest).unwrap();
+    std::fs::remove_file(oldest.with_extension("snap.meta")).unwrap();
+    let (code, doc) = sweep("pruned");
+    assert_eq!((code, doc["unavailable"].clone()), (Some(3), 1.into()), "{doc}");
+    assert!(doc["problems"].to_string().contains("was pruned by retention"), "{doc}");
+}

@@ -27,9 +27,14 @@ impl Case {
 
     /// Runs the job; returns (exit code, stderr).
     fn run(&self) -> (i32, String) {
+        self.run_adding(&[])
+    }
+
+    fn run_adding(&self, extra: &[&str]) -> (i32, String) {
         let p = self.dir.path();
         let out = clink()
             .args(["run", "--quiet", "--checkpoint-every-records", "2"])
+            .args(extra)
             .arg("--job")
             .arg(p.join("job.json"))
             .arg("--input-dir")
@@ -123,6 +128,27 @@ fn an_input_line_that_does_not_parse_is_refused_before_anything_runs() {
     let input = "E,1000,a,1.50\nW,1000\nE,12000,b,2.345\nEND\n";
     Case::new(GOOD_JOB, input).assert_refused(&["segment-0000.txt:3", "fraction digits"]);
     Case::new(GOOD_JOB, "E,1000,a\n").assert_refused(&["segment-0000.txt:1"]);
+}
+
+#[test]
+fn an_input_directory_with_no_segment_is_refused_unless_allowed() {
+    let case = Case::new(GOOD_JOB, INPUT);
+    std::fs::remove_file(case.dir.path().join("in/segment-0000.txt")).unwrap();
+    // A file of another name is not input.
+    std::fs::write(case.dir.path().join("in/notes.txt"), "E,1000,a,1\n").unwrap();
+    case.assert_refused(&["--input-dir", "holds no segment file", "--allow-empty-input"]);
+    let (code, stderr) = case.run_adding(&["--allow-empty-input"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(case.dir.path().join("ck").is_dir(), "the allowed run ran");
+}
+
+#[test]
+fn a_missing_input_directory_is_named_as_missing() {
+    let case = Case::new(GOOD_JOB, INPUT);
+    std::fs::remove_dir_all(case.dir.path().join("in")).unwrap();
+    case.assert_refused(&["--input-dir", "no such directory"]);
+    std::fs::write(case.dir.path().join("in"), "a file").unwrap();
+    case.assert_refused(&["--input-dir", "not a directory"]);
 }
 
 #[test]

@@ -253,6 +253,33 @@ fn a_relative_formal_dir_is_taken_against_the_working_directory() -> Result<(), 
     Ok(())
 }
 
+/// A rejection removes the generated modules unless --keep-modules is
+/// given; then the directory the result names holds them and TLC's output.
+fn a_rejection_leaves_no_scratch_directory_unless_asked() -> Result<(), Failed> {
+    let trace = repo().join("traces/defect-ack_before_durable");
+    for keep in [false, true] {
+        let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut cmd = clink();
+        cmd.args(["trace-validate", "--json", "--trace"]).arg(&trace).env("TMPDIR", scratch.path());
+        if keep {
+            cmd.arg("--keep-modules");
+        }
+        let out = cmd.output().map_err(|e| e.to_string())?;
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        if out.status.code() != Some(1) || doc["verdict"] != "rejected" {
+            return Err(format!("keep {keep}: expected a rejection (exit 1): {doc}").into());
+        }
+        let left: Vec<_> =
+            std::fs::read_dir(scratch.path()).map_err(|e| e.to_string())?.flatten().map(|e| e.path()).collect();
+        match (keep, left.as_slice(), doc["modules_dir"].as_str()) {
+            (false, [], None) => {}
+            (true, [dir], Some(named)) if Path::new(named) == dir && dir.join("tlc.out").is_file() => {}
+            _ => return Err(format!("keep {keep}: left {left:?}, the result names {}", doc["modules_dir"]).into()),
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let tools = clink_formal::locate(None, None);
@@ -273,6 +300,7 @@ fn main() {
         tlc("trace_validate::a_tlc_that_hangs", a_tlc_that_hangs_is_not_established),
         tlc("trace_validate::a_tlc_that_crashes", a_tlc_that_crashes_is_not_established),
         tlc("trace_validate::a_relative_formal_dir", a_relative_formal_dir_is_taken_against_the_working_directory),
+        tlc("trace_validate::a_rejection_leaves_no_scratch", a_rejection_leaves_no_scratch_directory_unless_asked),
     ];
     libtest_mimic::run(&args, trials).exit();
 }

@@ -161,6 +161,13 @@ pub fn load_epoch(
         StartPoint::Empty => StartState::Empty,
         StartPoint::Checkpoint(c) => {
             let name = participant_name(at.operator, at.subtask);
+            if pruned(&layout, &name, c) {
+                return Err(ReplayError::Unavailable(format!(
+                    "its starting checkpoint {c} was pruned by retention (its COMPLETED marker remains, its \
+                     snapshot and sidecar are gone): a run keeps --retain-checkpoints checkpoints, and the one \
+                     every epoch --capture-retain-epochs keeps starts from; raise them before the incident"
+                )));
+            }
             let snapshot = FileStateBackend::new(layout)
                 .read(GENERATION, &name, c)
                 .map_err(|e| ReplayError::Unavailable(format!("the starting state (checkpoint {c}): {e}")))?;
@@ -168,6 +175,15 @@ pub fn load_epoch(
         }
     };
     Ok(EpochEvidence { at: at.clone(), spec, capture, start })
+}
+
+/// Whether the snapshot of `participant` at `checkpoint`, a completed
+/// one, is gone whole (snapshot and sidecar), as pruning leaves it: one
+/// without the other is damage, reported as such by the read.
+fn pruned(layout: &CheckpointLayout, participant: &str, checkpoint: u64) -> bool {
+    let gone = |p: PathBuf| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    gone(layout.snapshot(GENERATION, participant, checkpoint))
+        && gone(layout.snapshot_meta(GENERATION, participant, checkpoint))
 }
 
 pub fn check_spec_names(spec: &OpSpecFile, job: u64, at: &EpochRef) -> Result<(), ReplayError> {

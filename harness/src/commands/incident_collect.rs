@@ -1,10 +1,11 @@
 //! `clink incident-collect`: gather a job's evidence into a portable bundle.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
+use clink_basics::text::count;
 use clink_bundle::collect::{collect_observed, CollectOptions};
 use serde_json::json;
 
@@ -58,7 +59,8 @@ pub struct IncidentCollectArgs {
     #[arg(long, value_name = "ID,...", value_delimiter = ',', value_parser = operator_id)]
     op: Option<Vec<OperatorId>>,
     /// Only these epochs (comma-separated; default: the selected checkpoint's,
-    /// the next, and a restored run's first).
+    /// the next unless the selected one is the job's final, and a restored
+    /// run's first).
     #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = decimal_u64)]
     epochs: Option<Vec<u64>>,
     /// The bundle directory to create; it must not exist.
@@ -79,10 +81,34 @@ pub struct IncidentCollectArgs {
     json: bool,
 }
 
+/// Why a directory named on the command line cannot be collected from, if
+/// it cannot: a missing one is a mistyped name, never an empty part.
+fn not_a_directory(flag: &str, dir: &Path) -> Option<String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => None,
+        Ok(_) => Some(format!("{flag} {}: not a directory", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("{flag} {}: no such directory", dir.display()))
+        }
+        Err(e) => Some(format!("{flag} {}: {e}", dir.display())),
+    }
+}
+
 pub fn main(args: IncidentCollectArgs) -> Exit {
     let out = Output::new("incident-collect", args.json);
     if std::fs::symlink_metadata(&args.out).is_ok() {
         return out.refuse(format!("--out {}: exists; a bundle is never written over", args.out.display()));
+    }
+    let named = [
+        ("--checkpoint-dir", Some(&args.checkpoint_dir)),
+        ("--ha-dir", args.ha_dir.as_ref()),
+        ("--capture-dir", args.capture_dir.as_ref()),
+        ("--trace-dir", args.trace_dir.as_ref()),
+    ];
+    for (flag, dir) in named {
+        if let Some(why) = dir.and_then(|d| not_a_directory(flag, d)) {
+            return out.refuse(why);
+        }
     }
     let options = CollectOptions {
         checkpoint_dir: args.checkpoint_dir,
@@ -110,18 +136,23 @@ pub fn main(args: IncidentCollectArgs) -> Exit {
                 "format": "clink-collect-report", "version": 1, "result": "published",
                 "out": c.out.display().to_string(), "checkpoint": c.checkpoint, "engine_choice": c.engine_choice,
                 "files": c.files, "bytes": c.bytes, "epochs": c.epochs, "seconds": c.seconds,
+                "absent": c.absent.iter().map(|n| json!({"what": n.what, "why": n.why})).collect::<Vec<_>>(),
             });
             let text = || {
-                format!(
-                    "published {}: checkpoint {} ({}), {} files, {} bytes, {} captured epochs, in {:.2}s",
+                let mut text = format!(
+                    "published {}: checkpoint {} ({}), {}, {} bytes, {}, in {:.2}s",
                     c.out.display(),
                     c.checkpoint,
                     c.engine_choice.map_or("named; no restore rule was known".into(), |e| format!("engine choice {e}")),
-                    c.files,
+                    count(c.files as usize, "file", "files"),
                     c.bytes,
-                    c.epochs,
+                    count(c.epochs, "captured epoch", "captured epochs"),
                     c.seconds
-                )
+                );
+                for note in &c.absent {
+                    text.push_str(&format!("\n  absent: {}: {}", note.what, note.why));
+                }
+                text
             };
             out.report(doc, text, Exit::Passed)
         }
@@ -129,7 +160,7 @@ pub fn main(args: IncidentCollectArgs) -> Exit {
             let doc = json!({
                 "format": "clink-collect-report", "version": 1, "result": "refused",
                 "kind": r.kind.as_str(), "reason": r.reason,
-                "next_action": "collect again, or stop the job first",
+                "next_action": r.kind.advice(),
             });
             if args.json {
                 println!("{doc}");

@@ -4,11 +4,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use clink_basics::exit::Exit;
-use clink_bundle::read_bundle;
+use clink_basics::ids::OperatorId;
+use clink_basics::text::count;
+use clink_bundle::{read_bundle, Bundle};
 use clink_verify::regress::regress;
 use serde_json::json;
 
-use super::{Output, Which};
+use super::{decimal_u32, decimal_u64, operator_id, Output};
 
 /// Freeze one epoch of an incident bundle as a regression test.
 ///
@@ -20,8 +22,17 @@ use super::{Output, Which};
 pub struct IncidentRegressArgs {
     /// The incident bundle directory.
     bundle: PathBuf,
-    #[command(flatten)]
-    which: Which,
+    /// Operator id (decimal).
+    #[arg(long, value_name = "ID", value_parser = operator_id)]
+    op: OperatorId,
+    /// The operator's subtask.
+    #[arg(long, value_name = "S", default_value = "0", value_parser = decimal_u32)]
+    subtask: u32,
+    /// The epoch (the events between checkpoints N-1 and N); without it,
+    /// the one epoch of this operator subtask the bundle holds (refused,
+    /// naming them, when it holds several or none).
+    #[arg(long, value_name = "N", value_parser = decimal_u64)]
+    epoch: Option<u64>,
     /// The regression bundle directory to create (it must not exist).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -36,8 +47,11 @@ pub fn main(args: IncidentRegressArgs) -> Exit {
         Ok(b) => b,
         Err(e) => return out.refuse(format!("{}: the bundle is refused: {e}", args.bundle.display())),
     };
-    let w = &args.which;
-    match regress(&bundle, w.op, w.subtask, w.epoch, &args.out) {
+    let epoch = match args.epoch.map_or_else(|| the_one_epoch(&bundle, args.op, args.subtask), Ok) {
+        Ok(e) => e,
+        Err(why) => return out.refuse(why),
+    };
+    match regress(&bundle, args.op, args.subtask, epoch, &args.out) {
         Ok(m) => {
             let doc = json!({
                 "format": "clink-regress-result", "version": 1, "result": "written",
@@ -58,5 +72,26 @@ pub fn main(args: IncidentRegressArgs) -> Exit {
             out.report(doc, text, Exit::Passed)
         }
         Err(e) => out.stop(Exit::Failed, format!("refused: {e}")),
+    }
+}
+
+/// The epoch of `op` subtask `subtask` the bundle holds, when it holds one.
+fn the_one_epoch(bundle: &Bundle, op: OperatorId, subtask: u32) -> Result<u64, String> {
+    let held: Vec<u64> = bundle
+        .manifest
+        .epochs
+        .iter()
+        .filter(|e| e.role == "operator" && e.operator_id() == op && e.subtask == subtask)
+        .map(|e| e.epoch)
+        .collect();
+    match held.as_slice() {
+        [one] => Ok(*one),
+        [] => {
+            Err(format!("--epoch not given, and the bundle holds no captured epoch of operator {op} subtask {subtask}"))
+        }
+        several => Err(format!(
+            "--epoch not given, and the bundle holds {} of operator {op} subtask {subtask}: {several:?}; name one",
+            count(several.len(), "epoch", "epochs")
+        )),
     }
 }

@@ -10,7 +10,7 @@ use clink_connectors::clickhouse::Endpoint;
 use clink_engine::capture::CaptureOptions;
 use clink_engine::defects::Defects;
 use clink_engine::job::{parse_job, JobGraph, MAX_JOB_BYTES};
-use clink_engine::operators::{Connections, Environment};
+use clink_engine::operators::{segment_source, Connections, Environment};
 use clink_engine::runtime::{Coordinator, RestoreFrom, RunError, RunOptions, TriggerMode};
 use clink_engine::timers::wall_clock_ms;
 use clink_engine::{fault, job_manifest, trace};
@@ -81,8 +81,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
     /// Captured epochs kept per operator subtask; older ones are removed.
-    #[arg(long, value_name = "N", default_value_t = 64, requires = "capture_dir", value_parser = clap::value_parser!(u64).range(1..))]
-    capture_retain_epochs: u64,
+    /// Default: as many as --retain-checkpoints. The run keeps the snapshot
+    /// every kept epoch replays from (N + 1 checkpoints where that is more
+    /// than --retain-checkpoints), so every captured epoch stays replayable.
+    #[arg(long, value_name = "N", requires = "capture_dir", value_parser = clap::value_parser!(u64).range(1..))]
+    capture_retain_epochs: Option<u64>,
     /// Publish the job's manifest under DIR/jobs/<job>/ while it runs (the
     /// graph and settings an incident collector reads); replaced by its
     /// terminal status when the job ends.
@@ -109,6 +112,11 @@ pub struct RunArgs {
     /// changed, instead of refusing the restore (the operator starts empty).
     #[arg(long)]
     allow_non_restored_state: bool,
+    /// Run a segment_source job whose --input-dir holds no segment (it
+    /// reads nothing and stops); refused without this, as a wrong directory
+    /// is the likelier cause.
+    #[arg(long)]
+    allow_empty_input: bool,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
@@ -147,8 +155,8 @@ pub fn main(args: RunArgs) -> Exit {
         Ok(job) => job,
         Err(e) => return out.refuse(format!("job refused: {}: {e}", args.job.display())),
     };
-    if let Some(dir) = args.input_dir.as_ref().filter(|d| !d.is_dir()) {
-        return out.refuse(format!("--input-dir {}: not a directory", dir.display()));
+    if let Err(why) = check_input(&args, &job) {
+        return out.refuse(why);
     }
     let connections = match connections(&args) {
         Ok(c) => c,
@@ -193,7 +201,7 @@ pub fn main(args: RunArgs) -> Exit {
         capture: args.capture_dir.map(|dir| CaptureOptions {
             dir,
             records_bound: args.capture_records,
-            retain_epochs: args.capture_retain_epochs,
+            retain_epochs: args.capture_retain_epochs.unwrap_or(u64::from(args.retain_checkpoints.get())),
         }),
         restore_from: args
             .restore_from_dir
@@ -253,6 +261,39 @@ pub fn main(args: RunArgs) -> Exit {
         Err(RunError::Refused(e)) => out.refuse(e),
         Err(RunError::Failed(e)) => out.stop(Exit::Failed, format!("job failed: {e}")),
     }
+}
+
+/// The input a segment_source job reads: --input-dir given, an existing
+/// directory, and (unless the run follows it or was told otherwise) holding
+/// at least one segment file.
+fn check_input(args: &RunArgs, job: &JobGraph) -> Result<(), String> {
+    let reads_segments = job.operators.iter().any(|o| o.spec.type_name == segment_source::TYPE);
+    let Some(dir) = &args.input_dir else {
+        return match reads_segments {
+            true => Err("--input-dir is required: the job has a segment_source".into()),
+            false => Ok(()),
+        };
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("--input-dir {}: no such directory", dir.display()))
+        }
+        Err(e) => return Err(format!("--input-dir {}: {e}", dir.display())),
+        Ok(m) if !m.is_dir() => return Err(format!("--input-dir {}: not a directory", dir.display())),
+        Ok(_) => {}
+    }
+    if !reads_segments || args.follow_input || args.allow_empty_input {
+        return Ok(());
+    }
+    let segments = segment_source::list_segments(dir).map_err(|e| format!("--input-dir {}: {e}", dir.display()))?;
+    if segments.is_empty() {
+        return Err(format!(
+            "--input-dir {}: holds no segment file (segment-NNNN.txt): the job would read nothing; \
+             make input with `clink gen-input`, or give --allow-empty-input",
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 fn job_manifest_of(text: &str, job: &JobGraph, trigger: TriggerMode) -> job_manifest::JobManifest {

@@ -39,6 +39,11 @@ pub struct TraceValidateArgs {
     /// self-contained HTML file.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// When the trace is not accepted, keep the generated trace modules and
+    /// TLC's output in a temporary directory (named in the result) to read;
+    /// without it they are removed.
+    #[arg(long)]
+    keep_modules: bool,
 }
 
 pub fn main(args: TraceValidateArgs) -> Exit {
@@ -86,13 +91,20 @@ pub fn main(args: TraceValidateArgs) -> Exit {
             return out.refuse(e);
         }
     }
-    let modules = validation.modules_dir.as_ref().map(|d| d.display().to_string());
-    let kept = || {
-        modules
-            .as_ref()
-            .map(|d| format!("\n  the generated modules and TLC's output are kept in {d}"))
-            .unwrap_or_default()
+    let modules = match (&validation.modules_dir, args.keep_modules) {
+        (Some(dir), false) => {
+            // Best effort: a scratch directory left behind is untidy, not wrong.
+            let _ = std::fs::remove_dir_all(dir);
+            None
+        }
+        (dir, _) => dir.as_ref().map(|d| d.display().to_string()),
     };
+    let hint = match (&validation.modules_dir, &modules) {
+        (_, Some(d)) => format!("the generated modules and TLC's output are kept in {d}"),
+        (Some(_), None) => "--keep-modules keeps the generated modules and TLC's output".to_string(),
+        (None, None) => String::new(),
+    };
+    let kept = || if hint.is_empty() { String::new() } else { format!("\n  {hint}") };
     let (verdict, exit, text) = match &validation.verdict {
         Verdict::Accepted { events } => (
             json!({"verdict": "accepted"}),
@@ -124,10 +136,10 @@ pub fn main(args: TraceValidateArgs) -> Exit {
             ),
         ),
         Verdict::Error(e) => {
-            let kept = modules.as_ref().map(|d| format!("; the generated modules and TLC's output are kept in {d}"));
+            let kept = if hint.is_empty() { String::new() } else { format!("; {hint}") };
             return out.stop(
                 Exit::NotEstablished,
-                format!("{}: TLC did not check the trace: {e}{}", args.trace.display(), kept.unwrap_or_default()),
+                format!("{}: TLC did not check the trace: {e}{kept}", args.trace.display()),
             );
         }
     };

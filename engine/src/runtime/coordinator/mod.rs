@@ -446,9 +446,10 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Keeps the snapshots of the newest completed checkpoints only.
+    /// Keeps the snapshots of the newest completed checkpoints only, and,
+    /// with the recorder on, those every kept captured epoch starts from.
     fn prune(&self, checkpoint: u64) -> Result<(), RunError> {
-        let retain = self.options.retain_checkpoints.get() as usize;
+        let retain = snapshots_kept(self.options.retain_checkpoints, self.options.capture.as_ref());
         let completed = list_completed(&self.layout).map_err(|e| RunError::Failed(e.to_string()))?;
         let keep: Vec<u64> = completed.iter().rev().take(retain).copied().collect();
         let mut keep_from = keep.last().copied().unwrap_or(checkpoint).min(checkpoint);
@@ -472,5 +473,39 @@ impl Coordinator {
         }
         self.last_progress = Some(now);
         eprintln!("clink: job {}: checkpoint {checkpoint} completed", self.layout.job());
+    }
+}
+
+/// How many of the newest completed checkpoints keep their snapshots. A
+/// captured epoch `e` replays from checkpoint `e - 1`: when checkpoint `n`
+/// completes the recorder holds epochs `n - K + 1 ..= n` (K its window),
+/// which start from the `K + 1` newest checkpoints, `n - K ..= n - 1`; so
+/// every epoch the recorder keeps stays replayable.
+pub(crate) fn snapshots_kept(retain: std::num::NonZeroU32, capture: Option<&crate::capture::CaptureOptions>) -> usize {
+    let retain = retain.get() as usize;
+    match capture {
+        Some(c) => retain.max(usize::try_from(c.retain_epochs).unwrap_or(usize::MAX).saturating_add(1)),
+        None => retain,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    fn capture(retain_epochs: u64) -> crate::capture::CaptureOptions {
+        crate::capture::CaptureOptions { dir: "c".into(), records_bound: 1, retain_epochs }
+    }
+
+    #[test]
+    fn every_kept_epoch_keeps_the_checkpoint_it_starts_from() {
+        let three = NonZeroU32::new(3).unwrap();
+        assert_eq!(snapshots_kept(three, None), 3);
+        // Epochs n-2, n-1, n start from checkpoints n-3 ..= n-1: four kept with n.
+        assert_eq!(snapshots_kept(three, Some(&capture(3))), 4);
+        assert_eq!(snapshots_kept(three, Some(&capture(1))), 3);
+        assert_eq!(snapshots_kept(three, Some(&capture(64))), 65);
+        assert_eq!(snapshots_kept(three, Some(&capture(u64::MAX))), usize::MAX);
     }
 }

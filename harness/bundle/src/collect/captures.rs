@@ -22,6 +22,7 @@ pub(super) fn gather_captures(
     b: &mut Builder<'_>,
     layout: &CheckpointLayout,
     selected: u64,
+    selected_is_final: bool,
     restored: Option<RestoredInfo>,
     generation: u32,
     graph: Option<&JobGraph>,
@@ -34,7 +35,11 @@ pub(super) fn gather_captures(
     let wanted: BTreeSet<u64> = match &options.epochs {
         Some(list) => list.iter().copied().collect(),
         None => {
-            let mut e: BTreeSet<u64> = [selected, selected + 1].into();
+            // After a final checkpoint the job ended: no epoch follows it.
+            let mut e: BTreeSet<u64> = [selected].into();
+            if !selected_is_final {
+                e.insert(selected + 1);
+            }
             if let Some(r) = restored.filter(|r| r.restored_from == selected) {
                 e.insert(r.next);
             }

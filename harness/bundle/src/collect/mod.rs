@@ -87,6 +87,8 @@ pub struct Collected {
     pub bytes: u64,
     pub epochs: usize,
     pub seconds: f64,
+    /// What the manifest records as absent, and why.
+    pub absent: Vec<Note>,
 }
 
 /// What a collection tells whoever watches it while it copies. The
@@ -163,6 +165,7 @@ pub fn collect_observed(options: &CollectOptions, progress: &mut dyn CollectProg
         bytes: builder.bytes,
         epochs: manifest.epochs.len(),
         seconds: started.elapsed().as_secs_f64(),
+        absent: manifest.absent.clone(),
     })
 }
 
@@ -351,7 +354,15 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     let restored_info = restored.as_ref().map(|r| RestoredInfo { restored_from: r.restored_from, next: r.next });
     let epochs = if options.include_captures {
         b.progress.phase("captures");
-        captures::gather_captures(b, &layout, selected, restored_info, generation, graph.as_ref())?
+        captures::gather_captures(
+            b,
+            &layout,
+            selected,
+            marker.kind == clink_engine::checkpoint::markers::CheckpointKind::Final,
+            restored_info,
+            generation,
+            graph.as_ref(),
+        )?
     } else {
         b.absent.push(Note { what: "captures".into(), why: "not asked for (--include-captures)".into() });
         Vec::new()

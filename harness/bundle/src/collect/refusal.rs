@@ -25,6 +25,19 @@ impl RefusalKind {
             RefusalKind::Other => "other",
         }
     }
+
+    /// What to do about a refusal of this kind.
+    pub fn advice(self) -> &'static str {
+        match self {
+            RefusalKind::Changed => "collect again, or stop the job first",
+            RefusalKind::Missing => {
+                "check --checkpoint-dir and --job (the job must have completed a checkpoint), or name another --checkpoint"
+            }
+            RefusalKind::Bound => "raise --max-bytes or --max-files, or narrow --op and --epochs",
+            RefusalKind::Timeout => "raise --timeout-s, or collect while the machine is less busy",
+            RefusalKind::Other => "fix what the reason names, and collect again",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -35,12 +48,7 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "refused ({}): {}; nothing was published; collect again, or stop the job first",
-            self.kind.as_str(),
-            self.reason
-        )
+        write!(f, "refused ({}): {}; nothing was published; {}", self.kind.as_str(), self.reason, self.kind.advice())
     }
 }
 

@@ -6,7 +6,8 @@
 //! string, so no row a build emitted becomes markup.
 
 use clink_basics::exit::Exit;
-use clink_html::{Check, Outcome, Page, Section, Status as CheckStatus, Table, Verdict};
+use clink_basics::text::count;
+use clink_html::{Outcome, Page, Section, Table, Verdict};
 use serde_json::{json, Value as Json};
 
 use super::{row_text, EpochResult, Report, Status};
@@ -114,8 +115,89 @@ pub(super) fn html(report: &Report, exit: Exit) -> String {
         Exit::Refused => (Outcome::Failed, "some evidence is malformed and was refused"),
         _ => (Outcome::Partial, "not every epoch could be compared; this is not a pass"),
     };
-    let rows = report
-        .results
+    let mut sections = vec![totals_section(&report.results)];
+    sections.extend(report.results.iter().filter_map(divergence_section));
+    sections.extend(not_compared_section(&report.results));
+    sections.push(epochs_section(&report.results));
+    let page = Page {
+        command: "clink replay ab".into(),
+        subject: format!("candidate {}", report.candidate["path"].as_str().unwrap_or("?")),
+        facts: vec![
+            ("this build".into(), clink_engine::defects::build_description().to_string()),
+            ("candidate build".into(), report.candidate["build"].as_str().unwrap_or("(undeclared)").to_string()),
+            ("candidate sha256".into(), report.candidate["sha256"].as_str().unwrap_or("?").to_string()),
+            ("job".into(), report.job.to_string()),
+            ("evidence".into(), report.evidence.clone()),
+            ("candidate isolation".into(), isolation_fact(&report.isolation)),
+        ],
+        verdict: Verdict { outcome, summary: summary.into(), exit_code: exit.code() },
+        // The isolation proof is a precondition, not a finding: shown among
+        // the facts, so no "passed" tally stands beside a failed verdict.
+        checks: Vec::new(),
+        timeline: None,
+        sections,
+    };
+    clink_html::render(&page)
+}
+
+fn isolation_fact(proof: &Json) -> String {
+    let result = proof["result"].as_str().unwrap_or("not proven");
+    match proof["reason"].as_str().filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{result}: {reason}"),
+        None => result.to_string(),
+    }
+}
+
+/// The page opens on these: how many epochs ended each way.
+fn totals_section(results: &[EpochResult]) -> Section {
+    let rows =
+        totals(results).into_iter().filter(|(_, n)| *n > 0).map(|(name, n)| vec![name.to_string(), n.to_string()]);
+    Section {
+        title: "Totals".into(),
+        paragraphs: vec![format!(
+            "{} selected. Divergences follow, each from its first difference; then the epochs not compared, by reason; then every epoch.",
+            count(results.len(), "epoch", "epochs")
+        )],
+        table: Some(Table { header: vec!["result".into(), "epochs".into()], rows: rows.collect(), marked: Vec::new() }),
+    }
+}
+
+/// Epochs listed in a cell at most; the rest are counted.
+const EPOCHS_NAMED: usize = 12;
+
+/// The epochs that were not compared, one row per result and reason, with
+/// how many share it and which (the first few named).
+fn not_compared_section(results: &[EpochResult]) -> Option<Section> {
+    let mut groups: std::collections::BTreeMap<(&str, String), Vec<String>> = Default::default();
+    for r in results.iter().filter(|r| !matches!(r.status, Status::Identical { .. } | Status::Diverged { .. })) {
+        groups.entry((r.status.name(), reason(&r.status))).or_default().push(r.at.to_string());
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    let rows = groups
+        .into_iter()
+        .map(|((name, why), epochs)| {
+            let mut named = epochs.iter().take(EPOCHS_NAMED).cloned().collect::<Vec<_>>().join("; ");
+            if epochs.len() > EPOCHS_NAMED {
+                named.push_str(&format!("; and {} more", epochs.len() - EPOCHS_NAMED));
+            }
+            vec![name.to_string(), why, epochs.len().to_string(), named]
+        })
+        .collect();
+    Some(Section {
+        title: "Not compared, by reason".into(),
+        paragraphs: vec!["Each reason once, with the epochs it kept from the comparison.".into()],
+        table: Some(Table {
+            header: ["result", "reason", "epochs", "which"].map(String::from).to_vec(),
+            rows,
+            marked: Vec::new(),
+        }),
+    })
+}
+
+fn epochs_section(results: &[EpochResult]) -> Section {
+    let rows = results
         .iter()
         .map(|r| {
             vec![
@@ -128,44 +210,14 @@ pub(super) fn html(report: &Report, exit: Exit) -> String {
             ]
         })
         .collect();
-    let mut sections = vec![Section {
-        title: "Epochs".into(),
-        paragraphs: vec![format!("{} epochs selected.", report.results.len())],
+    Section {
+        title: "Every epoch".into(),
+        paragraphs: Vec::new(),
         table: Some(Table {
             header: ["operator", "subtask", "epoch", "type", "result", "detail"].map(String::from).to_vec(),
             rows,
             marked: Vec::new(),
         }),
-    }];
-    sections.extend(report.results.iter().filter_map(divergence_section));
-    let page = Page {
-        command: "clink replay ab".into(),
-        subject: format!("candidate {}", report.candidate["path"].as_str().unwrap_or("?")),
-        facts: vec![
-            ("this build".into(), clink_engine::defects::build_description().to_string()),
-            ("candidate build".into(), report.candidate["build"].as_str().unwrap_or("(undeclared)").to_string()),
-            ("candidate sha256".into(), report.candidate["sha256"].as_str().unwrap_or("?").to_string()),
-            ("job".into(), report.job.to_string()),
-            ("evidence".into(), report.evidence.clone()),
-        ],
-        verdict: Verdict { outcome, summary: summary.into(), exit_code: exit.code() },
-        checks: vec![isolation_check(&report.isolation)],
-        timeline: None,
-        sections,
-    };
-    clink_html::render(&page)
-}
-
-fn isolation_check(proof: &Json) -> Check {
-    let enforced = proof["result"].as_str() == Some("enforced");
-    Check {
-        name: "isolation".into(),
-        status: if enforced { CheckStatus::Passed } else { CheckStatus::Unavailable },
-        reason: proof["reason"].as_str().unwrap_or("").to_string(),
-        evidence: Vec::new(),
-        details: Vec::new(),
-        next_action: String::new(),
-        counts: Vec::new(),
     }
 }
 
