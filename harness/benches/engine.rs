@@ -40,6 +40,14 @@
 //!   polling runner's CPU and peak memory, how often status said `behind`,
 //!   and the rate the job sustained by its audited offsets (one run, a few
 //!   minutes; skipped without the services).
+//! - `peers`: the same jobs on the engines a user would otherwise pick, in
+//!   the same run on the same input (`bench/peers/`, `engine/peers.rs`):
+//!   the example job at 1M and 10M events against Apache Flink (HashMap and
+//!   RocksDB state; also on one core and two), the Kafka→Kafka job against
+//!   Kafka Streams `exactly_once_v2`, the Kafka→ClickHouse job against
+//!   Flink's JDBC sink; each peer's output checked against the reference
+//!   first (a peer that differs gets no ratio). At least 5 interleaved runs
+//!   (about 40 minutes on 2 cores, most of it Flink with RocksDB at 10M).
 //! - `models` (only when named): each TLA+ model's TLC time.
 //!
 //! Under the table, for a `throughput` or `recorder` goal the run did not
@@ -56,6 +64,8 @@ use serde_json::json;
 
 #[path = "engine/kafka.rs"]
 mod kafka;
+#[path = "engine/peers.rs"]
+mod peers;
 #[path = "engine/perf_output.rs"]
 mod perf_output;
 #[path = "engine/profile.rs"]
@@ -962,6 +972,7 @@ fn main() {
         ("tlc", tlc, true),
         ("connectors", kafka::connectors, true),
         ("audit", audit, true),
+        ("peers", peers::peers, true),
         ("models", models, false),
     ];
     let mut figures = Vec::new();
