@@ -614,7 +614,17 @@ fn discrepancy(services: &BTreeMap<String, String>) -> Result<(), Failed> {
         )));
     }
     let unknown = audit.command("acknowledge").args(["--audit", "ck1-nope", "--note", "x"]).output().map_err(fail)?;
-    expect_code(&unknown, &[2], "acknowledge of an unknown audit")
+    expect_code(&unknown, &[2], "acknowledge of an unknown audit")?;
+    // Only a discrepancy is acknowledged: a passed audit's acknowledgement is refused, naming it and its outcome.
+    let passed = outcomes.iter().find(|(_, (o, _))| o == "passed").map(|(ck, _)| *ck).ok_or("no audit passed")?;
+    let passed_id = ledger["audits"][passed.to_string()]["id"].as_str().unwrap_or_default().to_string();
+    let refused = audit.command("acknowledge").args(["--audit", &passed_id, "--note", "x"]).output().map_err(fail)?;
+    expect_code(&refused, &[2], "acknowledge of a passed audit")?;
+    let why = String::from_utf8_lossy(&refused.stderr);
+    if !why.contains(&passed_id) || !why.contains("its outcome is passed") {
+        return Err(fail(format!("the refusal does not name the audit and its outcome: {why}")));
+    }
+    Ok(())
 }
 
 /// The one value a query answers.
@@ -812,7 +822,11 @@ fn latest_only(services: &BTreeMap<String, String>) -> Result<(), Failed> {
 }
 
 fn expired(services: &BTreeMap<String, String>) -> Result<(), Failed> {
-    let mut live = Live::start(Kind::Records, services, 1, 700)?;
+    // The job keeps a snapshot for every captured epoch's starting state
+    // (the capture window plus one), so the window is the retention here.
+    let mut live = Live::prepare(Kind::Records, services, 1, 700)?;
+    live.capture_retain = 1;
+    live.run(None)?;
     let mut audit = Audit::new(&live, Overrides::default())?;
     live.wait_checkpoints(2)?;
     // Collection waits long enough for the job's retention of one to purge it.

@@ -41,7 +41,9 @@ enum Command {
     Poll(PollArgs),
     /// What has been verified, what has not, and why (from the state directory alone).
     Status(StatusArgs),
-    /// Add an operator's note to an audit; it stays listed.
+    /// Acknowledge an audit's discrepancy with an operator's note; it stays
+    /// listed. Only a discrepancy is acknowledged, and only the attempt that
+    /// found it: a discrepancy a later attempt finds is unacknowledged.
     Acknowledge(AckArgs),
 }
 
@@ -104,6 +106,10 @@ struct AckArgs {
     /// The audit's id (as status lists it).
     #[arg(long, value_name = "ID")]
     audit: String,
+    /// The attempt whose discrepancy is acknowledged (default: the one that
+    /// found the audit's discrepancy; any other is refused).
+    #[arg(long, value_name = "N")]
+    attempt: Option<u32>,
     /// What the operator knows of it.
     #[arg(long, value_name = "TEXT")]
     note: String,
@@ -296,24 +302,49 @@ fn ack(args: AckArgs) -> ExitCode {
         Err(code) => return code,
     };
     let dir = Path::new(&config.state_dir);
-    let known = match Ledger::read(dir) {
-        Ok(l) => l.audits.values().any(|r| r.id == args.audit),
+    let ledger = match Ledger::read(dir) {
+        Ok(l) => l,
         Err(e) => return refuse(e),
     };
-    if !known {
-        return refuse(format!("--audit {}: no such audit in {}", args.audit, dir.display()));
-    }
     if args.note.trim().is_empty() {
         return refuse("--note: an acknowledgement needs a note");
     }
+    let attempt = match acknowledgeable(&ledger, &args.audit, args.attempt, dir) {
+        Ok(n) => n,
+        Err(why) => return refuse(why),
+    };
     let by = args.by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
-    let record = Ack { audit: args.audit, note: args.note, at_ms: now_ms(), by };
+    let record = Ack { audit: args.audit, attempt: Some(attempt), note: args.note, at_ms: now_ms(), by };
     match acknowledge(dir, &record) {
         Ok(path) => {
-            println!("acknowledged {} ({}); it stays listed", record.audit, path.display());
+            println!(
+                "acknowledged the discrepancy of {} found by attempt {attempt} ({}); it stays listed",
+                record.audit,
+                path.display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => refuse(e),
+    }
+}
+
+/// The attempt whose discrepancy `audit` may acknowledge, or why not: an
+/// unknown audit, an outcome that is no discrepancy, another attempt.
+fn acknowledgeable(ledger: &Ledger, audit: &str, asked: Option<u32>, dir: &Path) -> Result<u32, String> {
+    let Some(rec) = ledger.records().find(|r| r.id == audit) else {
+        return Err(format!("--audit {audit}: no such audit in {}", dir.display()));
+    };
+    let Some(found) = rec.discrepancy_attempt() else {
+        let outcome = rec.outcome.map_or("unfinished", |o| o.as_str());
+        return Err(format!(
+            "--audit {audit}: its outcome is {outcome}, not a discrepancy: only a discrepancy is acknowledged"
+        ));
+    };
+    match asked {
+        Some(n) if n != found => {
+            Err(format!("--audit {audit} --attempt {n}: the discrepancy is attempt {found}'s; attempt {n} found none"))
+        }
+        _ => Ok(found),
     }
 }
 

@@ -1,17 +1,26 @@
 //! What the running job has completed: the `COMPLETED-<n>` markers of its
-//! checkpoint directory and when each was written.
+//! checkpoint directory, each with what identifies it beside its id (when it
+//! was written and its bytes' SHA-256, [`CheckpointIdentity`]).
 //!
-//! This is selection's view only: which checkpoints to audit and in what
-//! order. It never reads a marker's content and never decides anything an
-//! audit concludes; collection copies and hashes the markers, and the
-//! checks read them as the bundle's manifest vouched for them.
+//! This is selection's view only: which checkpoints to audit, in what order,
+//! and whether a checkpoint is the one an audit was made of. It hashes a
+//! marker's bytes but never interprets them and never decides anything an
+//! audit concludes; collection copies and hashes the markers, and the checks
+//! read them as the bundle's manifest vouched for them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
-/// The job's completed checkpoints: id -> when its marker was written (unix ms).
-pub fn completed(checkpoint_dir: &Path, job: &str) -> std::io::Result<BTreeMap<u64, u64>> {
+use crate::ledger::CheckpointIdentity;
+
+/// The largest marker hashed (the engine refuses larger ones unread).
+pub const MAX_MARKER_BYTES: u64 = 1 << 20;
+
+/// The job's completed checkpoints: id -> its identity. A marker that cannot
+/// be read whole now (removed by the job's retention mid-look, too large) is
+/// left out of this look.
+pub fn completed(checkpoint_dir: &Path, job: &str) -> std::io::Result<BTreeMap<u64, CheckpointIdentity>> {
     let dir = checkpoint_dir.join("_jobs").join(job);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -25,15 +34,27 @@ pub fn completed(checkpoint_dir: &Path, job: &str) -> std::io::Result<BTreeMap<u
         let Some(id) = name.to_str().and_then(|n| n.strip_prefix("COMPLETED-")).and_then(canonical_id) else {
             continue;
         };
-        let Ok(meta) = entry.metadata() else { continue };
-        if !meta.is_file() {
-            continue;
+        if let Some(identity) = identify(&entry.path(), id) {
+            out.insert(id, identity);
         }
-        let ms =
-            meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64);
-        out.insert(id, ms);
     }
     Ok(out)
+}
+
+/// A marker's identity: its write time and the SHA-256 of its bytes.
+fn identify(path: &Path, checkpoint: u64) -> Option<CheckpointIdentity> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let completed_ms =
+        meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64);
+    let digest = clink_basics::digest::sha256_file(path, MAX_MARKER_BYTES).ok()?;
+    (digest.bytes <= MAX_MARKER_BYTES).then_some(CheckpointIdentity {
+        checkpoint,
+        completed_ms,
+        marker_sha256: digest.sha256,
+    })
 }
 
 /// A checkpoint id in canonical decimal (no sign, no leading zero).
@@ -58,5 +79,21 @@ mod tests {
         let ids: Vec<u64> = completed(dir.path(), "7").unwrap().into_keys().collect();
         assert_eq!(ids, [1, 12]);
         assert!(completed(dir.path(), "8").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_marker_is_identified_by_its_bytes_and_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("_jobs/7");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::write(jobs.join("COMPLETED-1"), b"{}").unwrap();
+        let first = completed(dir.path(), "7").unwrap()[&1].clone();
+        assert_eq!(first.marker_sha256, clink_basics::digest::sha256_hex(b"{}"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The job directory reset: the same id, the same bytes, written again.
+        std::fs::remove_file(jobs.join("COMPLETED-1")).unwrap();
+        std::fs::write(jobs.join("COMPLETED-1"), b"{}").unwrap();
+        let again = completed(dir.path(), "7").unwrap()[&1].clone();
+        assert_ne!(first, again);
     }
 }

@@ -1,16 +1,24 @@
 //! The runner's record of its own work: `ledger.json` in the state
-//! directory (`clink-audit-ledger` version 1), and the operators'
-//! acknowledgements under `acks/`.
+//! directory (`clink-audit-ledger` version 2; version 1 is read and
+//! written back as 2), and the operators' acknowledgements under `acks/`.
 //!
-//! It owns the shape of those files and their atomic replacement: the
-//! ledger is written whole to a temporary file, synced and renamed over the
-//! old one, so a runner killed at any instant leaves either the previous
-//! ledger or the new one, never a torn one. It never runs a step and never
-//! judges one; the runner records here what a step concluded once the
-//! step's output is in place.
+//! It owns the shape of those files and their atomic replacement
+//! ([`crate::durable`]): a runner killed at any instant leaves either the
+//! previous ledger or the new one, never a torn one. It never runs a step
+//! and never judges one; the runner records here what a step concluded once
+//! the step's output is in place.
+//!
+//! Rules it keeps, one place each:
+//! - An audit is of one checkpoint: the job's, by id, and by its COMPLETED
+//!   marker's content hash and write time ([`CheckpointIdentity`]); a job
+//!   directory that was reset gives a checkpoint of the same id another
+//!   identity, never the audit of the one before.
+//! - An acknowledgement names the audit and the attempt whose discrepancy it
+//!   acknowledges, and silences that discrepancy alone ([`acknowledged`]).
+//! - Staleness is measured from the first checkpoint the runner took
+//!   ([`Ledger::first_seen_ms`]), never from the newest the job completed.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clink_basics::files::read_bounded;
@@ -18,11 +26,15 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::coverage::{OffsetRange, Partition};
+use crate::durable::{write_atomically, write_atomically_via, DurableError, TMP_DIR};
 use crate::outcome::{Outcome, Relationship};
 use crate::procs::{ProcessId, Usage};
 
 pub const LEDGER_FILE: &str = "ledger.json";
 pub const LEDGER_FORMAT: &str = "clink-audit-ledger";
+/// The version written; version 1 (no checkpoint identities, no first
+/// checkpoint) is still read.
+pub const LEDGER_VERSION: u64 = 2;
 pub const ACKS_DIR: &str = "acks";
 /// The largest ledger read (a ledger past it is refused, never truncated).
 pub const MAX_LEDGER_BYTES: u64 = 256 << 20;
@@ -33,8 +45,12 @@ pub const KEPT_CYCLES: usize = 200;
 pub enum LedgerError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{}: not a {LEDGER_FORMAT} version 1 document: {why}", path.display())]
+    #[error("{}: not a {LEDGER_FORMAT} version 1 or {LEDGER_VERSION} document: {why}", path.display())]
     Malformed { path: PathBuf, why: String },
+    #[error(transparent)]
+    Durable(#[from] DurableError),
+    #[error("{what}: cannot be written as JSON: {why}")]
+    Unwritable { what: String, why: String },
     #[error(
         "{}: written for another configuration (fingerprint {found}, this one {expected}); \
          a state directory belongs to one configuration",
@@ -125,6 +141,20 @@ impl Attempt {
     }
 }
 
+/// What identifies a checkpoint beside its id: its COMPLETED marker's
+/// content and when the marker was written. A job directory that was reset
+/// numbers its checkpoints from 1 again, and its markers may hold the same
+/// bytes as the old ones (a marker names the job, the id, the participants):
+/// the write time tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointIdentity {
+    pub checkpoint: u64,
+    /// The marker's modification time (unix ms).
+    pub completed_ms: u64,
+    /// The SHA-256 of the marker's bytes.
+    pub marker_sha256: String,
+}
+
 /// Everything the runner knows of one checkpoint's audit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
@@ -132,6 +162,10 @@ pub struct AuditRecord {
     pub checkpoint: u64,
     /// When its COMPLETED marker was written (its modification time).
     pub completed_ms: u64,
+    /// The SHA-256 of its COMPLETED marker when it was selected (none in a
+    /// version 1 ledger until the runner matched it by write time).
+    #[serde(default)]
+    pub marker_sha256: Option<String>,
     /// The latest finished attempt's outcome.
     pub outcome: Option<Outcome>,
     pub attempts: Vec<Attempt>,
@@ -154,6 +188,29 @@ impl AuditRecord {
     pub fn attempted_in(&self, cycle: u64) -> bool {
         self.attempts.iter().any(|a| a.cycle == cycle)
     }
+
+    /// Whether this audit is of the checkpoint `seen` identifies. A record
+    /// of a version 1 ledger (no marker hash) is matched by write time alone.
+    pub fn is_of(&self, seen: &CheckpointIdentity) -> bool {
+        self.checkpoint == seen.checkpoint
+            && self.completed_ms == seen.completed_ms
+            && self.marker_sha256.as_ref().is_none_or(|h| *h == seen.marker_sha256)
+    }
+
+    /// The attempt whose discrepancy stands: the finished last attempt, when
+    /// it ended in a discrepancy.
+    pub fn discrepancy_attempt(&self) -> Option<u32> {
+        let last = self.attempts.last()?;
+        (self.outcome == Some(Outcome::Discrepancy) && last.outcome == Some(Outcome::Discrepancy)).then_some(last.n)
+    }
+}
+
+/// The first checkpoint the runner took: staleness is measured from it
+/// until something is verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstSeen {
+    pub checkpoint: u64,
+    pub completed_ms: u64,
 }
 
 /// The child a step is waiting for, recorded before the wait.
@@ -225,6 +282,14 @@ pub struct Ledger {
     pub chain: Chain,
     pub cycles: Vec<CycleRecord>,
     pub runner: RunnerRecord,
+    /// The first checkpoint the runner took (version 1 ledgers: none, read
+    /// as the oldest audited).
+    #[serde(default)]
+    pub first_seen: Option<FirstSeen>,
+    /// Audits of checkpoints a reset of the job directory replaced: they stay
+    /// listed (a discrepancy among them too) and are never selected again.
+    #[serde(default)]
+    pub retired: Vec<AuditRecord>,
 }
 
 impl Ledger {
@@ -241,7 +306,20 @@ impl Ledger {
             chain: Chain::default(),
             cycles: Vec::new(),
             runner: RunnerRecord::default(),
+            first_seen: None,
+            retired: Vec::new(),
         }
+    }
+
+    /// Every audit the ledger holds: the current run's, then the retired.
+    pub fn records(&self) -> impl Iterator<Item = &AuditRecord> {
+        self.audits.values().chain(self.retired.iter())
+    }
+
+    /// When the first checkpoint the runner took was completed (unix ms);
+    /// for a version 1 ledger, the oldest audited one's.
+    pub fn first_seen_ms(&self) -> Option<u64> {
+        self.first_seen.map(|f| f.completed_ms).or_else(|| self.records().map(|r| r.completed_ms).min())
     }
 
     /// The ledger of `state_dir`, or a new one when there is none yet.
@@ -268,17 +346,18 @@ impl Ledger {
             read_bounded(&path, MAX_LEDGER_BYTES).map_err(|source| LedgerError::Io { path: path.clone(), source })?;
         let ledger: Ledger = serde_json::from_slice(&bytes)
             .map_err(|e| LedgerError::Malformed { path: path.clone(), why: e.to_string() })?;
-        if ledger.format != LEDGER_FORMAT || ledger.version != 1 {
+        if ledger.format != LEDGER_FORMAT || !(1..=LEDGER_VERSION).contains(&ledger.version) {
             let why = format!("format {:?} version {}", ledger.format, ledger.version);
             return Err(LedgerError::Malformed { path, why });
         }
         Ok(ledger)
     }
 
-    /// Replaces the ledger atomically.
-    pub fn save(&self, state_dir: &Path) -> Result<(), LedgerError> {
-        let bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
-        write_atomically(&state_dir.join(LEDGER_FILE), &bytes)
+    /// Replaces the ledger atomically (written as the current version).
+    pub fn save(&mut self, state_dir: &Path) -> Result<(), LedgerError> {
+        self.version = LEDGER_VERSION;
+        let bytes = to_json(self, LEDGER_FILE)?;
+        Ok(write_atomically_via(&state_dir.join(TMP_DIR), &state_dir.join(LEDGER_FILE), &bytes)?)
     }
 
     pub fn push_cycle(&mut self, cycle: CycleRecord) {
@@ -288,25 +367,19 @@ impl Ledger {
     }
 }
 
-/// Writes `bytes` to `path` through a synced temporary file and a rename.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LedgerError> {
-    let io = |source| LedgerError::Io { path: path.to_path_buf(), source };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    let mut file = std::fs::File::create(&tmp).map_err(io)?;
-    file.write_all(bytes).and_then(|_| file.sync_all()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+/// `value` as pretty JSON; a value that cannot be is an error, never an empty file.
+pub fn to_json<T: Serialize>(value: &T, what: &str) -> Result<Vec<u8>, LedgerError> {
+    serde_json::to_vec_pretty(value).map_err(|e| LedgerError::Unwritable { what: what.into(), why: e.to_string() })
 }
 
-/// An operator's acknowledgement of one audit.
+/// An operator's acknowledgement of one audit's discrepancy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
     pub audit: String,
+    /// The attempt whose discrepancy it acknowledges. An acknowledgement
+    /// written before attempts were named has none and silences nothing.
+    #[serde(default)]
+    pub attempt: Option<u32>,
     pub note: String,
     pub at_ms: u64,
     pub by: String,
@@ -318,8 +391,17 @@ pub fn acknowledge(state_dir: &Path, ack: &Ack) -> Result<PathBuf, LedgerError> 
     let dir = state_dir.join(ACKS_DIR);
     std::fs::create_dir_all(&dir).map_err(|source| LedgerError::Io { path: dir.clone(), source })?;
     let path = dir.join(format!("{}-{}-{}.json", ack.audit, ack.at_ms, std::process::id()));
-    write_atomically(&path, &serde_json::to_vec_pretty(ack).unwrap_or_default())?;
+    write_atomically(&path, &to_json(ack, "an acknowledgement")?)?;
     Ok(path)
+}
+
+/// Whether `rec`'s discrepancy is acknowledged: an acknowledgement names
+/// this audit and the very attempt whose discrepancy stands. Anything else
+/// (another attempt, none named, an audit that is no discrepancy) silences
+/// nothing.
+pub fn acknowledged(rec: &AuditRecord, acks: &BTreeMap<String, Vec<Ack>>) -> bool {
+    let Some(n) = rec.discrepancy_attempt() else { return false };
+    acks.get(&rec.id).is_some_and(|all| all.iter().any(|a| a.attempt == Some(n)))
 }
 
 /// Every acknowledgement, by audit id; a file that does not read is reported, not skipped.
@@ -353,9 +435,11 @@ mod tests {
     fn a_ledger_round_trips_and_belongs_to_one_configuration() {
         let dir = tempfile::tempdir().unwrap();
         let mut l = Ledger::new("fp1");
+        l.version = 1;
         l.cursor = Some(4);
         l.observed.insert(4, 1000);
         l.save(dir.path()).unwrap();
+        assert_eq!(l.version, LEDGER_VERSION);
         assert_eq!(Ledger::load(dir.path(), "fp1").unwrap(), l);
         let other = Ledger::load(dir.path(), "fp2").unwrap_err();
         assert!(other.to_string().contains("another configuration"), "{other}");
@@ -366,10 +450,65 @@ mod tests {
     #[test]
     fn acknowledgements_are_files_and_a_bad_one_is_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let ack = Ack { audit: "a1".into(), note: "known".into(), at_ms: 5, by: "op".into() };
+        let ack = Ack { audit: "a1".into(), attempt: Some(1), note: "known".into(), at_ms: 5, by: "op".into() };
         acknowledge(dir.path(), &ack).unwrap();
         assert_eq!(acknowledgements(dir.path()).unwrap()["a1"], vec![ack]);
         std::fs::write(dir.path().join(ACKS_DIR).join("zz.json"), b"no").unwrap();
         assert!(acknowledgements(dir.path()).is_err());
+    }
+
+    fn record(outcomes: &[Outcome]) -> AuditRecord {
+        let attempt = |i: usize, o: &Outcome| Attempt {
+            n: i as u32 + 1,
+            cycle: i as u64 + 1,
+            started_ms: 1,
+            ended_ms: Some(2),
+            outcome: Some(*o),
+            reason: None,
+            since: None,
+            steps: Vec::new(),
+        };
+        AuditRecord {
+            id: "a1".into(),
+            checkpoint: 3,
+            completed_ms: 10,
+            marker_sha256: Some("h".into()),
+            outcome: outcomes.last().copied(),
+            attempts: outcomes.iter().enumerate().map(|(i, o)| attempt(i, o)).collect(),
+            next_due_s: None,
+            published: true,
+            ranges: Vec::new(),
+            findings: Vec::new(),
+            evidence_deleted: false,
+        }
+    }
+
+    fn acks(attempt: Option<u32>) -> BTreeMap<String, Vec<Ack>> {
+        let ack = Ack { audit: "a1".into(), attempt, note: "n".into(), at_ms: 1, by: "op".into() };
+        BTreeMap::from([("a1".to_string(), vec![ack])])
+    }
+
+    #[test]
+    fn an_acknowledgement_silences_the_discrepancy_of_its_attempt_alone() {
+        let found = record(&[Outcome::Discrepancy]);
+        assert!(acknowledged(&found, &acks(Some(1))));
+        // Made for an earlier attempt, or naming none: the discrepancy stands.
+        let later = record(&[Outcome::Error, Outcome::Discrepancy]);
+        assert!(!acknowledged(&later, &acks(Some(1))));
+        assert!(acknowledged(&later, &acks(Some(2))));
+        assert!(!acknowledged(&found, &acks(None)));
+        // Nothing but a discrepancy is acknowledged.
+        assert!(!acknowledged(&record(&[Outcome::Passed]), &acks(Some(1))));
+    }
+
+    #[test]
+    fn a_checkpoint_is_its_marker_not_its_id() {
+        let rec = record(&[Outcome::Passed]);
+        let seen = |ms, sha: &str| CheckpointIdentity { checkpoint: 3, completed_ms: ms, marker_sha256: sha.into() };
+        assert!(rec.is_of(&seen(10, "h")));
+        assert!(!rec.is_of(&seen(11, "h")), "the same bytes written again are another checkpoint");
+        assert!(!rec.is_of(&seen(10, "other")));
+        let v1 = AuditRecord { marker_sha256: None, ..rec };
+        assert!(v1.is_of(&seen(10, "h")) && !v1.is_of(&seen(12, "h")));
     }
 }

@@ -46,6 +46,7 @@
 pub mod cli;
 pub mod config;
 pub mod coverage;
+pub mod durable;
 pub mod events;
 pub mod job;
 pub mod ledger;

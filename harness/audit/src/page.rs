@@ -114,15 +114,21 @@ pub fn page(view: &StatusView) -> String {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|a| format!("{} ({})", text(&a["note"]), text(&a["by"])))
+                    .map(|a| format!("{} ({}, attempt {})", text(&a["note"]), text(&a["by"]), text(&a["attempt"])))
                     .collect();
+                // Whether one of them names the attempt that found it (ledger::acknowledged).
+                let standing = if r["acknowledged"] == true { "" } else { "not acknowledged" };
                 vec![
                     text(&r["audit"]),
                     text(&r["checkpoint"]),
                     text(&r["outcome"]),
                     text(&r["reason"]),
                     findings.join("; "),
-                    if acks.is_empty() { "not acknowledged".into() } else { acks.join("; ") },
+                    [standing.to_string(), acks.join("; ")]
+                        .into_iter()
+                        .filter(|t| !t.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(": "),
                 ]
             })
             .collect();

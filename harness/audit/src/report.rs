@@ -35,6 +35,7 @@ pub fn document(config: &AuditConfig, ledger: &Ledger, rec: &AuditRecord, files:
         "id": rec.id,
         "job": config.job.id,
         "checkpoint": rec.checkpoint,
+        "checkpoint_marker_sha256": rec.marker_sha256,
         "configuration_fingerprint": ledger.fingerprint,
         "shape": ledger.shape,
         "completed_at_ms": rec.completed_ms,

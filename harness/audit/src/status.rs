@@ -18,9 +18,10 @@
 //!   the list, never lowers the state while another is unacknowledged, and
 //!   never hides any other condition (an acknowledged discrepancy whose
 //!   offsets no pass covers still leaves them a gap, [`crate::coverage`]).
-//! - Nothing verified yet is stale once the oldest eligible checkpoint is
-//!   older than the staleness limit: a runner that never verifies anything is
-//!   not healthy.
+//! - Nothing verified yet is stale once the first checkpoint the runner took
+//!   is older than the staleness limit (under `latest-only` too): a runner
+//!   that never verifies anything is not healthy, however young the job's
+//!   newest checkpoint is.
 
 use clink_basics::exit::Exit;
 use serde::{Deserialize, Serialize};
@@ -124,9 +125,11 @@ pub struct Facts {
     /// Seconds from the completion of the newest verified scope's checkpoint
     /// to now; `None` when nothing is verified.
     pub last_verified_age_s: Option<u64>,
-    /// Seconds from the completion of the oldest eligible checkpoint to now;
-    /// `None` when none is eligible. Used only when nothing is verified.
-    pub oldest_eligible_age_s: Option<u64>,
+    /// Seconds from the completion of the first checkpoint the runner took
+    /// to now; `None` before it took any. Used only when nothing is
+    /// verified: a job that keeps completing checkpoints never makes it
+    /// younger, so a runner that verifies nothing becomes stale.
+    pub first_seen_age_s: Option<u64>,
     /// `stale` when the age that applies is above this.
     pub stale_after_s: u64,
     /// At least one completed checkpoint is eligible (after `start_at` and
@@ -139,7 +142,7 @@ pub struct Facts {
 pub fn conditions(facts: &Facts) -> Vec<State> {
     let stale = match facts.last_verified_age_s {
         Some(age) => age > facts.stale_after_s,
-        None => facts.oldest_eligible_age_s.is_some_and(|age| age > facts.stale_after_s),
+        None => facts.first_seen_age_s.is_some_and(|age| age > facts.stale_after_s),
     };
     let held = [
         (State::Discrepancy, facts.unacknowledged_discrepancies > 0),
@@ -174,7 +177,7 @@ mod tests {
             backlog: 1,
             backlog_threshold: 2,
             last_verified_age_s: Some(30),
-            oldest_eligible_age_s: Some(600),
+            first_seen_age_s: Some(600),
             stale_after_s: 60,
             eligible_scope: true,
         }
@@ -285,19 +288,19 @@ mod tests {
     }
 
     #[test]
-    fn nothing_verified_is_stale_once_the_oldest_eligible_is_old() {
+    fn nothing_verified_is_stale_once_the_first_seen_is_old() {
         let mut facts = healthy();
         facts.last_verified_age_s = None;
-        facts.oldest_eligible_age_s = Some(60);
+        facts.first_seen_age_s = Some(60);
         assert_eq!(state(&facts), State::Healthy);
-        facts.oldest_eligible_age_s = Some(61);
+        facts.first_seen_age_s = Some(61);
         assert_eq!(state(&facts), State::Stale);
         // A recent verification wins over an old eligible checkpoint.
         facts.last_verified_age_s = Some(1);
         assert_eq!(state(&facts), State::Healthy);
         // Nothing eligible and nothing verified: no-eligible-scope, not stale.
         facts.last_verified_age_s = None;
-        facts.oldest_eligible_age_s = None;
+        facts.first_seen_age_s = None;
         facts.eligible_scope = false;
         assert_eq!(state(&facts), State::NoEligibleScope);
     }

@@ -13,7 +13,7 @@ use serde_json::{json, Value as Json};
 
 use crate::config::{AuditConfig, Selection};
 use crate::coverage::{AuditSpan, Coverage};
-use crate::ledger::{acknowledgements, Ack, AuditRecord, Ledger, LedgerError, Step};
+use crate::ledger::{acknowledged, acknowledgements, Ack, AuditRecord, Ledger, LedgerError, Step};
 use crate::lock::{holder, LockError};
 use crate::outcome::Outcome;
 use crate::status::{conditions, state, Facts, State};
@@ -23,7 +23,8 @@ use crate::status::{conditions, state, Facts, State};
 pub struct Expectations {
     /// `stopped` when no runner holds the lock and no cycle ended within this.
     pub cycle_within_s: u64,
-    /// `stale` when the newest verified checkpoint is older than this.
+    /// `stale` when the newest verified checkpoint is older than this, or,
+    /// nothing verified, the first checkpoint the runner took is.
     pub stale_after_s: u64,
     /// `behind` when more completed checkpoints than this wait for a first attempt.
     pub backlog_threshold: u64,
@@ -80,10 +81,9 @@ pub fn build(
     expect: Expectations,
     now_ms: u64,
 ) -> StatusView {
-    let acked = |r: &AuditRecord| acks.contains_key(&r.id);
+    let acked = |r: &AuditRecord| acknowledged(r, acks);
     let spans: Vec<AuditSpan> = ledger
-        .audits
-        .values()
+        .records()
         .filter_map(|r| {
             r.outcome.map(|outcome| AuditSpan {
                 audit: r.id.clone(),
@@ -95,7 +95,7 @@ pub fn build(
         .collect();
     let coverage = Coverage::from_audits(&spans);
     let discrepancies: Vec<&AuditRecord> =
-        ledger.audits.values().filter(|r| r.outcome == Some(Outcome::Discrepancy)).collect();
+        ledger.records().filter(|r| r.outcome == Some(Outcome::Discrepancy)).collect();
     // A step started without its result is unfinished only when no runner
     // is there to finish it; one collected early waits for the next cycle.
     let unfinished: Vec<&AuditRecord> = ledger
@@ -119,7 +119,10 @@ pub fn build(
     let eligible = eligible(config, ledger);
     let backlog =
         eligible.iter().filter(|(ck, _)| ledger.audits.get(ck).is_none_or(|r| r.attempts.is_empty())).count() as u64;
-    let verified = ledger.audits.values().rev().find(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage));
+    let verified = ledger
+        .records()
+        .filter(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage))
+        .max_by_key(|r| (r.completed_ms, r.checkpoint));
     let attempted = ledger.audits.values().rev().find(|r| !r.attempts.is_empty());
     let last_cycle_age = ledger.runner.last_cycle_end_ms.map(|t| age_s(now_ms, t));
     let runner_stopped = ledger.runner.budget_blocked.is_some()
@@ -132,7 +135,7 @@ pub fn build(
         backlog,
         backlog_threshold: expect.backlog_threshold,
         last_verified_age_s: verified.map(|r| age_s(now_ms, r.completed_ms)),
-        oldest_eligible_age_s: eligible.first().map(|(_, ms)| age_s(now_ms, **ms)),
+        first_seen_age_s: ledger.first_seen_ms().map(|ms| age_s(now_ms, ms)),
         stale_after_s: expect.stale_after_s,
         eligible_scope: !eligible.is_empty(),
     };
@@ -165,14 +168,15 @@ pub fn build(
             "outcome": r.outcome,
             "reason": last.and_then(|a| a.reason.clone()),
             "attempts": r.attempts.len(),
+            "discrepancy_attempt": r.discrepancy_attempt(),
+            "acknowledged": acked(r),
             "next_attempt_due_s": r.next_due_s,
             "findings": r.findings,
             "acknowledgements": acks.get(&r.id).cloned().unwrap_or_default(),
         })
     };
     let gaps: Vec<Json> = ledger
-        .audits
-        .values()
+        .records()
         .filter(|r| matches!(r.outcome, Some(Outcome::Unsupported | Outcome::Expired | Outcome::Skipped)))
         .map(|r| json!({"audit": r.id, "checkpoint": r.checkpoint, "outcome": r.outcome}))
         .collect();
@@ -189,6 +193,9 @@ pub fn build(
         "last_verified": scope(verified),
         "backlog": backlog,
         "observed_newest": ledger.observed.keys().next_back(),
+        "first_seen": ledger.first_seen,
+        "retired": ledger.retired.iter().map(|r| json!({"audit": r.id, "checkpoint": r.checkpoint, "outcome": r.outcome}))
+            .collect::<Vec<_>>(),
         "coverage": partitions,
         "discrepancies": discrepancies.iter().map(listed).collect::<Vec<_>>(),
         "unfinished": unfinished.iter().map(listed).collect::<Vec<_>>(),
@@ -267,6 +274,7 @@ mod tests {
             id: format!("ck{ck}-test"),
             checkpoint: ck,
             completed_ms: 1_000,
+            marker_sha256: None,
             outcome: Some(Outcome::Passed),
             attempts: vec![Attempt {
                 n: 1,
@@ -316,5 +324,63 @@ mod tests {
         assert_eq!(v.state, State::Incomplete, "{}", v.document);
         assert_eq!(v.document["coverage_unknown"][0]["checkpoint"], 2);
         assert!(text(&v).contains("coverage unknown: ck2-test"), "{}", text(&v));
+    }
+
+    /// A job that completes a checkpoint every minute for three hours while
+    /// every audit ends `unsupported` or `expired`: the newest is always
+    /// young, the first the runner took is not.
+    fn never_verified(selection: crate::config::Selection) -> StatusView {
+        let mut config = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+        config.selection = selection;
+        let now = 3 * 3_600_000;
+        let mut ledger = Ledger::new("f");
+        for ck in 1..=180u64 {
+            let completed_ms = (ck - 1) * 60_000;
+            ledger.observed.insert(ck, completed_ms);
+            let outcome = if ck % 2 == 0 { Outcome::Unsupported } else { Outcome::Expired };
+            let mut rec = passed(ck, Vec::new());
+            rec.completed_ms = completed_ms;
+            rec.outcome = Some(outcome);
+            rec.attempts[0].outcome = Some(outcome);
+            ledger.audits.insert(ck, rec);
+        }
+        // The job's retention keeps its newest markers only.
+        ledger.observed.retain(|ck, _| *ck > 175);
+        ledger.cursor = Some(180);
+        ledger.first_seen = Some(crate::ledger::FirstSeen { checkpoint: 1, completed_ms: 0 });
+        ledger.runner.last_cycle_end_ms = Some(now);
+        let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
+        build(&config, &ledger, &BTreeMap::new(), true, expect, now)
+    }
+
+    #[test]
+    fn a_runner_that_never_verified_anything_is_stale_not_healthy() {
+        for selection in [crate::config::Selection::LatestOnly, crate::config::Selection::Sequential] {
+            let v = never_verified(selection);
+            assert_eq!(v.state, State::Stale, "{selection:?}: {}", v.document);
+        }
+    }
+
+    #[test]
+    fn a_discrepancy_acknowledged_for_another_attempt_stands() {
+        let mut rec = passed(1, vec![range(0, 10)]);
+        rec.outcome = Some(Outcome::Discrepancy);
+        let first = rec.attempts[0].clone();
+        rec.attempts[0].outcome = Some(Outcome::Error);
+        rec.attempts.push(crate::ledger::Attempt { n: 2, outcome: Some(Outcome::Discrepancy), ..first });
+        let config = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+        let mut ledger = Ledger::new("f");
+        ledger.cursor = Some(1);
+        ledger.observed.insert(1, 1_000);
+        ledger.audits.insert(1, rec);
+        ledger.runner.last_cycle_end_ms = Some(2_000);
+        let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
+        let ack = |attempt| Ack { audit: "ck1-test".into(), attempt, note: "n".into(), at_ms: 1, by: "op".into() };
+        for (acks, state) in [(vec![ack(Some(1))], State::Discrepancy), (vec![ack(None)], State::Discrepancy)] {
+            let acks = BTreeMap::from([("ck1-test".to_string(), acks)]);
+            assert_eq!(build(&config, &ledger, &acks, true, expect, 3_000).state, state);
+        }
+        let acks = BTreeMap::from([("ck1-test".to_string(), vec![ack(Some(2))])]);
+        assert_ne!(build(&config, &ledger, &acks, true, expect, 3_000).state, State::Discrepancy);
     }
 }

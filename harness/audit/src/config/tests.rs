@@ -1,3 +1,4 @@
+use super::checks::{unknown_placeholder, MAX_PATH_BYTES};
 use super::*;
 use proptest::prelude::*;
 use serde_json::json;

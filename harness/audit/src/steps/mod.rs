@@ -10,16 +10,19 @@
 //! every verdict it returns is one a child reached.
 
 use std::ffi::OsString;
-use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use clink_upgrade::runner::{Finished, Stopped};
 use serde_json::Value as Json;
 
 use crate::config::{AuditConfig, ChildKind};
-use crate::coverage::{OffsetRange, Partition};
-use crate::ledger::{Finding, Shape, Step};
+use crate::ledger::{Finding, Step};
 use crate::outcome::{Outcome, Relationship};
+
+mod artifacts;
+
+use artifacts::first_line;
+pub use artifacts::{reference_rows, scope_facts, spanned, ScopeFacts};
 
 /// The verification profile every audit runs. `full` adds TLC's
 /// protocol.conformance, which models the recoverable and commit-confirmed
@@ -80,6 +83,19 @@ impl AuditFiles {
     }
 }
 
+/// The largest held reference state read or hashed.
+pub const MAX_STATE_BYTES: u64 = 1 << 30;
+
+/// A windowed increment's base: the held state of an earlier verified
+/// audit, and the SHA-256 recorded when it was held (the only hash that
+/// vouches for it: the file's bytes now vouch for nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldState {
+    pub checkpoint: u64,
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
 /// What one audit's steps need to know.
 pub struct StepContext<'a> {
     pub config: &'a AuditConfig,
@@ -88,8 +104,8 @@ pub struct StepContext<'a> {
     pub files: &'a AuditFiles,
     /// Collect these epochs (none: collection's default).
     pub epochs: Option<Vec<u64>>,
-    /// A windowed increment's base, and the held state to start from.
-    pub since: Option<(u64, PathBuf)>,
+    /// A windowed increment's base: the held state to start from.
+    pub since: Option<HeldState>,
 }
 
 /// A child to start.
@@ -138,7 +154,7 @@ pub fn child(step: Step, ctx: &StepContext) -> Child {
     let f = ctx.files;
     let n = ctx.checkpoint.to_string();
     let clink = ctx.clink.to_path_buf();
-    let since = ctx.since.as_ref().map(|(m, _)| m.to_string());
+    let since = ctx.since.as_ref().map(|h| h.checkpoint.to_string());
     let (kind, program, args) = match step {
         Step::Collect => {
             let mut a = vec![
@@ -188,7 +204,7 @@ pub fn child(step: Step, ctx: &StepContext) -> Child {
             } else if scope_facts(&f.scope).is_ok_and(|s| s.from_run_start) {
                 argv.extend(c.reference.from_run_start.iter().cloned());
             }
-            let state_in = ctx.since.as_ref().map(|(_, p)| path_arg(p)).unwrap_or_default();
+            let state_in = ctx.since.as_ref().map(|h| path_arg(&h.path)).unwrap_or_default();
             let args = argv[1..].iter().map(|a| substitute(a, f, &state_in)).collect();
             (ChildKind::Reference, PathBuf::from(&argv[0]), args)
         }
@@ -362,17 +378,18 @@ fn judge_reference(done: &Finished, ctx: &StepContext) -> Verdict {
         }
         _ => return error(step, done, "no complete artifact"),
     }
-    if let Some((base, state)) = &ctx.since {
-        let held = clink_basics::digest::sha256_file(state, 1 << 30).ok().map(|d| d.sha256);
+    if let Some(held) = &ctx.since {
+        // Against the hash recorded when the state was held, never the file's bytes now.
         let claimed = first_line(&ctx.files.reference)
             .and_then(|h| h.pointer("/state_in/sha256").and_then(Json::as_str).map(str::to_string));
-        if held.is_none() || held != claimed {
+        if held.sha256.is_empty() || claimed.as_deref() != Some(held.sha256.as_str()) {
             return Verdict::Decided(
                 Outcome::Error,
                 format!(
-                    "reference: the artifact does not say it started from the held state of checkpoint {base} \
+                    "reference: the artifact does not say it started from the held state of checkpoint {} \
                      (held {}, artifact {})",
-                    held.unwrap_or_else(|| "unreadable".into()),
+                    held.checkpoint,
+                    if held.sha256.is_empty() { "none recorded" } else { &held.sha256 },
                     claimed.unwrap_or_else(|| "none".into())
                 ),
                 Vec::new(),
@@ -502,90 +519,4 @@ fn reconcile_finding(f: &Json) -> Finding {
         .and_then(Json::as_array)
         .map_or(Vec::new(), |v| v.iter().take(20).map(|x| x.as_str().map_or(x.to_string(), str::to_string)).collect());
     Finding { relationship, named, summary: field(f, "summary").unwrap_or("").to_string(), first }
-}
-
-/// The first line of a file, as JSON (the artifact's header), read bounded.
-fn first_line(path: &Path) -> Option<Json> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut line = String::new();
-    std::io::BufReader::new(file.take(16 << 20)).read_line(&mut line).ok()?;
-    serde_json::from_str(&line).ok()
-}
-
-/// The last line of a file, as JSON (the artifact's end line).
-fn last_line(path: &Path) -> Option<Json> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(1 << 20);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut tail = String::new();
-    file.read_to_string(&mut tail).ok()?;
-    serde_json::from_str(tail.trim_end().rsplit('\n').next()?).ok()
-}
-
-/// The rows the reference artifact's end line counts.
-pub fn reference_rows(path: &Path) -> Option<u64> {
-    let end = last_line(path)?;
-    (field(&end, "type") == Some("end")).then(|| end.get("rows").and_then(Json::as_u64)).flatten()
-}
-
-/// What the scope says: the shape, and per topic and partition its range.
-pub struct ScopeFacts {
-    /// Per topic and partition: where the scope starts (none: at the run's
-    /// start, which checkpoints do not record) and where it ends.
-    pub shape: Shape,
-    /// The scope spans the run from its start (a windowed lineage, or a record-wise `--from-run-start`).
-    pub from_run_start: bool,
-    pub ranges: Vec<(Partition, Option<u64>, u64)>,
-}
-
-/// Reads the scope the scope step wrote.
-pub fn scope_facts(path: &Path) -> Result<ScopeFacts, String> {
-    let bytes = clink_basics::files::read_bounded(path, 64 << 20).map_err(|e| format!("{}: {e}", path.display()))?;
-    let scope: Json = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let shape = match scope.get("version").and_then(Json::as_u64) {
-        Some(1) => Shape::RecordWise,
-        Some(2 | 3) => Shape::Windowed,
-        other => return Err(format!("{}: scope version {other:?}", path.display())),
-    };
-    let from_run_start = shape == Shape::Windowed && scope.get("version").and_then(Json::as_u64) == Some(2)
-        || scope.get("from_run_start").and_then(Json::as_bool) == Some(true);
-    let mut ranges = Vec::new();
-    for source in scope.get("sources").and_then(Json::as_array).into_iter().flatten() {
-        let topic = field(source, "topic").ok_or("a scope source without a topic")?.to_string();
-        for p in source.get("partitions").and_then(Json::as_array).into_iter().flatten() {
-            let num = |k: &str| p.get(k).and_then(Json::as_u64);
-            let (Some(partition), Some(to)) = (num("partition"), num("to")) else {
-                return Err(format!("{}: a partition without partition and to", path.display()));
-            };
-            ranges.push((Partition { topic: topic.clone(), partition: partition as u32 }, num("from"), to));
-        }
-    }
-    Ok(ScopeFacts { shape, from_run_start, ranges })
-}
-
-/// The offsets an audit spans, per topic and partition: the scope's, with a
-/// start at the run's start taken from the reference's own reading of the
-/// log (its end line's `recorded.ranges`), never guessed.
-pub fn spanned(scope: &Path, reference: &Path) -> Result<Vec<(Partition, OffsetRange)>, String> {
-    let facts = scope_facts(scope)?;
-    let read = last_line(reference);
-    let started = |partition: u32| -> Option<u64> {
-        read.as_ref()?.pointer("/recorded/ranges")?.as_array()?.iter().find_map(|r| {
-            (r.get("partition")?.as_u64()? == u64::from(partition)).then(|| r.get("from")?.as_u64()).flatten()
-        })
-    };
-    facts
-        .ranges
-        .into_iter()
-        .map(|(p, from, to)| {
-            let from = from.or_else(|| started(p.partition)).ok_or_else(|| {
-                format!(
-                    "partition {} of {} starts at the run's start and the reference read no start",
-                    p.partition, p.topic
-                )
-            })?;
-            Ok((p, OffsetRange::new(from, to).map_err(|e| e.to_string())?))
-        })
-        .collect()
 }

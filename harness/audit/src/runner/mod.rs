@@ -6,7 +6,21 @@
 //! output is in place, the child's process group before it is waited for),
 //! recovery after a crash (the recorded orphan stopped, a written report
 //! published, the rest resumed at the step that was running), the windowed
-//! chain of reference states, retention and the disk budget.
+//! chain of reference states, retention and the disk budget. This file
+//! holds the cycle and an audit's steps; the parts its seams name are
+//! [`selection`], [`recovery`], [`chain`] and [`retention`], each a further
+//! `impl Runner`.
+//!
+//! Rules it keeps, one place each:
+//! - A checkpoint is its marker ([`crate::ledger::CheckpointIdentity`]): when
+//!   the job directory was reset, the audits of the checkpoints it replaced
+//!   are retired and the new ones audited from the start ([`Runner::look`]).
+//! - Every attempt starts with no ranges: an audit's coverage is its last
+//!   attempt's alone ([`Runner::begin_attempt`]).
+//! - The windowed chain holds only the states of audits that ended `passed`
+//!   or `empty` ([`Runner::finish`]), and a held state is handed to the
+//!   reference only when its bytes hash to the hash recorded when it was
+//!   held, checked right before the reference starts.
 //!
 //! It must never decide a verdict itself (every outcome is one a child's
 //! result gives, [`crate::steps`]), count unfinished work as verified, read
@@ -15,24 +29,30 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clink_basics::digest::sha256_hex;
-use clink_upgrade::runner::{self as procs_runner, dir_bytes, Stopped};
+use clink_upgrade::runner::{self as procs_runner, Stopped};
 use serde_json::{json, Map, Value as Json};
 use thiserror::Error;
 
-use crate::config::{AuditConfig, Selection, StartAt};
+use crate::config::AuditConfig;
+use crate::durable::{clear_temporaries, write_atomically, write_atomically_via, DurableError, TMP_DIR};
 use crate::events::Events;
 use crate::ledger::{
-    write_atomically, Attempt, AuditRecord, CycleAudit, CycleRecord, Ledger, LedgerError, Running, Shape, Step,
+    Attempt, CheckpointIdentity, CycleAudit, CycleRecord, Finding, Ledger, LedgerError, Running, Shape, Step,
     StepRecord,
 };
 use crate::lock::{acquire, Holder, LockError, RunnerLock};
-use crate::outcome::{may_attempt, next_attempt_due, Outcome};
-use crate::procs::{identify, stop_orphan, usage, Orphan, ProcessId};
+use crate::outcome::{next_attempt_due, Outcome};
+use crate::procs::{identify, usage, ProcessId};
 use crate::report;
 use crate::steps::{self, AuditFiles, StepContext, Verdict};
+
+mod chain;
+mod recovery;
+mod retention;
+mod selection;
 
 /// Collection is tried again at once when the job moved on mid-copy, at most this often.
 const COLLECT_TRIES: usize = 3;
@@ -50,6 +70,8 @@ pub enum RunError {
     Lock(#[from] LockError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Durable(#[from] DurableError),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -57,6 +79,9 @@ pub enum RunError {
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
     move |source| RunError::Io { path: path.to_path_buf(), source }
 }
+
+/// The job's completed checkpoints, by id.
+type Completed = BTreeMap<u64, CheckpointIdentity>;
 
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -84,11 +109,14 @@ pub trait RunProgress {
 pub struct NoProgress;
 impl RunProgress for NoProgress {}
 
-/// The audit id: the checkpoint, and a digest of the job and the
-/// configuration's fingerprint (the job id may hold any character).
-pub fn audit_id(job: &str, fingerprint: &str, checkpoint: u64) -> String {
-    let digest = sha256_hex(format!("{job}\n{fingerprint}").as_bytes());
-    format!("ck{checkpoint}-{}", &digest[..16])
+/// The audit id: the checkpoint, and a digest of the job, the
+/// configuration's fingerprint and the checkpoint's identity (its marker's
+/// hash and write time), so the checkpoint of the same id in a job
+/// directory that was reset is another audit (the job id may hold any
+/// character).
+pub fn audit_id(job: &str, fingerprint: &str, seen: &CheckpointIdentity) -> String {
+    let digest = sha256_hex(format!("{job}\n{fingerprint}\n{}\n{}", seen.marker_sha256, seen.completed_ms).as_bytes());
+    format!("ck{}-{}", seen.checkpoint, &digest[..16])
 }
 
 enum StepEnd {
@@ -119,6 +147,8 @@ impl<'a> Runner<'a> {
         std::fs::create_dir_all(state.join("reports")).map_err(io_at(&state))?;
         std::fs::create_dir_all(state.join("states")).map_err(io_at(&state))?;
         let lock = acquire(&state, &Holder { command: command.into(), ..Holder::me(now_ms() / 1000) })?;
+        // What a killed runner was writing (only a runner, holding the lock, writes there).
+        clear_temporaries(&state.join(TMP_DIR))?;
         let ledger = Ledger::load(&state, &config.fingerprint())?;
         let cycle = ledger.cycles.last().map_or(0, |c| c.n);
         let mut runner = Runner {
@@ -165,45 +195,11 @@ impl<'a> Runner<'a> {
         AuditFiles::new(self.state.join("audits").join(id))
     }
 
-    /// After a crash: stop the recorded child's group, publish what was
-    /// decided but not published, leave the rest to resume.
-    fn recover(&mut self) -> Result<(), RunError> {
-        if let Some(r) = self.ledger.running.take() {
-            let found = stop_orphan(&r.child, Duration::from_secs(10));
-            let said = match &found {
-                Orphan::Gone => "gone".to_string(),
-                Orphan::Reused => "its pid belongs to another process now; nothing signalled".to_string(),
-                Orphan::Stopped(n) => format!("stopped ({n} processes)"),
-                Orphan::Survived(left) => format!("still running after SIGKILL: {left:?}"),
-            };
-            self.event(
-                "orphan",
-                json!({"checkpoint": r.checkpoint, "step": r.step.as_str(), "pid": r.child.pid, "found": said}),
-            );
-            self.save()?;
-        }
-        let ids: Vec<u64> = self.ledger.audits.keys().copied().collect();
-        for ck in ids {
-            let rec = &self.ledger.audits[&ck];
-            if let Some(a) = rec.open_attempt() {
-                if let Some((outcome, reason)) = a.decided() {
-                    self.finish(ck, outcome, reason, Vec::new(), &mut NoProgress)?;
-                } else if Step::ALL.iter().all(|s| a.done(*s).is_some()) {
-                    let (outcome, reason) = self.concluded(ck);
-                    self.finish(ck, outcome, reason, Vec::new(), &mut NoProgress)?;
-                }
-            } else if rec.outcome.is_some() && !rec.published {
-                self.publish(ck, &mut NoProgress)?;
-            }
-        }
-        Ok(())
-    }
-
     /// One cycle.
     pub fn cycle(&mut self, progress: &mut dyn RunProgress) -> Result<CycleEnd, RunError> {
         self.cycle += 1;
         let started = now_ms();
-        let completed = self.look()?;
+        let completed = self.look(progress)?;
         let list = self.select(&completed, started / 1000, progress)?;
         self.eligible = completed.keys().copied().collect();
         self.event("cycle-started", json!({"cycle": self.cycle, "audits": list}));
@@ -278,100 +274,6 @@ impl<'a> Runner<'a> {
         self.save()
     }
 
-    /// The job's completed checkpoints now, recorded as observed.
-    fn look(&mut self) -> Result<BTreeMap<u64, u64>, RunError> {
-        let dir = Path::new(&self.config.job.checkpoint_dir);
-        let completed = crate::job::completed(dir, &self.config.job.id).map_err(io_at(dir))?;
-        self.ledger.observed = completed.clone();
-        Ok(completed)
-    }
-
-    fn new_record(&self, ck: u64, completed_ms: u64) -> AuditRecord {
-        AuditRecord {
-            id: audit_id(&self.config.job.id, &self.ledger.fingerprint, ck),
-            checkpoint: ck,
-            completed_ms,
-            outcome: None,
-            attempts: Vec::new(),
-            next_due_s: None,
-            published: false,
-            ranges: Vec::new(),
-            findings: Vec::new(),
-            evidence_deleted: false,
-        }
-    }
-
-    /// What this cycle audits, in order; latest-only records what it passes over.
-    fn select(
-        &mut self,
-        completed: &BTreeMap<u64, u64>,
-        now_s: u64,
-        progress: &mut dyn RunProgress,
-    ) -> Result<Vec<u64>, RunError> {
-        if self.ledger.cursor.is_none() {
-            if let Some(newest) = completed.keys().next_back() {
-                self.ledger.cursor = Some(match self.config.start_at {
-                    StartAt::Earliest => 0,
-                    StartAt::Latest => newest - 1,
-                });
-            }
-        }
-        let cursor = self.ledger.cursor.unwrap_or(u64::MAX);
-        let fresh: Vec<u64> = completed.keys().copied().filter(|ck| *ck > cursor).collect();
-        let mut list: BTreeSet<u64> = BTreeSet::new();
-        match (self.config.selection, fresh.last()) {
-            (_, None) => {}
-            (Selection::Sequential, Some(_)) => list.extend(fresh.iter().copied()),
-            (Selection::LatestOnly, Some(newest)) => {
-                list.insert(*newest);
-                for ck in fresh.iter().copied().filter(|ck| ck != newest) {
-                    let rec =
-                        self.ledger.audits.get(&ck).cloned().unwrap_or_else(|| self.new_record(ck, completed[&ck]));
-                    self.ledger.audits.insert(ck, rec);
-                    self.begin_attempt(ck);
-                    self.finish(ck, Outcome::Skipped, format!("latest-only selected {newest}"), Vec::new(), progress)?;
-                }
-            }
-        }
-        if let Some(newest) = fresh.last() {
-            self.ledger.cursor = Some(*newest);
-        }
-        for (ck, rec) in &self.ledger.audits {
-            // Selected before but never started (a cycle interrupted, or the
-            // disk budget reached): still owed its first attempt.
-            let open = rec.open_attempt().is_some() || rec.attempts.is_empty();
-            let due = rec.outcome.is_some_and(Outcome::is_retried)
-                && rec.open_attempt().is_none()
-                && may_attempt(rec.next_due_s, now_s, rec.attempted_in(self.cycle));
-            if open || due {
-                list.insert(*ck);
-            }
-        }
-        for ck in &list {
-            if !self.ledger.audits.contains_key(ck) {
-                let rec = self.new_record(*ck, completed.get(ck).copied().unwrap_or(0));
-                self.ledger.audits.insert(*ck, rec);
-            }
-        }
-        self.save()?;
-        Ok(list.into_iter().collect())
-    }
-
-    fn over_budget(&self, ck: u64) -> Option<String> {
-        if self.ledger.audits.get(&ck).and_then(|r| r.open_attempt()).is_some_and(|a| a.done(Step::Collect).is_some()) {
-            return None; // its bundle is already on disk
-        }
-        let used = dir_bytes(&self.state);
-        let need = used.saturating_add(self.config.bounds.bundle_bytes);
-        (need > self.config.disk_budget_bytes).then(|| {
-            format!(
-                "the state directory holds {used} bytes; one more bundle of up to {} would pass disk_budget_bytes {}: \
-                 no audit is started and nothing is deleted",
-                self.config.bounds.bundle_bytes, self.config.disk_budget_bytes
-            )
-        })
-    }
-
     fn begin_attempt(&mut self, ck: u64) {
         let cycle = self.cycle;
         let rec = self.ledger.audits.get_mut(&ck).expect("selected audits have a record");
@@ -379,6 +281,9 @@ impl<'a> Runner<'a> {
             return;
         }
         let n = rec.attempts.len() as u32 + 1;
+        // Every attempt starts with no ranges: an audit's coverage is the
+        // offsets its passing attempt spanned, never an earlier one's.
+        rec.ranges.clear();
         rec.attempts.push(Attempt {
             n,
             cycle,
@@ -431,7 +336,7 @@ impl<'a> Runner<'a> {
                     checkpoint: ck,
                     files: &files,
                     epochs: self.epochs(ck, &bases),
-                    since: since.map(|b| (b, self.state.join("states").join(format!("{b}.json")))),
+                    since: since.map(|b| self.held(b)),
                 };
                 self.attempt_mut(ck).since = since;
                 let (verdict, record) = match self.run_step(ck, step, &ctx, &mut procs)? {
@@ -500,46 +405,12 @@ impl<'a> Runner<'a> {
         Ok(true)
     }
 
-    fn chain_broken(&mut self, ck: u64, why: &str) -> String {
-        let reason = format!(
-            "the windowed chain is broken at checkpoint {ck}: no held reference state ({:?}) is on its lineage \
-             in the bundle: {why}",
-            self.ledger.chain.held
-        );
-        self.ledger.chain.broken = Some(reason.clone());
-        self.event("chain-broken", json!({"checkpoint": ck, "why": reason}));
-        reason
-    }
-
     fn attempt(&self, ck: u64) -> &Attempt {
         self.ledger.audits[&ck].attempts.last().expect("an attempt was begun")
     }
 
     fn attempt_mut(&mut self, ck: u64) -> &mut Attempt {
         self.ledger.audits.get_mut(&ck).and_then(|r| r.attempts.last_mut()).expect("an attempt was begun")
-    }
-
-    /// The held states an increment to `ck` may start from, newest first,
-    /// within reach (at most eight completed checkpoints back).
-    fn bases(&self, ck: u64) -> Vec<u64> {
-        if self.ledger.shape != Shape::Windowed {
-            return Vec::new();
-        }
-        let between: Vec<u64> = self.ledger.observed.keys().copied().filter(|c| *c < ck).collect();
-        let reach = between.len().saturating_sub(MAX_REACH_BACK);
-        let lowest = between.get(reach).copied().unwrap_or(0);
-        self.ledger.chain.held.iter().rev().copied().filter(|b| *b < ck && *b >= lowest).collect()
-    }
-
-    /// The epochs to collect: a windowed audit's reach back to its oldest
-    /// base (or the whole lineage when it has none), else collection's default.
-    fn epochs(&self, ck: u64, bases: &[u64]) -> Option<Vec<u64>> {
-        match (self.ledger.shape, bases.last()) {
-            (Shape::RecordWise, _) => None,
-            (Shape::Windowed, Some(oldest)) => Some((*oldest..=ck).collect()),
-            (Shape::Windowed | Shape::Unknown, None) if ck as usize <= MAX_REACH_BACK => Some((1..=ck).collect()),
-            _ => None,
-        }
     }
 
     fn child_bounds(&self) -> clink_upgrade::Bounds {
@@ -566,6 +437,11 @@ impl<'a> Runner<'a> {
         let child = steps::child(step, ctx);
         let n = self.attempt(ck).n;
         let mut record = StepRecord { step, exit_code: None, seconds: 0.0, note: String::new(), outcome: None };
+        if let (Step::Reference, Some(held)) = (step, &ctx.since) {
+            if let Some(refused) = self.refuse_unheld(held)? {
+                return Ok(StepEnd::Verdict(refused, record));
+            }
+        }
         if !child.unset.is_empty() {
             let why = format!(
                 "{}: the configuration names variables that are not set: {}",
@@ -619,40 +495,15 @@ impl<'a> Runner<'a> {
             }
             Step::Reference => {
                 // Coverage is recorded only once it is known whole; an audit without it counts nothing.
-                match steps::spanned(&files.scope, &files.reference) {
-                    Ok(ranges) => {
-                        if let Some(rec) = self.ledger.audits.get_mut(&ck) {
-                            rec.ranges = ranges;
-                        }
-                    }
-                    Err(why) => self.event("coverage-unknown", json!({"checkpoint": ck, "why": why})),
+                let spanned = steps::spanned(&files.scope, &files.reference);
+                if let Err(why) = &spanned {
+                    self.event("coverage-unknown", json!({"checkpoint": ck, "why": why}));
                 }
-                if self.ledger.shape == Shape::Windowed && files.state_out.is_file() {
-                    self.hold_state(ck, &files.state_out)?;
+                if let Some(rec) = self.ledger.audits.get_mut(&ck) {
+                    rec.ranges = spanned.unwrap_or_default();
                 }
             }
             _ => {}
-        }
-        Ok(())
-    }
-
-    /// Keeps the state a complete reference left, the newest `retain_states`.
-    fn hold_state(&mut self, ck: u64, state_out: &Path) -> Result<(), RunError> {
-        let dir = self.state.join("states");
-        let path = dir.join(format!("{ck}.json"));
-        let bytes = std::fs::read(state_out).map_err(io_at(state_out))?;
-        write_atomically(&path, &bytes)?;
-        let chain = &mut self.ledger.chain;
-        chain.sha256.insert(ck, sha256_hex(&bytes));
-        if !chain.held.contains(&ck) {
-            chain.held.push(ck);
-            chain.held.sort_unstable();
-        }
-        chain.broken = None;
-        let excess = chain.held.len().saturating_sub(self.config.retain_states as usize);
-        for old in chain.held.drain(..excess).collect::<Vec<_>>() {
-            chain.sha256.remove(&old);
-            remove(&dir.join(format!("{old}.json")))?;
         }
         Ok(())
     }
@@ -688,10 +539,15 @@ impl<'a> Runner<'a> {
         rec.published = false;
         let id = rec.id.clone();
         let files = self.files(&id);
+        // The chain goes on only from a state whose audit was verified.
+        if outcome.counts_toward_coverage() && self.ledger.shape == Shape::Windowed && files.state_out.is_file() {
+            self.hold_state(ck, &files.state_out)?;
+        }
         let document = report::document(self.config, &self.ledger, &self.ledger.audits[&ck], &files);
         std::fs::create_dir_all(&files.dir).map_err(io_at(&files.dir))?;
         write_atomically(&files.report, document.as_bytes())?;
         self.save()?;
+        self.prune_states()?;
         self.publish(ck, progress)
     }
 
@@ -704,7 +560,7 @@ impl<'a> Runner<'a> {
             Err(_) => report::document(self.config, &self.ledger, rec, &files).into_bytes(),
         };
         let published = self.state.join("reports").join(format!("{}.json", rec.id));
-        write_atomically(&published, &document)?;
+        write_atomically_via(&self.state.join(TMP_DIR), &published, &document)?;
         let outcome = rec.outcome.unwrap_or(Outcome::Error);
         let id = rec.id.clone();
         if let Some(rec) = self.ledger.audits.get_mut(&ck) {
@@ -715,103 +571,7 @@ impl<'a> Runner<'a> {
         progress.published(ck, outcome);
         Ok(())
     }
-
-    /// Collects, before auditing any, the checkpoints this cycle audits: the
-    /// job's retention does not wait for the audits ahead of one (a cycle of
-    /// slow references once let the captures of its last checkpoints be
-    /// purged). A windowed audit is collected when its turn comes, since its
-    /// increment starts from the state the audit before it leaves; before
-    /// the shape is known, only checkpoints whose whole lineage is within
-    /// reach are collected ahead (a windowed one's first audits are whole
-    /// lineages). Stops at the disk budget (the cycle then says so); false
-    /// when interrupted.
-    fn collect_ahead(&mut self, list: &[u64], progress: &mut dyn RunProgress) -> Result<bool, RunError> {
-        let ahead: Vec<u64> = match self.ledger.shape {
-            Shape::RecordWise => list.to_vec(),
-            Shape::Unknown => list.iter().copied().filter(|ck| *ck as usize <= MAX_REACH_BACK).collect(),
-            Shape::Windowed => Vec::new(),
-        };
-        for ck in ahead {
-            if self.over_budget(ck).is_some() {
-                break;
-            }
-            let collected = self.ledger.audits[&ck].open_attempt().is_some_and(|a| a.done(Step::Collect).is_some());
-            if collected {
-                continue;
-            }
-            self.event("collected-ahead", json!({"checkpoint": ck}));
-            if !self.audit(ck, false, progress)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// A checkpoint completed since the cycle began: collect it now, before
-    /// the job's retention purges what bounds it; it is audited next cycle.
-    fn collect_new_checkpoints(&mut self, progress: &mut dyn RunProgress) -> Result<(), RunError> {
-        let completed = self.look()?;
-        let cursor = self.ledger.cursor.unwrap_or(u64::MAX);
-        let new: Vec<(u64, u64)> = completed
-            .iter()
-            .filter(|(ck, _)| **ck > cursor && !self.eligible.contains(ck) && !self.ledger.audits.contains_key(ck))
-            .map(|(ck, ms)| (*ck, *ms))
-            .collect();
-        for (ck, ms) in new {
-            let waiting = self
-                .ledger
-                .audits
-                .values()
-                .filter(|r| !self.listed.contains(&r.checkpoint))
-                .filter(|r| r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some()))
-                .count();
-            if waiting >= MAX_COLLECTED_EARLY {
-                return Ok(());
-            }
-            self.eligible.insert(ck);
-            if self.over_budget(ck).is_some() {
-                continue;
-            }
-            let rec = self.new_record(ck, ms);
-            self.ledger.audits.insert(ck, rec);
-            self.event("collected-early", json!({"checkpoint": ck}));
-            if !self.audit(ck, false, progress)? {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes the evidence of passed audits past the newest `retain_passed`,
-    /// and only directories the runner marked as its own.
-    fn retention(&mut self) -> Result<(), RunError> {
-        let passed: Vec<u64> = self
-            .ledger
-            .audits
-            .values()
-            .rev()
-            .filter(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage) && r.published && !r.evidence_deleted)
-            .map(|r| r.checkpoint)
-            .collect();
-        for ck in passed.into_iter().skip(self.config.retain_passed as usize) {
-            let id = self.ledger.audits[&ck].id.clone();
-            let dir = self.state.join("audits").join(&id);
-            let mark = std::fs::read(dir.join(OWNED_MARK)).unwrap_or_default();
-            if mark != id.as_bytes() {
-                self.event("retention-skipped", json!({"audit": id, "why": "not marked as the runner's own"}));
-                continue;
-            }
-            std::fs::remove_dir_all(&dir).map_err(io_at(&dir))?;
-            if let Some(rec) = self.ledger.audits.get_mut(&ck) {
-                rec.evidence_deleted = true;
-            }
-            self.event("retention-deleted", json!({"audit": id}));
-        }
-        Ok(())
-    }
 }
-
-use crate::ledger::Finding;
 
 fn remove(path: &Path) -> Result<(), RunError> {
     let result = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };

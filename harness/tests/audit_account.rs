@@ -1,0 +1,597 @@
+//! The audit account (issue 46): the rules `clink-audit` keeps about its own
+//! record, each shown with the real `clink-audit` binary, real files and real
+//! processes, and no service.
+//!
+//! The children are scripts standing in for `clink` and the reference: each
+//! writes what the real one's contract says it writes (a scope, an artifact,
+//! a verification or reconciliation report) and does what a control file
+//! tells it (refuse as `missing`, end `unsupported`, fail, find a
+//! discrepancy), so a trial can give the runner exactly the history a rule is
+//! about. What is under test is the account the runner keeps of those
+//! results: acknowledgements, staleness, the windowed chain, coverage,
+//! checkpoint identities, and a ledger and reports that survive a SIGKILL
+//! between any two writes (`CLINK_TEST_AUDIT_PAUSE_AT`, a debug build's
+//! test switch). `tests/audit.rs` runs the same rules against the real
+//! children and services.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as Json};
+
+fn clink_audit() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_clink-audit"))
+}
+
+/// The stand-in for `clink`: the subcommand's contract, steered by `$CTL/<subcommand>[.<checkpoint>]`.
+const FAKE_CLINK: &str = r#"#!/bin/sh
+CTL=@CTL@
+sub="$1"; shift
+ck=""; out=""; since=""; prev=""
+for a in "$@"; do
+  case "$prev" in --checkpoint) ck="$a";; --out) out="$a";; --since) since="$a";; esac
+  prev="$a"
+done
+# incident-verify names no checkpoint: the audit directory's name does (ck<n>-...).
+[ -z "$ck" ] && ck=$(echo "$1" | sed -n 's|.*/ck\([0-9]*\)-[^/]*/bundle$|\1|p')
+m=ok
+[ -f "$CTL/$sub" ] && m=$(cat "$CTL/$sub")
+[ -f "$CTL/$sub.$ck" ] && m=$(cat "$CTL/$sub.$ck")
+echo "$sub $ck since=$since $m" >> "$CTL/calls"
+case "$sub" in
+  incident-collect)
+    if [ "$m" = missing ]; then
+      echo '{"format":"clink-command-result","result":"refused","kind":"missing","reason":"the state is gone"}'
+      exit 2
+    fi
+    mkdir -p "$out" && echo bundle > "$out/MANIFEST"
+    echo '{"format":"clink-command-result","result":"published","files":1,"bytes":7}';;
+  incident-scope)
+    if [ "$m" = unsupported ]; then echo "scope: not a job the audit supports" >&2; exit 3; fi
+    v=1; from=$(( (ck - 1) * 10 ))
+    if [ -f "$CTL/windowed" ]; then v=2; from=0; fi
+    if [ -n "$since" ]; then v=3; from=$(( since * 10 )); fi
+    part="{\"partition\":0,\"from\":$from,\"to\":$(( ck * 10 ))}"
+    [ "$m" = run-start ] && part="{\"partition\":0,\"to\":$(( ck * 10 ))}"
+    echo "{\"format\":\"clink-scope\",\"version\":$v,\"sources\":[{\"topic\":\"t\",\"partitions\":[$part]}]}" > "$out";;
+  incident-verify)
+    if [ "$m" = error ]; then echo "verify: broke" >&2; exit 9; fi
+    echo '{"format":"clink-verify-report","isolation":{"enforced":true},"checks":[{"name":"bundle.manifest","status":"passed"}]}';;
+  incident-reconcile)
+    if [ "$m" = discrepancy ]; then
+      echo '{"format":"clink-reconcile-report","checks":[{"name":"reference.destination","status":"failed"}],"findings":[{"relationship":"reference-destination","summary":"a row twice","first":["id=7 duplicated"]}]}'
+      exit 1
+    fi
+    echo '{"format":"clink-reconcile-report","checks":[{"name":"reference.destination","status":"passed"}]}';;
+esac
+exit 0
+"#;
+
+/// The stand-in for the reference: an artifact naming the state it started
+/// from by its SHA-256, and a new state.
+const FAKE_REFERENCE: &str = r#"#!/bin/sh
+CTL=@CTL@
+out=""; so=""; si=""
+for a in "$@"; do
+  case "$a" in --out=*) out="${a#--out=}";; --state-out=*) so="${a#--state-out=}";; --state-in=*) si="${a#--state-in=}";; esac
+done
+echo "reference state_in=$si" >> "$CTL/calls"
+sha=null
+[ -n "$si" ] && sha="\"$(sha256sum "$si" | cut -d' ' -f1)\""
+printf '{"type":"header","state_in":{"sha256":%s}}\n{"type":"end","rows":3}\n' "$sha" > "$out"
+[ -n "$so" ] && echo "{\"windows\":\"$(date +%s%N)\"}" > "$so"
+exit 0
+"#;
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+fn script(path: &Path, text: &str, ctl: &Path) {
+    std::fs::write(path, text.replace("@CTL@", &ctl.display().to_string())).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// One job directory, its scripted children and one runner's configuration.
+struct Setup {
+    dir: PathBuf,
+    ctl: PathBuf,
+    clink: PathBuf,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+impl Setup {
+    fn new(name: &str, selection: &str, windowed: bool) -> Setup {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique(name));
+        let ctl = dir.join("ctl");
+        std::fs::create_dir_all(&ctl).unwrap();
+        std::fs::create_dir_all(dir.join("ck/_jobs/9")).unwrap();
+        let clink = dir.join("clink");
+        script(&clink, FAKE_CLINK, &ctl);
+        let reference = dir.join("reference");
+        script(&reference, FAKE_REFERENCE, &ctl);
+        if windowed {
+            std::fs::write(ctl.join("windowed"), b"").unwrap();
+        }
+        let mut argv = vec![reference.display().to_string(), "--scope={scope}".into(), "--out={out}".into()];
+        let mut with_state_in: Vec<String> = Vec::new();
+        if windowed {
+            argv.push("--state-out={state_out}".into());
+            with_state_in.push("--state-in={state_in}".into());
+        }
+        let state = dir.join("state");
+        let config = json!({
+            "format": "clink-audit-config",
+            "version": 1,
+            "job": {"id": "9", "checkpoint_dir": dir.join("ck"), "ha_dir": dir.join("ha"),
+                    "capture_dir": dir.join("capture"), "trace_dir": dir.join("trace")},
+            "destination": {"endpoint_env": "CLINK_FAKE_DEST", "table": "default.t", "key": ["id"],
+                            "credential_env": [], "user_env": null, "password_env": null},
+            "reference": {"argv": argv, "with_state_in": with_state_in, "from_run_start": [], "credential_env": []},
+            "selection": selection,
+            "start_at": "earliest",
+            "bounds": {"child_timeout_s": 60, "bundle_bytes": 1 << 20, "bundle_files": 1000, "rows": 1000,
+                       "query_timeout_s": 10},
+            "backoff": {"initial_s": 1, "max_s": 1},
+            "max_attempts": 5,
+            "retain_passed": 50,
+            "retain_states": 3,
+            "disk_budget_bytes": 1u64 << 34,
+            "state_dir": state,
+        });
+        let path = dir.join("audit.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+        Setup { dir, ctl, clink, config: path, state }
+    }
+
+    /// The job completes checkpoint `ck`: its marker, written now.
+    fn complete(&self, ck: u64) {
+        let path = self.dir.join(format!("ck/_jobs/9/COMPLETED-{ck}"));
+        std::fs::write(path, format!("{{\"job\":\"9\",\"checkpoint\":{ck}}}")).unwrap();
+    }
+
+    /// Sets the marker's write time `seconds_ago` in the past (a real `touch`).
+    fn age(&self, ck: u64, seconds_ago: u64) {
+        let path = self.dir.join(format!("ck/_jobs/9/COMPLETED-{ck}"));
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - seconds_ago;
+        let out = Command::new("touch").arg("-d").arg(format!("@{at}")).arg(path).output().unwrap();
+        assert!(out.status.success(), "touch: {out:?}");
+    }
+
+    /// What the stand-in for `what` does next (for checkpoint `ck` only when given).
+    fn steer(&self, what: &str, ck: Option<u64>, mode: &str) {
+        let name = ck.map_or(what.to_string(), |ck| format!("{what}.{ck}"));
+        std::fs::write(self.ctl.join(name), mode).unwrap();
+    }
+
+    fn unsteer(&self, what: &str, ck: Option<u64>) {
+        let name = ck.map_or(what.to_string(), |ck| format!("{what}.{ck}"));
+        let _ = std::fs::remove_file(self.ctl.join(name));
+    }
+
+    fn command(&self, sub: &str) -> Command {
+        let mut c = Command::new(clink_audit());
+        c.arg(sub).arg("--config").arg(&self.config).env("CLINK_FAKE_DEST", "127.0.0.1:1");
+        if matches!(sub, "run" | "poll") {
+            c.arg("--clink").arg(&self.clink);
+        }
+        c
+    }
+
+    fn run(&self) -> Output {
+        let out = self.command("run").output().unwrap();
+        assert!(matches!(out.status.code(), Some(0 | 1)), "run: {}", said(&out));
+        out
+    }
+
+    fn status(&self, stale_after_s: u64) -> (i32, Json) {
+        let out = self
+            .command("status")
+            .args(["--json", "--cycle-within-s", "3600", "--stale-after-s", &stale_after_s.to_string()])
+            .output()
+            .unwrap();
+        let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status: {e}: {}", said(&out)));
+        (out.status.code().unwrap_or(-1), doc)
+    }
+
+    fn ledger(&self) -> Json {
+        serde_json::from_slice(&std::fs::read(self.state.join("ledger.json")).unwrap()).unwrap()
+    }
+
+    fn audit(&self, ck: u64) -> Json {
+        self.ledger()["audits"][ck.to_string()].clone()
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.ctl.join("calls")).unwrap_or_default()
+    }
+
+    fn acknowledge(&self, id: &str) -> Output {
+        self.command("acknowledge").args(["--audit", id, "--note", "known: a test made it"]).output().unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn said(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn outcome(audit: &Json) -> &str {
+    audit["outcome"].as_str().unwrap_or("unfinished")
+}
+
+fn attempt_outcomes(audit: &Json) -> Vec<String> {
+    audit["attempts"].as_array().unwrap().iter().map(|a| a["outcome"].as_str().unwrap_or("open").to_string()).collect()
+}
+
+/// Waits out the backoff (1 s) of a failed attempt.
+fn after_backoff() {
+    std::thread::sleep(Duration::from_millis(2100));
+}
+
+// ---- 1. An acknowledgement silences only the discrepancy it was made for.
+
+#[test]
+fn acknowledge_refuses_an_audit_that_is_no_discrepancy() {
+    let s = Setup::new("ack-refused", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-verify", Some(2), "error");
+    s.run();
+    for (ck, expected) in [(1, "passed"), (2, "error")] {
+        let audit = s.audit(ck);
+        assert_eq!(outcome(&audit), expected);
+        let id = audit["id"].as_str().unwrap();
+        let out = s.acknowledge(id);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "acknowledging a {expected} audit: {}", said(&out));
+        assert!(stderr.contains(id) && stderr.contains(&format!("its outcome is {expected}")), "{stderr}");
+    }
+    assert!(!s.state.join("acks").exists() || std::fs::read_dir(s.state.join("acks")).unwrap().count() == 0);
+}
+
+#[test]
+fn a_discrepancy_found_after_an_acknowledgement_is_unacknowledged() {
+    let s = Setup::new("ack-later", "sequential", false);
+    s.complete(1);
+    s.steer("incident-verify", None, "error");
+    s.run();
+    let id = s.audit(1)["id"].as_str().unwrap().to_string();
+    // Acknowledgements as an older clink-audit wrote them: of the audit's
+    // error (attempt 1), and one naming no attempt at all.
+    let acks = s.state.join("acks");
+    std::fs::create_dir_all(&acks).unwrap();
+    let ack = |attempt: Json, file: &str| {
+        let doc = json!({"audit": id, "attempt": attempt, "note": "the verifier was down", "at_ms": 1, "by": "op"});
+        std::fs::write(acks.join(file), serde_json::to_vec(&doc).unwrap()).unwrap();
+    };
+    ack(json!(1), "old-1.json");
+    let legacy = json!({"audit": id, "note": "named no attempt", "at_ms": 2, "by": "op"});
+    std::fs::write(acks.join("old-2.json"), serde_json::to_vec(&legacy).unwrap()).unwrap();
+    // The retry finds a discrepancy.
+    s.unsteer("incident-verify", None);
+    s.steer("incident-reconcile", None, "discrepancy");
+    after_backoff();
+    s.run();
+    assert_eq!(attempt_outcomes(&s.audit(1)), ["error", "discrepancy"]);
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (1, Some("discrepancy")), "{status}");
+    // Acknowledged now, for the attempt that found it: listed, not a discrepancy state.
+    let out = s.acknowledge(&id);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("attempt 2"), "{}", said(&out));
+    let (code, status) = s.status(3600);
+    assert_ne!(code, 1, "{status}");
+    assert_eq!(status["discrepancies"][0]["acknowledged"], true, "{status}");
+}
+
+// ---- 2. A runner that has never verified anything is never healthy.
+
+fn never_verified(selection: &str, steer: (&str, &str)) {
+    let s = Setup::new(&format!("stale-{selection}"), selection, false);
+    s.steer(steer.0, None, steer.1);
+    s.complete(1);
+    s.age(1, 600);
+    s.run();
+    // The job keeps completing checkpoints, and its retention keeps the newest.
+    for ck in 2..=4 {
+        s.complete(ck);
+        let _ = std::fs::remove_file(s.dir.join(format!("ck/_jobs/9/COMPLETED-{}", ck - 1)));
+        s.run();
+    }
+    let ledger = s.ledger();
+    let outcomes: Vec<&str> = ledger["audits"].as_object().unwrap().values().map(outcome).collect();
+    assert!(outcomes.iter().all(|o| ["unsupported", "expired", "skipped"].contains(o)), "{outcomes:?}");
+    let (code, status) = s.status(60);
+    assert_eq!((code, status["state"].as_str()), (3, Some("stale")), "{selection}: {status}");
+}
+
+#[test]
+fn latest_only_that_verifies_nothing_becomes_stale() {
+    never_verified("latest-only", ("incident-scope", "unsupported"));
+}
+
+#[test]
+fn sequential_that_verifies_nothing_becomes_stale() {
+    never_verified("sequential", ("incident-collect", "missing"));
+}
+
+// ---- 3. The windowed chain continues only from verified states, as held.
+
+#[test]
+fn a_windowed_chain_never_continues_from_a_discrepancy() {
+    let s = Setup::new("chain-discrepancy", "sequential", true);
+    s.complete(1);
+    s.run();
+    s.complete(2);
+    s.steer("incident-reconcile", Some(2), "discrepancy");
+    s.run();
+    assert_eq!(outcome(&s.audit(2)), "discrepancy");
+    assert_eq!(s.ledger()["chain"]["held"], json!([1]), "the state of a discrepancy is held");
+    s.complete(3);
+    s.run();
+    let third = s.audit(3);
+    assert_eq!(third["attempts"][0]["since"], 1, "checkpoint 3 started from {}", third["attempts"][0]["since"]);
+    assert_eq!(outcome(&third), "passed");
+}
+
+#[test]
+fn a_tampered_held_state_is_not_handed_to_the_reference() {
+    let s = Setup::new("chain-tampered", "sequential", true);
+    s.complete(1);
+    s.run();
+    s.complete(2);
+    s.run();
+    assert_eq!(s.ledger()["chain"]["held"], json!([1, 2]));
+    // One more byte in the newest held state, behind the runner's back.
+    let held = s.state.join("states/2.json");
+    let mut bytes = std::fs::read(&held).unwrap();
+    bytes.extend_from_slice(b"\n");
+    std::fs::write(&held, bytes).unwrap();
+    s.complete(3);
+    let before = s.calls();
+    s.run();
+    let third = s.audit(3);
+    let reason = third["attempts"][0]["reason"].as_str().unwrap_or("").to_string();
+    assert_eq!(outcome(&third), "error", "{reason}");
+    assert!(reason.contains("held state of checkpoint 2 does not hash"), "{reason}");
+    let after = s.calls()[before.len()..].to_string();
+    assert!(!after.contains(&format!("state_in={}", held.display())), "the reference was given it:\n{after}");
+    assert_eq!(s.ledger()["chain"]["held"], json!([1]));
+    assert!(!held.exists(), "a state the chain let go is still there");
+    // The retry goes on from the state still held as it was.
+    after_backoff();
+    s.run();
+    let third = s.audit(3);
+    assert_eq!(attempt_outcomes(&third), ["error", "passed"]);
+    assert_eq!(third["attempts"][1]["since"], 1);
+}
+
+// ---- 4. Coverage comes from the passing attempt alone.
+
+#[test]
+fn coverage_is_the_passing_attempts_alone() {
+    let s = Setup::new("coverage", "sequential", false);
+    s.complete(1);
+    // Attempt 1 spans [0, 10), then fails.
+    s.steer("incident-verify", None, "error");
+    s.run();
+    assert_eq!(s.audit(1)["ranges"].as_array().map(Vec::len), Some(1), "{}", s.audit(1));
+    // Attempt 2 passes, and what it spans cannot be told.
+    s.unsteer("incident-verify", None);
+    s.steer("incident-scope", None, "run-start");
+    after_backoff();
+    s.run();
+    let audit = s.audit(1);
+    assert_eq!(attempt_outcomes(&audit), ["error", "passed"]);
+    assert_eq!(audit["ranges"], json!([]), "the failed attempt's ranges count: {}", audit["ranges"]);
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (3, Some("incomplete")), "{status}");
+    assert_eq!(status["coverage_unknown"][0]["checkpoint"], 1, "{status}");
+    assert_eq!(status["coverage"], json!([]), "{status}");
+}
+
+// ---- 5. Checkpoint ids are not identities.
+
+#[test]
+fn a_reset_job_directory_is_audited_again() {
+    let s = Setup::new("reset", "sequential", false);
+    for ck in 1..=3 {
+        s.complete(ck);
+    }
+    s.steer("incident-reconcile", Some(2), "discrepancy");
+    s.run();
+    let old: Vec<String> = (1..=3).map(|ck| s.audit(ck)["id"].as_str().unwrap().to_string()).collect();
+    // The job directory is reset: ids start again at 1, the markers hold the same bytes.
+    std::fs::remove_dir_all(s.dir.join("ck")).unwrap();
+    std::fs::create_dir_all(s.dir.join("ck/_jobs/9")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.unsteer("incident-reconcile", Some(2));
+    s.complete(1);
+    s.complete(2);
+    let before = s.calls();
+    s.run();
+    let after = s.calls()[before.len()..].to_string();
+    assert!(after.contains("incident-collect 1 ") && after.contains("incident-collect 2 "), "not audited:\n{after}");
+    let ledger = s.ledger();
+    for ck in [1u64, 2] {
+        let audit = &ledger["audits"][ck.to_string()];
+        assert_eq!(outcome(audit), "passed", "{audit}");
+        assert!(!old.contains(&audit["id"].as_str().unwrap().to_string()), "checkpoint {ck} kept its old audit id");
+    }
+    let retired: Vec<&str> = ledger["retired"].as_array().unwrap().iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(retired, old.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(std::fs::read_dir(s.state.join("reports")).unwrap().count(), 5);
+    // The old run's discrepancy stays listed, unacknowledged.
+    let (code, status) = s.status(3600);
+    assert_eq!(code, 1, "{status}");
+    assert_eq!(status["discrepancies"][0]["audit"], old[1].as_str());
+}
+
+#[test]
+fn a_version_1_ledger_is_read_and_its_audits_kept() {
+    let s = Setup::new("ledger-v1", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.run();
+    // As a version 1 runner wrote it: no marker hashes, no first checkpoint.
+    let mut ledger = s.ledger();
+    ledger["version"] = json!(1);
+    ledger.as_object_mut().unwrap().remove("first_seen");
+    ledger.as_object_mut().unwrap().remove("retired");
+    for audit in ledger["audits"].as_object_mut().unwrap().values_mut() {
+        audit.as_object_mut().unwrap().remove("marker_sha256");
+    }
+    std::fs::write(s.state.join("ledger.json"), serde_json::to_vec(&ledger).unwrap()).unwrap();
+    let (code, _) = s.status(3600);
+    assert_eq!(code, 0);
+    let before = s.calls();
+    s.run();
+    assert_eq!(s.calls(), before, "the same checkpoints were audited again");
+    let ledger = s.ledger();
+    assert_eq!(ledger["version"], 2);
+    assert!(ledger["audits"]["1"]["marker_sha256"].is_string(), "{}", ledger["audits"]["1"]);
+    // A newer ledger than this runner knows is refused, not misread.
+    let mut newer = ledger.clone();
+    newer["version"] = json!(3);
+    std::fs::write(s.state.join("ledger.json"), serde_json::to_vec(&newer).unwrap()).unwrap();
+    let out = s.command("run").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("version"), "{}", said(&out));
+}
+
+// ---- 6. The ledger and reports survive a SIGKILL between any two writes.
+
+/// Checkpoint 1 passes, 2 is a discrepancy, 3 an error (not retried within the trial).
+fn crash_setup(name: &str) -> Setup {
+    let s = Setup::new(name, "sequential", false);
+    let config = std::fs::read_to_string(&s.config).unwrap().replace("\"initial_s\": 1", "\"initial_s\": 3600");
+    let config = config.replace("\"max_s\": 1", "\"max_s\": 3600");
+    std::fs::write(&s.config, config).unwrap();
+    for ck in 1..=3 {
+        s.complete(ck);
+    }
+    s.steer("incident-reconcile", Some(2), "discrepancy");
+    s.steer("incident-verify", Some(3), "error");
+    s
+}
+
+/// What must hold of a state directory at any instant: the ledger reads
+/// whole, and `reports/` holds whole reports only, each the ledger's account.
+fn whole(s: &Setup, when: &str) -> Result<(), String> {
+    let path = s.state.join("ledger.json");
+    let ledger: Option<Json> = match std::fs::read(&path) {
+        Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| format!("{when}: ledger.json is torn: {e}"))?),
+        Err(_) => None,
+    };
+    if let Some(l) = &ledger {
+        if l["format"] != "clink-audit-ledger" {
+            return Err(format!("{when}: ledger.json is not a ledger"));
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(s.state.join("reports")) else { return Ok(()) };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let report: Json = serde_json::from_slice(&std::fs::read(entry.path()).unwrap_or_default())
+            .map_err(|e| format!("{when}: reports/{name} is not a whole report: {e}"))?;
+        if report["format"] != "clink-audit-report" || !name.ends_with(".json") {
+            return Err(format!("{when}: reports/{name} is not a report"));
+        }
+        let audit =
+            ledger.as_ref().and_then(|l| l["audits"].as_object()?.values().find(|a| a["id"] == report["id"]).cloned());
+        if audit.as_ref().map(|a| &a["outcome"]) != Some(&report["outcome"]) {
+            return Err(format!("{when}: reports/{name} says {} and the ledger {:?}", report["outcome"], audit));
+        }
+    }
+    Ok(())
+}
+
+/// Each audit's (outcome, attempts, published) and the reports published.
+fn account(s: &Setup) -> (Vec<(String, Vec<String>, bool)>, usize) {
+    let ledger = s.ledger();
+    let audits = ledger["audits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|a| (outcome(a).to_string(), attempt_outcomes(a), a["published"] == true))
+        .collect();
+    (audits, std::fs::read_dir(s.state.join("reports")).unwrap().count())
+}
+
+/// Runs one cycle paused for good at write point `k`, SIGKILLs it there;
+/// false when the cycle ended before reaching it.
+fn killed_at(s: &Setup, k: u64) -> bool {
+    let said = s.dir.join(format!("paused-{k}"));
+    let mut child = s
+        .command("run")
+        .env("CLINK_TEST_AUDIT_PAUSE_AT", k.to_string())
+        .env("CLINK_TEST_AUDIT_PAUSE_FILE", &said)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if std::fs::read_to_string(&said).is_ok_and(|t| t.ends_with('\n')) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return true;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(matches!(status.code(), Some(0 | 1)), "write point {k}: the run ended {status:?}");
+            return false;
+        }
+        assert!(Instant::now() < deadline, "write point {k}: neither paused nor ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_ledger_and_reports_survive_a_kill_between_any_two_writes() {
+    let control = crash_setup("crash-control");
+    control.run();
+    let expected = account(&control);
+    assert_eq!(expected.1, 3);
+    let mut k = 1;
+    let mut failures = Vec::new();
+    loop {
+        let s = crash_setup(&format!("crash-{k}"));
+        let paused = killed_at(&s, k);
+        let point = std::fs::read_to_string(s.dir.join(format!("paused-{k}"))).unwrap_or_default();
+        let when = format!("killed at write point {}", point.trim());
+        if let Err(why) = whole(&s, &when) {
+            failures.push(why);
+        }
+        if !paused {
+            break;
+        }
+        s.run();
+        if let Err(why) = whole(&s, &format!("{when}, then resumed")) {
+            failures.push(why);
+        }
+        let got = account(&s);
+        if got != expected {
+            failures.push(format!("{when}, then resumed: {got:?}, uninterrupted {expected:?}"));
+        }
+        k += 1;
+    }
+    assert!(k > 30, "only {k} write points in a cycle of three audits");
+    assert!(failures.is_empty(), "{} of {k} kills:\n{}", failures.len(), failures.join("\n"));
+}
