@@ -4,11 +4,20 @@
 //! table below does not allow fails the test. Cargo already rejects a cycle;
 //! this rejects the edges that would make one possible, or that would let the
 //! reference share code with what it checks.
+//!
+//! Inside every crate, with the structure tests' one source reader
+//! (support/modules.rs): the top-level modules form no cycle, and no source
+//! file is over 600 lines outside its tests. ARCHITECTURE.md's code map
+//! names every crate, and its entry points every binary and gate.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value as Json;
+
+#[path = "support/modules.rs"]
+mod modules;
 
 /// Each crate of ours, and the crates of ours it may depend on.
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -80,8 +89,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Our crates and the crates of ours each depends on, by `cargo metadata`.
-fn workspace_edges() -> BTreeMap<String, BTreeSet<String>> {
+/// The workspace's packages, as `cargo metadata` lists them.
+fn packages() -> Vec<Json> {
     let cargo = option_env!("CARGO").unwrap_or("cargo");
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
@@ -90,7 +99,12 @@ fn workspace_edges() -> BTreeMap<String, BTreeSet<String>> {
         .expect("cargo metadata runs");
     assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
     let doc: Json = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
-    let packages = doc["packages"].as_array().expect("a package list");
+    doc["packages"].as_array().expect("a package list").clone()
+}
+
+/// Our crates and the crates of ours each depends on, by `cargo metadata`.
+fn workspace_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let packages = packages();
     let ours: BTreeSet<String> = packages.iter().filter_map(|p| p["name"].as_str().map(str::to_string)).collect();
     packages
         .iter()
@@ -153,4 +167,121 @@ fn a_forbidden_edge_is_caught() {
     assert!(problems.iter().any(|p| p.contains("clink-audit depends on clink-verify")), "{problems:?}");
     edges.insert("clink-new".into(), BTreeSet::new());
     assert!(violations(&edges, ALLOWED).iter().any(|p| p.contains("clink-new is not in the layering table")));
+}
+
+/// Each crate of the workspace and its source directory.
+fn crate_sources() -> BTreeMap<String, PathBuf> {
+    packages()
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().expect("a package name").to_string();
+            let manifest = PathBuf::from(p["manifest_path"].as_str().expect("a manifest path"));
+            (name, manifest.parent().expect("a package directory").join("src"))
+        })
+        .collect()
+}
+
+/// The repository's root (the harness is one of its members).
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+#[test]
+fn no_crate_has_a_module_cycle_or_a_file_over_600_lines() {
+    let sources = crate_sources();
+    assert!(sources.len() >= ALLOWED.len(), "cargo metadata listed only {sources:?}");
+    let mut problems = Vec::new();
+    for (name, src) in &sources {
+        if let Some(cycle) = modules::a_cycle(&modules::module_edges(src)) {
+            problems.push(format!("{name}: a module cycle: {}", cycle.join(" -> ")));
+        }
+        problems.extend(modules::long_files(src).into_iter().map(|long| format!("{name}: {long}")));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_planted_module_cycle_is_caught_in_any_crate() {
+    // The isolation proof's old circle: probe_command runs the probe, and the
+    // probe naming its command again would close it.
+    let sources = crate_sources();
+    let mut edges = modules::module_edges(&sources["clink-isolation"]);
+    assert!(edges["probe_command"].contains("probe"), "the reading finds real edges: {edges:?}");
+    assert_eq!(modules::a_cycle(&edges), None);
+    edges.entry("probe".into()).or_default().insert("probe_command".into());
+    let cycle = modules::a_cycle(&edges).expect("the planted edge closes a cycle");
+    assert!(cycle.contains(&"probe".to_string()) && cycle.contains(&"probe_command".to_string()), "{cycle:?}");
+    // The same reading of every other crate: one reversed real edge is a cycle.
+    for (name, src) in &sources {
+        let mut edges = modules::module_edges(src);
+        let Some((from, to)) = edges.iter().find_map(|(f, ts)| ts.iter().next().map(|t| (f.clone(), t.clone()))) else {
+            continue;
+        };
+        edges.entry(to).or_default().insert(from);
+        assert!(modules::a_cycle(&edges).is_some(), "{name}: a reversed edge was not seen as a cycle");
+    }
+}
+
+#[test]
+fn a_file_over_600_lines_outside_its_tests_is_caught() {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let body = "fn f() {}\n".repeat(modules::MAX_LINES);
+    std::fs::write(dir.path().join("at_the_bound.rs"), format!("{body}#[cfg(test)]\nmod tests {{\n{body}}}\n"))
+        .expect("a source file");
+    assert!(modules::long_files(dir.path()).is_empty(), "tests do not count");
+    std::fs::write(dir.path().join("over.rs"), format!("{body}fn g() {{}}\n")).expect("a source file");
+    let long = modules::long_files(dir.path());
+    assert!(long.len() == 1 && long[0].contains("over.rs has 601 lines"), "{long:?}");
+}
+
+/// The text of one `## ` section of ARCHITECTURE.md.
+fn architecture_section(title: &str) -> String {
+    let text = std::fs::read_to_string(repository().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let start = text.find(&format!("\n## {title}\n")).unwrap_or_else(|| panic!("no section {title}"));
+    let rest = &text[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    rest[..end].to_string()
+}
+
+#[test]
+fn the_code_map_names_every_crate() {
+    let map = architecture_section("Code map");
+    let rules = architecture_section("Crates and the rules between them");
+    let mut missing = Vec::new();
+    for name in crate_sources().keys() {
+        // The harness's entry is its directory, the binary and the suites.
+        let named = map.contains(&format!("{name}:")) || name == "clink-harness" && map.contains("\nharness/ ");
+        if !named {
+            missing.push(format!("{name} has no entry in the code map"));
+        }
+        if !rules.contains(name.as_str()) {
+            missing.push(format!("{name} is not in the rules between crates"));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[test]
+fn the_entry_points_name_every_binary_and_gate() {
+    let entries = architecture_section("Entry points");
+    let mut missing = Vec::new();
+    for package in packages() {
+        for target in package["targets"].as_array().into_iter().flatten() {
+            let is_bin = target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin"));
+            let name = target["name"].as_str().unwrap_or_default();
+            if is_bin && !entries.contains(&format!("`{name}")) {
+                missing.push(format!("the binary {name}"));
+            }
+        }
+    }
+    let gates = std::fs::read_dir(repository().join("gates")).expect("the gates directory");
+    for gate in gates {
+        let path = gate.expect("a directory entry").path();
+        let name = path.file_name().expect("a file name").to_string_lossy().into_owned();
+        // lib.sh is sourced by the gates, services.d holds the services' files.
+        if path.is_file() && !name.ends_with(".sh") && !entries.contains(&format!("`gates/{name}")) {
+            missing.push(format!("gates/{name}"));
+        }
+    }
+    assert!(missing.is_empty(), "the entry points of ARCHITECTURE.md leave out: {}", missing.join(", "));
 }

@@ -32,6 +32,7 @@
 pub mod claim;
 pub mod control;
 pub mod probe;
+pub mod probe_command;
 pub mod prove;
 
 use clink_basics::exit::Exit;

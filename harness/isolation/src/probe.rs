@@ -1,5 +1,5 @@
 //! The probe: what a process sees of the network from where it runs, and
-//! the `probe` command that a proof starts once without isolation and once
+//! what the `probe` command (`probe_command`) reports, once without isolation and once
 //! under the mechanism.
 //!
 //! It reads its namespace's interfaces (/proc/net/dev, which is per
@@ -13,10 +13,8 @@
 //! It connects to nothing but 127.0.0.1: the control endpoint and its own
 //! loopback listener.
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -289,52 +287,6 @@ pub fn read_report(path: &Path, nonce: &str) -> Result<ProbeReport, String> {
         return Err(format!("the report carries nonce {:?}, not this proof's: it is not this probe's", report.nonce));
     }
     Ok(report)
-}
-
-/// What the `probe` command was asked.
-#[derive(Debug, Clone)]
-pub struct ProbeArgs {
-    pub port: u16,
-    pub nonce: String,
-    pub report: std::path::PathBuf,
-    /// The mechanism it runs under (`None`: the probe without isolation).
-    pub mechanism: Option<Mechanism>,
-    /// Run this, by exec, once the isolation is proven here.
-    pub command: Vec<OsString>,
-}
-
-/// The `probe` command: observe, report, and run the command only when the
-/// isolation is proven from here. Returns its exit code when it does not
-/// exec: 0 reported; 1 a command withheld because isolation is not
-/// enforced; 3 withheld because nothing could be decided; 2 the command
-/// could not be started or the report could not be written.
-pub fn probe_main(a: &ProbeArgs) -> i32 {
-    let mut report = observe(a.port, &a.nonce);
-    let control = format!("127.0.0.1:{}", a.port);
-    let Some((program, args)) = a.command.split_first() else {
-        return if write_report(&a.report, &report).is_ok() { 0 } else { 2 };
-    };
-    let (verdict, why) = match a.mechanism {
-        Some(m) => judge_inside(m, &report, &control),
-        None => (Verdict::Inconclusive, "a command is run only under a mechanism".to_string()),
-    };
-    if verdict != Verdict::Enforced {
-        report.command = format!("withheld: {}: {why}", verdict.as_str());
-        // The proof outside reads this report and says why.
-        let _ = write_report(&a.report, &report);
-        return verdict.exit().code() as i32;
-    }
-    report.command = "started".into();
-    if let Err(e) = write_report(&a.report, &report) {
-        eprintln!("clink isolation: the probe's report: {e}; the command was not run");
-        return 2;
-    }
-    let claim = crate::claim::Claim::new(a.mechanism.unwrap_or(Mechanism::UnshareRn), &why, &control, &a.nonce);
-    let err = std::process::Command::new(program).args(args).env(crate::claim::CLAIM_ENV, claim.to_env()).exec();
-    report.command = format!("not started: {}: {err}", Path::new(program).display());
-    let _ = write_report(&a.report, &report);
-    eprintln!("clink isolation: {}: {err}", Path::new(program).display());
-    2
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use clink_basics::exit::Exit;
 use clink_isolation::claim::{claimed, confirm_here};
-use clink_isolation::probe::{probe_main, ProbeArgs};
+use clink_isolation::probe_command::{probe_main, ProbeArgs};
 use clink_isolation::prove::{isolate, Outcome, Probe};
 use clink_isolation::{Mechanism, Proof, Verdict};
 
