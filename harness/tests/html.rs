@@ -2,7 +2,8 @@
 //! normalised outline (the good bundle, a rejected trace), escaping of a
 //! hostile bundle, a 10,000-event timeline, and the pages opened in a real
 //! browser (headless Chromium: scripts run without error, the diverging event
-//! is in the DOM, a screenshot is taken). Browser trials are ignored with the
+//! is in the DOM, a screenshot is taken; the A/B page's totals lead to
+//! sections it has, its long lists folded). Browser trials are ignored with the
 //! kind `browser` where Chromium is missing; trials that need TLC with the
 //! kind `tlc` where Java or the pinned jar is missing. Never passed instead.
 
@@ -550,6 +551,12 @@ fn assert_ran(dom: &str, console: &[String]) -> Result<(), Failed> {
     if !dom.contains("data-timeline=\"drawn\"") {
         return Err("the timeline was not drawn (data-timeline missing)".into());
     }
+    // No label drawn over another or past the plot's edges (the script
+    // measures every label it placed).
+    if !dom.contains("data-label-overlaps=\"0\"") {
+        let overlaps = attr_in_dom(dom, "tl-wrap", "data-label-overlaps");
+        return Err(format!("labels overlap or are cut at the edge: {overlaps:?}").into());
+    }
     Ok(())
 }
 
@@ -577,6 +584,9 @@ fn browser_rejected(chrome: &Path) -> Result<(), Failed> {
     }
     if attr_in_dom(&dom, "diverging-event", "data-in-view").as_deref() != Some("true") {
         return Err("the first view does not show the diverging event".into());
+    }
+    if attr_in_dom(&dom, "diverging-event", "data-tag-cut").as_deref() != Some("false") {
+        return Err("the diverging event's tag is cut at the page's edge".into());
     }
     if !dom.contains("id=\"divergence-row\"") || !dom.contains(&format!("event {k}: {event} (")) {
         return Err("the diverging event's row or label is missing".into());
@@ -647,6 +657,86 @@ fn browser_ten_thousand(chrome: &Path) -> Result<(), Failed> {
     Ok(())
 }
 
+/// `clink replay ab` of the example job against this same build, as a page:
+/// totals first, each a link; the epochs not compared and every epoch folded.
+fn replay_ab_page() -> Result<String, Failed> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let d = dir.path();
+    let run = |args: &[&str]| -> Result<std::process::Output, Failed> {
+        clink().args(args).output().map_err(|e| Failed::from(e.to_string()))
+    };
+    let path = |p: &Path| p.display().to_string();
+    let (input, ck, capture, page) = (d.join("input"), d.join("ck"), d.join("capture"), d.join("ab.html"));
+    let gen = run(&["gen-input", "--seed", "5", "--events", "3000", "--accounts", "20", "--out", &path(&input)])?;
+    let job = repo().join("fixtures/jobs/example/job.json");
+    let ran = run(&[
+        "run",
+        "--quiet",
+        "--checkpoint-every-records",
+        "1000",
+        "--job",
+        &path(&job),
+        "--input-dir",
+        &path(&input),
+        "--output-dir",
+        &path(&d.join("out")),
+        "--checkpoint-dir",
+        &path(&ck),
+        "--capture-dir",
+        &path(&capture),
+    ])?;
+    if !gen.status.success() || !ran.status.success() {
+        return Err(format!("the run: {}", String::from_utf8_lossy(&ran.stderr)).into());
+    }
+    let clink_bin = env!("CARGO_BIN_EXE_clink");
+    let ab = run(&[
+        "replay",
+        "ab",
+        "--capture-dir",
+        &path(&capture),
+        "--checkpoint-dir",
+        &path(&ck),
+        "--candidate-clink",
+        clink_bin,
+        "--allow-unsupported",
+        "--html",
+        &path(&page),
+    ])?;
+    if ab.status.code() != Some(0) {
+        return Err(format!("replay ab exit {:?}: {}", ab.status.code(), String::from_utf8_lossy(&ab.stderr)).into());
+    }
+    fs::read_to_string(&page).map_err(|e| e.to_string().into())
+}
+
+/// The A/B page in the browser: it loads with no script error, every link
+/// of its totals leads to an element the DOM has, and the long lists are
+/// drawn closed.
+fn browser_replay_ab(chrome: &Path) -> Result<(), Failed> {
+    let page = out_dir().join("replay-ab.html");
+    fs::write(&page, replay_ab_page()?).map_err(|e| e.to_string())?;
+    let (dom, console) = browse(chrome, &page, Some(&out_dir().join("replay-ab.png")), 900)?;
+    if !console.is_empty() || dom.contains("data-script-errors=\"") {
+        return Err(format!("the page did not load cleanly: {console:?}").into());
+    }
+    let links: Vec<String> = dom
+        .match_indices("href=\"#")
+        .filter_map(|(at, _)| dom[at + 7..].split('"').next().map(str::to_string))
+        .collect();
+    if !links.iter().any(|l| l == "every-epoch") || !links.iter().any(|l| l == "not-compared") {
+        return Err(format!("the totals do not link to every epoch and the epochs not compared: {links:?}").into());
+    }
+    for to in &links {
+        if !dom.contains(&format!("id=\"{to}\"")) {
+            return Err(format!("a total links to #{to}, which the page does not have").into());
+        }
+    }
+    let (totals, folded) = (dom.find(">Totals<"), dom.find("<details"));
+    if !matches!((totals, folded), (Some(t), Some(f)) if t < f) || dom.matches("<details>").count() != 2 {
+        return Err("the page does not open on the totals with the two long lists folded (closed)".into());
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 
 fn main() {
@@ -696,6 +786,7 @@ fn main() {
         browser("browser::good_bundle", false, browser_good),
         browser("browser::hostile_bundle", false, browser_hostile),
         browser("browser::ten_thousand_events", false, browser_ten_thousand),
+        browser("browser::replay_ab", false, browser_replay_ab),
     ];
     libtest_mimic::run(&args, trials).exit();
 }

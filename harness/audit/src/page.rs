@@ -93,6 +93,9 @@ pub fn page(view: &StatusView) -> String {
         }
         rows.sort_by_key(|r| r[0].parse::<u64>().unwrap_or(0));
         sections.push(Section {
+            anchor: None,
+            folded: false,
+            row_links: Vec::new(),
             title: format!("Offsets of {} partition {}", text(&p["topic"]), p["partition"]),
             paragraphs: vec![bar(p), LEGEND.into()],
             table: Some(Table { header: vec!["from".into(), "to".into(), "what".into()], rows, marked: Vec::new() }),
@@ -135,6 +138,9 @@ pub fn page(view: &StatusView) -> String {
         let header = ["audit", "checkpoint", "outcome", "reason", "findings", "acknowledgements"];
         let paragraphs = if rows.is_empty() { vec!["none".into()] } else { Vec::new() };
         Section {
+            anchor: None,
+            folded: false,
+            row_links: Vec::new(),
             title: title.into(),
             paragraphs,
             table: Some(Table { header: header.map(String::from).to_vec(), rows, marked: Vec::new() }),
@@ -166,6 +172,9 @@ pub fn page(view: &StatusView) -> String {
         })
         .collect();
     sections.push(Section {
+        anchor: None,
+        folded: false,
+        row_links: Vec::new(),
         title: "Last cycles".into(),
         paragraphs: Vec::new(),
         table: Some(Table {

@@ -76,6 +76,21 @@ pub struct Section {
     pub title: String,
     pub paragraphs: Vec<String>,
     pub table: Option<Table>,
+    /// The section's id, for links to it (a name of the command's own,
+    /// never evidence: it is escaped all the same).
+    pub anchor: Option<String>,
+    /// Drawn closed (a `<details>` whose summary is the title): long lists
+    /// a reader opens when they want them.
+    pub folded: bool,
+    /// Rows whose first cell links to a section of the page, by its anchor.
+    pub row_links: Vec<(usize, String)>,
+}
+
+impl Section {
+    /// A section with a title, its paragraphs and table, no anchor, open.
+    pub fn new(title: impl Into<String>, paragraphs: Vec<String>, table: Option<Table>) -> Section {
+        Section { title: title.into(), paragraphs, table, anchor: None, folded: false, row_links: Vec::new() }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -380,7 +395,17 @@ fn checks(h: &mut String, checks: &[Check]) {
 }
 
 fn section(h: &mut String, s: &Section) {
-    let _ = writeln!(h, "<section class=\"extra\">\n<h2>{}</h2>", text(&s.title));
+    match &s.anchor {
+        Some(id) => {
+            let _ = writeln!(h, "<section class=\"extra\" id=\"{}\">", attr(id));
+        }
+        None => h.push_str("<section class=\"extra\">\n"),
+    }
+    if s.folded {
+        let _ = writeln!(h, "<details>\n<summary><h2>{}</h2></summary>", text(&s.title));
+    } else {
+        let _ = writeln!(h, "<h2>{}</h2>", text(&s.title));
+    }
     for p in &s.paragraphs {
         let _ = writeln!(h, "<p>{}</p>", text(p));
     }
@@ -392,16 +417,24 @@ fn section(h: &mut String, s: &Section) {
         h.push_str("</tr></thead>\n<tbody>\n");
         for (r, row) in table.rows.iter().enumerate() {
             h.push_str("<tr>");
+            let link = s.row_links.iter().find(|(i, _)| *i == r).map(|(_, to)| to);
             for (col, c) in row.iter().enumerate() {
+                let cell = match link.filter(|_| col == 0) {
+                    Some(to) => format!("<a href=\"#{}\">{}</a>", attr(to), text(c)),
+                    None => text(c),
+                };
                 if table.marked.contains(&(r, col)) {
-                    let _ = write!(h, "<td class=\"differs\" title=\"differs\">&#x25B6; {}</td>", text(c));
+                    let _ = write!(h, "<td class=\"differs\" title=\"differs\">&#x25B6; {cell}</td>");
                 } else {
-                    let _ = write!(h, "<td>{}</td>", text(c));
+                    let _ = write!(h, "<td>{cell}</td>");
                 }
             }
             h.push_str("</tr>\n");
         }
         h.push_str("</tbody>\n</table>\n");
+    }
+    if s.folded {
+        h.push_str("</details>\n");
     }
     h.push_str("</section>\n");
 }
@@ -427,6 +460,9 @@ mod tests {
             }],
             timeline: None,
             sections: vec![Section {
+                anchor: None,
+                folded: false,
+                row_links: Vec::new(),
                 title: "per key".into(),
                 paragraphs: vec!["<p>".into()],
                 table: Some(Table {

@@ -55,6 +55,9 @@ pub fn page(report: &Report) -> Page {
 
 fn sections(report: &Report) -> Vec<Section> {
     let mut sections = vec![Section {
+        anchor: None,
+        folded: false,
+        row_links: Vec::new(),
         title: "Findings by relationship".into(),
         paragraphs: vec![
             "Each relationship compares whole rows key by key as multisets; the first discrepancies of each are listed below it.".into(),
@@ -71,6 +74,9 @@ fn sections(report: &Report) -> Vec<Section> {
     }];
     for f in report.findings.iter().filter(|f| !f.first.is_empty()) {
         sections.push(Section {
+            anchor: None,
+            folded: false,
+            row_links: Vec::new(),
             title: format!("Discrepancies: {} ({})", f.relationship, f.compares),
             paragraphs: vec![format!("{} findings; the first {}:", f.count, f.first.len())],
             table: Some(Table {
@@ -81,7 +87,14 @@ fn sections(report: &Report) -> Vec<Section> {
         });
     }
     if !report.assumptions.is_empty() {
-        sections.push(Section { title: "Assumptions".into(), paragraphs: report.assumptions.clone(), table: None });
+        sections.push(Section {
+            anchor: None,
+            folded: false,
+            row_links: Vec::new(),
+            title: "Assumptions".into(),
+            paragraphs: report.assumptions.clone(),
+            table: None,
+        });
     }
     sections
 }

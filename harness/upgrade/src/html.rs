@@ -62,6 +62,9 @@ pub fn page(command: &str, checks: &Checks, facts: &Json, commands: &[CommandRec
         checks,
         timeline: None,
         sections: vec![Section {
+            anchor: None,
+            folded: false,
+            row_links: Vec::new(),
             title: "Commands run".into(),
             paragraphs: vec![
                 "Every command this run started, as it was run; each one's log is kept under --out/logs.".into()

@@ -63,6 +63,36 @@
   var selected = document.getElementById('tl-selected');
   var view = { a: 0, b: Math.max(END, 1) };
   var W = 0, hits = [], stripHits = [];
+  // Every label drawn this frame, as [x0, x1, y]: a label goes only where it
+  // overlaps none on its line and stays inside the plot, and the frame
+  // reports any overlap it finds afterwards (data-label-overlaps).
+  var placed = [];
+  function fits(x, w, y) {
+    if (x < LABEL_W || x + w > LABEL_W + plotW()) { return false; }
+    for (var q = 0; q < placed.length; q++) {
+      var p = placed[q];
+      if (p[2] === y && x < p[1] && p[0] < x + w) { return false; }
+    }
+    return true;
+  }
+  function place(x, w, y) { placed.push([x, x + w, y]); }
+  // The diverging event's label: to its right, or to its left where the
+  // right edge would cut it (and the left has room).
+  function divLabelX(dx, w) {
+    if (dx + 12 + w + 3 <= LABEL_W + plotW() || dx - 12 - w - 3 < LABEL_W) { return dx + 12; }
+    return dx - 12 - w;
+  }
+  function overlaps() {
+    var n = 0;
+    for (var a = 0; a < placed.length; a++) {
+      if (placed[a][0] < LABEL_W || placed[a][1] > LABEL_W + plotW()) { n++; }
+      for (var c = a + 1; c < placed.length; c++) {
+        var p = placed[a], q = placed[c];
+        if (p[2] === q[2] && p[0] < q[1] && q[0] < p[1]) { n++; }
+      }
+    }
+    return n;
+  }
 
   function plotW() { return Math.max(W - LABEL_W - PAD_R, 10); }
   function xOf(t) { return LABEL_W + (t - view.a) / (view.b - view.a) * plotW(); }
@@ -105,6 +135,7 @@
 
   function draw() {
     var started = performance.now();
+    placed = [];
     var dpr = window.devicePixelRatio || 1;
     W = wrap.clientWidth || 800;
     canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
@@ -158,10 +189,12 @@
         ctx.fillStyle = '#0a3069';
         ctx.fillRect(Math.round(xOf(band.marker)), ry, 2, CK_ROW_H - 2);
       }
-      var label = String(band.ckpt);
-      if (x1 - x0 > ctx.measureText(label).width + 6) {
+      // The label sits in the band's visible part, clear of its neighbours'.
+      var label = String(band.ckpt), lw = ctx.measureText(label).width, lx = Math.max(x0, LABEL_W) + 3;
+      if (x1 - lx > lw + 3 && fits(lx, lw, ry)) {
         ctx.fillStyle = '#1f2328';
-        ctx.fillText(label, Math.max(x0, LABEL_W) + 3, ry + CK_ROW_H / 2 - 1);
+        ctx.fillText(label, lx, ry + CK_ROW_H / 2 - 1);
+        place(lx, lw, ry);
       }
       stripHits.push([x0, Math.max(xl, x0 + 4), b, ry, ry + CK_ROW_H]);
     }
@@ -174,10 +207,12 @@
       var kx = Math.round(xOf(t)) + 0.5;
       ctx.strokeStyle = colorOf(marks[m][1]); ctx.lineWidth = 1.5;
       ctx.beginPath(); ctx.moveTo(kx, 2); ctx.lineTo(kx, laneBottom); ctx.stroke();
-      if (kx > markEnd) {
+      var mw = ctx.measureText(marks[m][1]).width;
+      if (kx > markEnd && fits(kx + 3, mw, MARK_H / 2)) {
         ctx.fillStyle = colorOf(marks[m][1]);
         ctx.fillText(marks[m][1], kx + 3, MARK_H / 2);
-        markEnd = kx + ctx.measureText(marks[m][1]).width + 8;
+        place(kx + 3, mw, MARK_H / 2);
+        markEnd = kx + mw + 8;
       }
     }
     ctx.setLineDash([]);
@@ -187,8 +222,13 @@
     var labelEnd = new Float64Array(lanes.length).fill(-1e9);
     var pxPerUs = plotW() / (view.b - view.a);
     hits = lanes.map(function () { return []; });
-    // Labels next to the diverging event would hide its own.
+    // Labels next to the diverging event would hide its own, which is
+    // placed first so that no other is drawn over it.
     var divX = div ? xOf(T[div.i]) : 0;
+    if (div && T[div.i] >= view.a && T[div.i] <= view.b) {
+      var divW = ctx.measureText(names[N[div.i]]).width;
+      place(divLabelX(divX, divW) - 3, divW + 6, TOP + L[div.i] * LANE_H + LANE_H / 2);
+    }
     var drawn = 0;
     for (i = i0; i < i1; i++) {
       var ex = Math.round(xOf(T[i]));
@@ -204,9 +244,10 @@
       var nearDiv = div && lane === L[div.i] && i !== div.i && Math.abs(ex - divX) < 140;
       if (pxPerUs > 0.02 && ex > labelEnd[lane] && !nearDiv) {
         var w = ctx.measureText(name).width;
-        if (ex + w + 6 < W) {
+        if (fits(ex + 4, w, ey + LANE_H / 2)) {
           ctx.fillStyle = '#1f2328';
           ctx.fillText(name, ex + 4, ey + LANE_H / 2);
+          place(ex + 4, w, ey + LANE_H / 2);
           labelEnd[lane] = ex + w + 8;
         }
       }
@@ -221,9 +262,9 @@
         ctx.strokeStyle = '#cf222e'; ctx.lineWidth = 2;
         ctx.beginPath(); ctx.moveTo(dx, TOP); ctx.lineTo(dx, laneBottom); ctx.stroke();
         ctx.beginPath(); ctx.arc(dx, dy + LANE_H / 2, 7, 0, 2 * Math.PI); ctx.stroke();
-        var dw = ctx.measureText(dname).width;
-        ctx.fillStyle = '#ffebe9'; ctx.fillRect(dx + 9, dy + 3, dw + 6, LANE_H - 6);
-        ctx.fillStyle = '#cf222e'; ctx.fillText(dname, dx + 12, dy + LANE_H / 2);
+        var dw = ctx.measureText(dname).width, tx = divLabelX(dx, dw);
+        ctx.fillStyle = '#ffebe9'; ctx.fillRect(tx - 3, dy + 3, dw + 6, LANE_H - 6);
+        ctx.fillStyle = '#cf222e'; ctx.fillText(dname, tx, dy + LANE_H / 2);
       }
       if (!marker) {
         marker = document.createElement('div');
@@ -240,6 +281,13 @@
       marker.style.left = Math.round(dx) + 'px';
       marker.style.top = '0px';
       marker.style.height = laneBottom + 'px';
+      // Its tag reads to the right of the line, or to the left where the
+      // page's edge would cut it; the tag says whether any of it is cut.
+      var tagEl = marker.firstChild, tw = tagEl.offsetWidth;
+      var left = dx + 4 + tw > W && dx - 4 - tw >= 0;
+      tagEl.style.left = left ? -(tw + 4) + 'px' : '4px';
+      var cut = inView && (left ? dx - 4 - tw < 0 : dx + 4 + tw > W);
+      marker.setAttribute('data-tag-cut', cut ? 'true' : 'false');
     }
     ctx.restore();
     // Axis.
@@ -272,6 +320,7 @@
         fmt(Math.min(view.b, END)) + ' (' + ms.toFixed(1) + ' ms)';
     }
     wrap.setAttribute('data-drawn', String(drawn));
+    wrap.setAttribute('data-label-overlaps', String(overlaps()));
     wrap.setAttribute('data-draw-ms', ms.toFixed(1));
     document.documentElement.setAttribute('data-timeline', 'drawn');
   }

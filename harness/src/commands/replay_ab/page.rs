@@ -116,7 +116,8 @@ pub(super) fn html(report: &Report, exit: Exit) -> String {
         _ => (Outcome::Partial, "not every epoch could be compared; this is not a pass"),
     };
     let mut sections = vec![totals_section(&report.results)];
-    sections.extend(report.results.iter().filter_map(divergence_section));
+    let divergences = report.results.iter().filter_map(divergence_section);
+    sections.extend(divergences.enumerate().map(|(k, s)| Section { anchor: Some(divergence_anchor(k + 1)), ..s }));
     sections.extend(not_compared_section(&report.results));
     sections.push(epochs_section(&report.results));
     let page = Page {
@@ -148,11 +149,33 @@ fn isolation_fact(proof: &Json) -> String {
     }
 }
 
-/// The page opens on these: how many epochs ended each way.
+/// The sections' anchors, the page's own names.
+const NOT_COMPARED: &str = "not-compared";
+const EVERY_EPOCH: &str = "every-epoch";
+
+fn divergence_anchor(k: usize) -> String {
+    format!("divergence-{k}")
+}
+
+/// Where a total's row leads: the first divergence, the epochs not
+/// compared, or (identical) the list of every epoch.
+fn total_anchor(name: &str) -> String {
+    match name {
+        "identical" => EVERY_EPOCH.into(),
+        "diverged" => divergence_anchor(1),
+        _ => NOT_COMPARED.into(),
+    }
+}
+
+/// The page opens on these: how many epochs ended each way, each a link to
+/// where those epochs are shown.
 fn totals_section(results: &[EpochResult]) -> Section {
-    let rows =
-        totals(results).into_iter().filter(|(_, n)| *n > 0).map(|(name, n)| vec![name.to_string(), n.to_string()]);
+    let shown: Vec<(&str, usize)> = totals(results).into_iter().filter(|(_, n)| *n > 0).collect();
+    let rows = shown.iter().map(|(name, n)| vec![name.to_string(), n.to_string()]);
     Section {
+        anchor: None,
+        folded: false,
+        row_links: shown.iter().enumerate().map(|(i, (name, _))| (i, total_anchor(name))).collect(),
         title: "Totals".into(),
         paragraphs: vec![format!(
             "{} selected. Divergences follow, each from its first difference; then the epochs not compared, by reason; then every epoch.",
@@ -186,6 +209,9 @@ fn not_compared_section(results: &[EpochResult]) -> Option<Section> {
         })
         .collect();
     Some(Section {
+        anchor: Some(NOT_COMPARED.into()),
+        folded: true,
+        row_links: Vec::new(),
         title: "Not compared, by reason".into(),
         paragraphs: vec!["Each reason once, with the epochs it kept from the comparison.".into()],
         table: Some(Table {
@@ -211,6 +237,9 @@ fn epochs_section(results: &[EpochResult]) -> Section {
         })
         .collect();
     Section {
+        anchor: Some(EVERY_EPOCH.into()),
+        folded: true,
+        row_links: Vec::new(),
         title: "Every epoch".into(),
         paragraphs: Vec::new(),
         table: Some(Table {
@@ -275,6 +304,9 @@ fn divergence_section(r: &EpochResult) -> Option<Section> {
         rows.push(row);
     }
     Some(Section {
+        anchor: None,
+        folded: false,
+        row_links: Vec::new(),
         title: format!("Divergence: {} ({})", r.at, r.operator_type),
         paragraphs: vec![format!(
             "The builds agree on the first {index} emissions. This build emitted {}, the candidate {}; below, the next {} of each from the first difference, differing cells marked \u{25B6}.",
@@ -318,5 +350,54 @@ mod tests {
         assert_eq!(table.marked, vec![(0, 2), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4)]);
         let identical = EpochResult { status: Status::Identical { emissions: 3 }, ..r };
         assert!(divergence_section(&identical).is_none());
+    }
+
+    fn result(epoch: u64, status: Status) -> EpochResult {
+        EpochResult {
+            at: EpochRef { operator: OperatorId(3), subtask: 0, epoch },
+            operator_type: "tumbling_window".into(),
+            status,
+        }
+    }
+
+    #[test]
+    fn every_total_links_to_a_section_the_page_has() {
+        let diverged =
+            Status::Diverged { index: 0, ours: vec![row(&["Int(1)"])], theirs: vec![row(&["Int(2)"])], counts: (1, 1) };
+        let results = vec![
+            result(1, Status::Identical { emissions: 3 }),
+            result(2, diverged.clone()),
+            result(3, diverged),
+            result(4, Status::Unavailable("its starting checkpoint was pruned".into())),
+            result(5, Status::Unsupported("a sink".into())),
+        ];
+        let totals = totals_section(&results);
+        let rows = totals.table.as_ref().unwrap().rows.clone();
+        assert_eq!(
+            rows.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
+            ["identical", "diverged", "unsupported", "unavailable"]
+        );
+        let links: Vec<&str> = totals.row_links.iter().map(|(_, to)| to.as_str()).collect();
+        assert_eq!(links, ["every-epoch", "divergence-1", "not-compared", "not-compared"]);
+        // The rendered page holds every target, the long lists folded.
+        let report = Report {
+            results,
+            candidate: json!({"path": "c", "sha256": "0"}),
+            capabilities: Err("not asked".into()),
+            seconds: 0.0,
+            job: 1,
+            evidence: "capture".into(),
+            isolation: json!({"result": "enforced"}),
+        };
+        let page = html(&report, Exit::Failed);
+        for to in ["every-epoch", "divergence-1", "divergence-2", "not-compared"] {
+            assert!(page.contains(&format!("id=\"{to}\"")), "no section {to}");
+        }
+        for to in links {
+            assert!(page.contains(&format!("<a href=\"#{to}\">")), "no link to {to}");
+        }
+        assert_eq!(page.matches("<details>").count(), 2, "the epochs not compared and every epoch are folded");
+        let totals_at = page.find(">Totals<").unwrap();
+        assert!(totals_at < page.find("id=\"divergence-1\"").unwrap(), "the page opens on the totals");
     }
 }
