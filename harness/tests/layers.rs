@@ -192,7 +192,7 @@ fn no_crate_has_a_module_cycle_or_a_file_over_600_lines() {
     assert!(sources.len() >= ALLOWED.len(), "cargo metadata listed only {sources:?}");
     let mut problems = Vec::new();
     for (name, src) in &sources {
-        if let Some(cycle) = modules::a_cycle(&modules::module_edges(src)) {
+        if let Some(cycle) = modules::a_cycle(&modules::nested_edges(src)) {
             problems.push(format!("{name}: a module cycle: {}", cycle.join(" -> ")));
         }
         problems.extend(modules::long_files(src).into_iter().map(|long| format!("{name}: {long}")));
@@ -205,21 +205,51 @@ fn a_planted_module_cycle_is_caught_in_any_crate() {
     // The isolation proof's old circle: probe_command runs the probe, and the
     // probe naming its command again would close it.
     let sources = crate_sources();
-    let mut edges = modules::module_edges(&sources["clink-isolation"]);
+    let mut edges = modules::nested_edges(&sources["clink-isolation"]);
     assert!(edges["probe_command"].contains("probe"), "the reading finds real edges: {edges:?}");
     assert_eq!(modules::a_cycle(&edges), None);
     edges.entry("probe".into()).or_default().insert("probe_command".into());
     let cycle = modules::a_cycle(&edges).expect("the planted edge closes a cycle");
     assert!(cycle.contains(&"probe".to_string()) && cycle.contains(&"probe_command".to_string()), "{cycle:?}");
+    // A level down: the coordinator runs the protocol; the protocol naming
+    // the coordinator would be a cycle inside the engine's runtime.
+    let mut edges = modules::nested_edges(&sources["clink-engine"]);
+    assert!(edges["runtime::coordinator"].contains("runtime::protocol"), "nested edges are read: {edges:?}");
+    edges.entry("runtime::protocol".into()).or_default().insert("runtime::coordinator".into());
+    assert!(modules::a_cycle(&edges).is_some(), "a nested cycle is caught");
     // The same reading of every other crate: one reversed real edge is a cycle.
     for (name, src) in &sources {
-        let mut edges = modules::module_edges(src);
+        let mut edges = modules::nested_edges(src);
         let Some((from, to)) = edges.iter().find_map(|(f, ts)| ts.iter().next().map(|t| (f.clone(), t.clone()))) else {
             continue;
         };
         edges.entry(to).or_default().insert(from);
         assert!(modules::a_cycle(&edges).is_some(), "{name}: a reversed edge was not seen as a cycle");
     }
+}
+
+#[test]
+fn paths_are_read_from_the_crate_root_at_every_level() {
+    let module: Vec<String> = ["runtime", "coordinator", "walk"].map(String::from).to_vec();
+    let code = "use super::super::protocol::{Step, X};\nuse super::answers;\nuse crate::{checkpoint::{Y, Z}, job};\n\
+                fn f() { crate::value::Row::new(); a_super::x(); }";
+    let paths: Vec<String> = modules::rooted_paths(code, &module).iter().map(|p| p.join("::")).collect();
+    for want in [
+        "runtime::protocol::Step",
+        "runtime::protocol::X",
+        "runtime::coordinator::answers",
+        "checkpoint::Y",
+        "checkpoint::Z",
+        "job",
+        "value::Row::new",
+    ] {
+        assert!(paths.contains(&want.to_string()), "{want} not read: {paths:?}");
+    }
+    assert!(!paths.iter().any(|p| p.contains("a_super") || p == "x"), "{paths:?}");
+    // A directory's mod.rs is its module too: its super is its parent.
+    let dir: Vec<String> = ["runtime", "coordinator"].map(String::from).to_vec();
+    let paths = modules::rooted_paths("use super::protocol::Step;", &dir);
+    assert_eq!(paths, [["runtime", "protocol", "Step"].map(String::from).to_vec()]);
 }
 
 #[test]

@@ -28,6 +28,10 @@ pub const CAPTURE_VERSION: u32 = 3;
 pub const CAPTURE_VERSION_CANONICAL: u32 = 2;
 /// The records-only format of older builds, still read.
 pub const CAPTURE_VERSION_RECORDS_ONLY: u32 = 1;
+/// Watermarks and clock ticks an epoch file may hold: this many times its
+/// records bound (the recorder stops storing them there; a reader refuses
+/// a file holding more).
+pub const CONTROL_EVENT_FACTOR: u64 = 4;
 
 const TAG_RECORD: u8 = 1;
 const TAG_WATERMARK: u8 = 2;
@@ -116,11 +120,10 @@ impl Capture {
         if records > h.bound {
             out.push(format!("it holds {records} records; its bound is {}", h.bound));
         }
-        if h.holds_control_events() && control > h.bound.saturating_mul(crate::capture::recorder::CONTROL_EVENT_FACTOR)
-        {
+        if h.holds_control_events() && control > h.bound.saturating_mul(CONTROL_EVENT_FACTOR) {
             out.push(format!(
                 "it holds {control} watermarks and ticks; its bound allows {}",
-                h.bound.saturating_mul(4)
+                h.bound.saturating_mul(CONTROL_EVENT_FACTOR)
             ));
         }
         if records > h.true_records {

@@ -17,7 +17,7 @@ use crate::codec::Writer;
 use crate::event::Event;
 use crate::value::Value;
 
-use super::format::{encode_header, CaptureHeader, EventEncoder, CAPTURE_VERSION};
+use super::format::{encode_header, CaptureHeader, EventEncoder, CAPTURE_VERSION, CONTROL_EVENT_FACTOR};
 use super::{epoch_file_name, sink_evidence_name, OpSpecFile, SinkEvidence, OP_SPEC_NAME};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,9 +28,6 @@ pub struct CaptureOptions {
     /// Epochs kept per subtask: older epoch files are removed as new ones land.
     pub retain_epochs: u64,
 }
-
-/// Watermarks and clock ticks may use this many times the records bound.
-pub const CONTROL_EVENT_FACTOR: u64 = 4;
 
 /// What one written epoch holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

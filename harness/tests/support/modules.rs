@@ -9,7 +9,10 @@
 //! literals are blanked, the text after a top-level `#[cfg(test)]` module
 //! is dropped, a file that is a test module itself (`tests.rs`, or under a
 //! `tests/` directory of the source) is not read, and every remaining
-//! `crate::NAME` counts as an edge.
+//! `crate::NAME` counts as an edge. [`nested_edges`] reads every level: a
+//! `crate::a::b` or `super::b` path is an edge between the two sibling
+//! modules under the modules both sit in, so a cycle between
+//! `runtime::protocol` and `runtime::coordinator` is one too.
 
 #![allow(dead_code)] // each including test uses its own part
 
@@ -214,4 +217,116 @@ pub fn a_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>
         }
     }
     None
+}
+
+/// A file's module path under `src` (`runtime/protocol/mod.rs` is
+/// `["runtime", "protocol"]`; the crate's root files are `[]`); `None` for
+/// the files of other binaries (`src/bin/`).
+pub fn module_path(src: &Path, path: &Path) -> Option<Vec<String>> {
+    let rel = path.strip_prefix(src).expect("under the source directory").with_extension("");
+    let mut parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    if parts.first().is_some_and(|p| p == "bin") {
+        return None;
+    }
+    if parts.last().is_some_and(|p| p == "mod") || matches!(parts.as_slice(), [only] if only == "lib" || only == "main")
+    {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// Every path the code names from the crate's root: `crate::a::b::C`,
+/// each leaf of a group (`crate::{a::X, b::{c, d}}`), and `super::x`
+/// resolved from `module` (each `super` is one level up, in a `mod.rs` as
+/// in any other file).
+pub fn rooted_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        if !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            paths.extend(use_tree(&code[at + "crate::".len()..]));
+        }
+    }
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // the second `super` of `super::super::`, or some_super::
+        }
+        let mut base = module.to_vec();
+        let mut rest = &code[at..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        paths.extend(use_tree(rest).into_iter().map(|p| base.iter().cloned().chain(p).collect()));
+    }
+    paths.retain(|p| !p.is_empty());
+    paths
+}
+
+/// The paths a use tree at the start of `text` names: `a::b::C`, or
+/// `a::{b, c::{d, e}}` as each of its leaves.
+fn use_tree(text: &str) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    let mut rest = text.trim_start();
+    loop {
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            break;
+        }
+        rest = &rest[name.len()..];
+        prefix.push(name);
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r,
+            None => return vec![prefix],
+        }
+    }
+    let Some(group) = rest.strip_prefix('{') else { return vec![prefix] };
+    let mut leaves = Vec::new();
+    let (mut depth, mut from) = (0usize, 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                leaves.push(&group[from..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                leaves.push(&group[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    leaves
+        .into_iter()
+        .flat_map(use_tree)
+        .filter(|p| !p.is_empty())
+        .map(|p| prefix.iter().cloned().chain(p).collect())
+        .collect()
+}
+
+/// The module graph at every level: an edge from module `a` to its sibling
+/// `b` (both named by their whole path) when anything inside `a` names
+/// anything inside `b`. A module naming its own ancestors or descendants is
+/// no edge (its parent declares it; it declares its children).
+pub fn nested_edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let files: Vec<(PathBuf, Vec<String>)> =
+        rust_files(src).into_iter().filter_map(|f| module_path(src, &f).map(|m| (f, m))).collect();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(_, m)| m.clone()).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, module) in &files {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        let code = code_only(non_test(&text));
+        for path in rooted_paths(&code, module) {
+            let Some(target) = (1..=path.len()).rev().map(|k| &path[..k]).find(|p| modules.contains(*p)) else {
+                continue;
+            };
+            let common = module.iter().zip(target).take_while(|(a, b)| a == b).count();
+            if common == module.len() || common == target.len() {
+                continue;
+            }
+            edges.entry(module[..=common].join("::")).or_default().insert(target[..=common].join("::"));
+        }
+    }
+    edges
 }
