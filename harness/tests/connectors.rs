@@ -249,6 +249,10 @@ impl Scenario {
             .arg(self.checkpoint_dir())
             .arg("--capture-dir")
             .arg(self.capture_dir())
+            // Every sink epoch stays captured: duplicates are explained
+            // from the captures of the intervals a restore replayed, however
+            // far back (the default keeps only the retained checkpoints').
+            .args(["--capture-retain-epochs", "1000"])
             .args(["--checkpoint-every-records", EVERY, "--kafka-bootstrap", &self.bootstrap])
             .args(["--clickhouse", &self.clickhouse])
             .args(extra)

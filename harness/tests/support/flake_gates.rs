@@ -19,6 +19,9 @@ pub const INTERNAL: &[&str] = &[
     // Installs the services with apt and cargo on machines without Nix;
     // under Nix the services app takes them from nixpkgs.
     "install-services",
+    // Builds the release binaries from a checkout and puts them on PATH;
+    // under Nix the package is clink, built by the flake.
+    "install-clink",
     // Sourced by the gates, never run.
     "lib.sh",
 ];
