@@ -207,7 +207,11 @@ fn compare(expected: &Path, actual: &Path) -> Result<u64, String> {
     let doc: Json = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("clink compare: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
     if doc["equal"] == true {
-        return Ok(doc["expected"].as_u64().unwrap_or(0));
+        // Two empty outputs are equal and prove nothing: a check needs rows.
+        return match doc["expected"].as_u64() {
+            Some(rows) if rows > 0 => Ok(rows),
+            _ => Err(format!("nothing to compare: clink compare says equal over {} expected lines", doc["expected"])),
+        };
     }
     let few = |k: &str| {
         let list = doc[k].as_array().cloned().unwrap_or_default();

@@ -553,7 +553,8 @@ pub(crate) fn row_text(cells: &[String]) -> String {
 mod tests {
     use super::*;
 
-    fn result(epoch: u64, status: Status) -> EpochResult {
+    /// An epoch's result for the module's tests (page.rs's too).
+    pub(super) fn result(epoch: u64, status: Status) -> EpochResult {
         EpochResult {
             at: EpochRef { operator: OperatorId(2), subtask: 0, epoch },
             operator_type: "tumbling_window".into(),

@@ -324,6 +324,8 @@ mod tests {
     use clink_basics::ids::OperatorId;
     use clink_replay::EpochRef;
 
+    use super::super::tests::result;
+
     fn row(cells: &[&str]) -> Vec<String> {
         cells.iter().map(|c| c.to_string()).collect()
     }
@@ -350,14 +352,6 @@ mod tests {
         assert_eq!(table.marked, vec![(0, 2), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4)]);
         let identical = EpochResult { status: Status::Identical { emissions: 3 }, ..r };
         assert!(divergence_section(&identical).is_none());
-    }
-
-    fn result(epoch: u64, status: Status) -> EpochResult {
-        EpochResult {
-            at: EpochRef { operator: OperatorId(3), subtask: 0, epoch },
-            operator_type: "tumbling_window".into(),
-            status,
-        }
     }
 
     #[test]
