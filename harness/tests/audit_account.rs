@@ -30,9 +30,9 @@ fn clink_audit() -> PathBuf {
 const FAKE_CLINK: &str = r#"#!/bin/sh
 CTL=@CTL@
 sub="$1"; shift
-ck=""; out=""; since=""; prev=""
+ck=""; out=""; since=""; prev=""; job=""; ckdir=""
 for a in "$@"; do
-  case "$prev" in --checkpoint) ck="$a";; --out) out="$a";; --since) since="$a";; esac
+  case "$prev" in --checkpoint) ck="$a";; --out) out="$a";; --since) since="$a";; --job) job="$a";; --checkpoint-dir) ckdir="$a";; esac
   prev="$a"
 done
 # incident-verify names no checkpoint: the audit directory's name does (ck<n>-...).
@@ -47,7 +47,12 @@ case "$sub" in
       echo '{"format":"clink-command-result","result":"refused","kind":"missing","reason":"the state is gone"}'
       exit 2
     fi
-    mkdir -p "$out" && echo bundle > "$out/MANIFEST"
+    # The manifest vouches for the marker it copied (another one's hash: a
+    # job directory reset between the runner's look and the copy).
+    sha=$(sha256sum "$ckdir/_jobs/$job/COMPLETED-$ck" | cut -d' ' -f1)
+    [ "$m" = other-marker ] && sha=$(printf 'another run' | sha256sum | cut -d' ' -f1)
+    mkdir -p "$out"
+    printf '{"artifacts":[{"path":"checkpoint/_jobs/%s/COMPLETED-%s","role":"completed_marker","sha256":"%s"}]}' "$job" "$ck" "$sha" > "$out/manifest.json"
     echo '{"format":"clink-command-result","result":"published","files":1,"bytes":7}';;
   incident-scope)
     if [ "$m" = unsupported ]; then echo "scope: not a job the audit supports" >&2; exit 3; fi
@@ -443,6 +448,20 @@ fn a_reset_job_directory_is_audited_again() {
     let (code, status) = s.status(3600);
     assert_eq!(code, 1, "{status}");
     assert_eq!(status["discrepancies"][0]["audit"], old[1].as_str());
+}
+
+#[test]
+fn a_bundle_of_another_checkpoint_is_not_audited_as_the_selected_one() {
+    let s = Setup::new("other-marker", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-collect", Some(1), "other-marker");
+    s.run();
+    let audit = s.audit(1);
+    assert_eq!(outcome(&audit), "error", "{audit}");
+    assert!(audit.to_string().contains("the bundle holds another checkpoint 1 than the audit's"), "{audit}");
+    assert!(!s.calls().contains("incident-verify 1 "), "the bundle of another checkpoint was verified:\n{}", s.calls());
+    assert_eq!(outcome(&s.audit(2)), "passed", "{}", s.audit(2));
 }
 
 #[test]

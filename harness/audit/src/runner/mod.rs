@@ -337,6 +337,7 @@ impl<'a> Runner<'a> {
                     files: &files,
                     epochs: self.epochs(ck, &bases),
                     since: since.map(|b| self.held(b)),
+                    marker_sha256: self.ledger.audits[&ck].marker_sha256.clone(),
                 };
                 self.attempt_mut(ck).since = since;
                 let (verdict, record) = match self.run_step(ck, step, &ctx, &mut procs)? {

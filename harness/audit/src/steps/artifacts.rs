@@ -99,3 +99,67 @@ pub fn spanned(scope: &Path, reference: &Path) -> Result<Vec<(Partition, OffsetR
         })
         .collect()
 }
+
+/// The largest bundle manifest read (one entry per file, at most
+/// `bounds.bundle_files` of them).
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// The SHA-256 the collected bundle's manifest vouches for as checkpoint
+/// `checkpoint`'s COMPLETED marker of job `job`, found by its whole path in
+/// the bundle (`checkpoint/_jobs/<job>/COMPLETED-<n>`, the collector's
+/// layout; incident-verify then checks the bytes against it). A manifest
+/// that cannot be read, or that lists no such marker, gives no hash.
+pub fn collected_marker_sha256(bundle: &Path, job: &str, checkpoint: u64) -> Result<String, String> {
+    let path = bundle.join("manifest.json");
+    let bytes =
+        clink_basics::files::read_bounded(&path, MAX_MANIFEST_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+    let manifest: Json = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let marker = format!("checkpoint/_jobs/{job}/COMPLETED-{checkpoint}");
+    let artifacts = manifest
+        .get("artifacts")
+        .and_then(Json::as_array)
+        .ok_or_else(|| format!("{}: no artifacts list", path.display()))?;
+    let listed: Vec<&Json> = artifacts.iter().filter(|a| field(a, "path") == Some(marker.as_str())).collect();
+    match listed.as_slice() {
+        [one] => field(one, "sha256")
+            .map(str::to_string)
+            .ok_or_else(|| format!("{}: {marker} has no sha256", path.display())),
+        [] => Err(format!("{}: lists no {marker}", path.display())),
+        _ => Err(format!("{}: lists {marker} {} times", path.display(), listed.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(artifacts: Json) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = serde_json::json!({"format": "clink-incident-bundle", "artifacts": artifacts});
+        std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_collected_marker_is_found_by_its_whole_path_only() {
+        let marker =
+            |path: &str, sha: &str| serde_json::json!({"path": path, "role": "completed_marker", "sha256": sha});
+        let b = bundle(serde_json::json!([
+            marker("checkpoint/_jobs/9/COMPLETED-3", "aa"),
+            marker("checkpoint/_jobs/9/COMPLETED-31", "bb"),
+            marker("checkpoint/_jobs/19/COMPLETED-3", "cc"),
+        ]));
+        assert_eq!(collected_marker_sha256(b.path(), "9", 3).unwrap(), "aa");
+        assert_eq!(collected_marker_sha256(b.path(), "19", 3).unwrap(), "cc");
+        assert!(collected_marker_sha256(b.path(), "9", 4)
+            .unwrap_err()
+            .contains("lists no checkpoint/_jobs/9/COMPLETED-4"));
+        let twice = bundle(serde_json::json!([
+            marker("checkpoint/_jobs/9/COMPLETED-3", "aa"),
+            marker("checkpoint/_jobs/9/COMPLETED-3", "aa")
+        ]));
+        assert!(collected_marker_sha256(twice.path(), "9", 3).unwrap_err().contains("2 times"));
+        let none = tempfile::tempdir().unwrap();
+        assert!(collected_marker_sha256(none.path(), "9", 3).is_err(), "no manifest is no hash");
+    }
+}

@@ -22,7 +22,7 @@ use crate::outcome::{Outcome, Relationship};
 mod artifacts;
 
 use artifacts::first_line;
-pub use artifacts::{reference_rows, scope_facts, spanned, ScopeFacts};
+pub use artifacts::{collected_marker_sha256, reference_rows, scope_facts, spanned, ScopeFacts};
 
 /// The verification profile every audit runs. `full` adds TLC's
 /// protocol.conformance, which models the recoverable and commit-confirmed
@@ -106,6 +106,9 @@ pub struct StepContext<'a> {
     pub epochs: Option<Vec<u64>>,
     /// A windowed increment's base: the held state to start from.
     pub since: Option<HeldState>,
+    /// The SHA-256 of the COMPLETED marker the audit was selected by: the
+    /// collected bundle must hold that checkpoint, not another of its id.
+    pub marker_sha256: Option<String>,
 }
 
 /// A child to start.
@@ -310,7 +313,7 @@ fn why_it_failed(done: &Finished) -> String {
 /// What a finished child means.
 pub fn judge(step: Step, done: &Finished, ctx: &StepContext) -> Verdict {
     match step {
-        Step::Collect => judge_collect(done),
+        Step::Collect => judge_collect(done, ctx),
         Step::Scope => judge_scope(done, ctx),
         Step::Reference => judge_reference(done, ctx),
         Step::Verify => judge_verify(done),
@@ -318,16 +321,19 @@ pub fn judge(step: Step, done: &Finished, ctx: &StepContext) -> Verdict {
     }
 }
 
-fn judge_collect(done: &Finished) -> Verdict {
+fn judge_collect(done: &Finished, ctx: &StepContext) -> Verdict {
     let step = Step::Collect;
     let Some(j) = parse(&done.stdout) else { return error(step, done, "no JSON result") };
     let reason = field(&j, "reason").unwrap_or("").to_string();
     match (field(&j, "result"), field(&j, "kind"), done.code) {
-        (Some("published"), _, Some(0)) => Verdict::Continue(format!(
-            "collected {} files, {} bytes",
-            j.get("files").and_then(Json::as_u64).unwrap_or(0),
-            j.get("bytes").and_then(Json::as_u64).unwrap_or(0)
-        )),
+        (Some("published"), _, Some(0)) => match the_audits_checkpoint(ctx) {
+            Err(why) => Verdict::Decided(Outcome::Error, format!("collect: {why}"), Vec::new()),
+            Ok(()) => Verdict::Continue(format!(
+                "collected {} files, {} bytes",
+                j.get("files").and_then(Json::as_u64).unwrap_or(0),
+                j.get("bytes").and_then(Json::as_u64).unwrap_or(0)
+            )),
+        },
         (Some("refused"), Some("changed"), _) => Verdict::CollectAgain(reason),
         // The marker was listed when the audit was selected: what is
         // missing now is its state, purged by the job's retention.
@@ -342,6 +348,25 @@ fn judge_collect(done: &Finished) -> Verdict {
         }
         _ => error(step, done, "an unexpected result"),
     }
+}
+
+/// The bundle holds the checkpoint the audit was selected by: its manifest
+/// vouches for a COMPLETED marker of that id with the marker's hash the
+/// runner saw (a job directory reset between selection and collection
+/// would put another checkpoint of the same id there).
+fn the_audits_checkpoint(ctx: &StepContext) -> Result<(), String> {
+    let (job, ck) = (&ctx.config.job.id, ctx.checkpoint);
+    let Some(seen) = &ctx.marker_sha256 else {
+        return Err(format!("no identity of checkpoint {ck} was recorded to hold the bundle to"));
+    };
+    let collected = collected_marker_sha256(&ctx.files.bundle, job, ck)?;
+    if &collected != seen {
+        return Err(format!(
+            "the bundle holds another checkpoint {ck} than the audit's: its COMPLETED-{ck} has SHA-256 {collected}, \
+             the marker the audit was selected by {seen} (the job directory was reset?)"
+        ));
+    }
+    Ok(())
 }
 
 fn judge_scope(done: &Finished, ctx: &StepContext) -> Verdict {
