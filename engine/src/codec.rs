@@ -216,6 +216,14 @@ impl<'a> Reader<'a> {
     /// An unsigned varint of at most `max_bits` significant bits (a longer or
     /// wider one is invalid, never wrapped).
     pub fn uvarint(&mut self, max_bits: u32) -> Result<u128, DecodeError> {
+        // One byte, the common case (tags, small deltas, dictionary indices):
+        // what the loop below returns for it, without the loop.
+        if let Some(&byte) = self.data.get(self.pos) {
+            if byte < 0x80 && max_bits >= 7 {
+                self.pos += 1;
+                return Ok(u128::from(byte));
+            }
+        }
         let at = self.pos;
         let mut value: u128 = 0;
         let mut shift = 0u32;

@@ -247,6 +247,21 @@ pub fn row_bytes(row: &[Value]) -> Vec<u8> {
     w.into_bytes()
 }
 
+/// Whether two rows have the same canonical encoding ([`row_bytes`]),
+/// decided without encoding them: `==`, except that floats compare by their
+/// bits (NaN is itself and -0.0 is not 0.0, as in the bytes). What
+/// "byte-identical" means wherever rows are compared in memory.
+pub fn rows_identical(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| values_identical(x, y))
+}
+
+fn values_identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+        _ => a == b,
+    }
+}
+
 /// Decodes exactly one row from `bytes`.
 pub fn row_from_bytes(bytes: &[u8]) -> Result<Row, DecodeError> {
     let mut r = Reader::new(bytes);
@@ -444,6 +459,21 @@ mod tests {
             let back = row_from_bytes(&bytes).unwrap();
             // Compare through the encoding: NaN != NaN as a value, not as bytes.
             prop_assert_eq!(row_bytes(&back), bytes);
+        }
+
+        #[test]
+        fn rows_are_identical_exactly_when_their_bytes_are(
+            a in proptest::collection::vec(arb_value(), 0..6),
+            b in proptest::collection::vec(arb_value(), 0..6),
+            nan_bits in any::<u64>(),
+        ) {
+            prop_assert_eq!(rows_identical(&a, &b), row_bytes(&a) == row_bytes(&b));
+            prop_assert!(rows_identical(&a, &a.clone()));
+            // Equal as numbers, not as bytes; and a NaN is its own bytes.
+            prop_assert!(!rows_identical(&[Value::Float(0.0)], &[Value::Float(-0.0)]));
+            let nan = Value::Float(f64::from_bits(nan_bits | 0x7ff0_0000_0000_0001));
+            prop_assert!(rows_identical(std::slice::from_ref(&nan), std::slice::from_ref(&nan)));
+            prop_assert!(!rows_identical(&[Value::Int(1)], &[Value::Timestamp(1)]));
         }
 
         #[test]

@@ -89,6 +89,38 @@ impl Capture {
         !self.header.truncated && !self.cut_short
     }
 
+    /// What the file holds, counted.
+    pub fn shape(&self) -> CaptureShape {
+        let records = self.events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64;
+        CaptureShape {
+            header: self.header.clone(),
+            records,
+            control: self.events.len() as u64 - records,
+            cut_short: self.cut_short,
+        }
+    }
+
+    /// Where the file contradicts itself ([`CaptureShape::inconsistencies`]).
+    pub fn inconsistencies(&self) -> Vec<String> {
+        self.shape().inconsistencies()
+    }
+}
+
+/// A capture's header and what its events come to, counted as the file is
+/// read and none of them kept ([`read_capture_shape`]): what a check of the
+/// file's own consistency needs, without the cost of building its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureShape {
+    pub header: CaptureHeader,
+    /// Whole record events read.
+    pub records: u64,
+    /// Whole watermarks and clock ticks read.
+    pub control: u64,
+    /// As [`Capture::cut_short`].
+    pub cut_short: bool,
+}
+
+impl CaptureShape {
     /// Where the file contradicts itself: its events against its header's
     /// stored count, its records and control events against its bound (the
     /// recorder keeps at most `bound` records and
@@ -99,12 +131,11 @@ impl Capture {
     pub fn inconsistencies(&self) -> Vec<String> {
         let h = &self.header;
         let mut out = Vec::new();
-        let records = self.events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64;
-        let control = self.events.len() as u64 - records;
+        let (records, control) = (self.records, self.control);
         if self.cut_short {
             out.push(format!(
                 "it holds {} whole events where its header says {} are stored (cut short, or bytes past them)",
-                self.events.len(),
+                records + control,
                 h.stored_events
             ));
         }
@@ -309,6 +340,7 @@ impl EventEncoder {
 struct EventDecoder {
     strings: Vec<String>,
     last: Deltas,
+    keep: Strings,
 }
 
 impl EventDecoder {
@@ -318,6 +350,13 @@ impl EventDecoder {
                 let n = r.uvarint(32)? as usize;
                 if n > MAX_ROW_COLUMNS {
                     return Err(r.invalid("row", format!("{n} columns, more than {MAX_ROW_COLUMNS}")));
+                }
+                if self.keep == Strings::Checked {
+                    // Read and checked, and not built: a shape reader drops it.
+                    for _ in 0..n {
+                        self.value(r)?;
+                    }
+                    return Ok(Event::Record(Vec::new()));
                 }
                 let mut row = Vec::with_capacity(n.min(r.remaining()));
                 for _ in 0..n {
@@ -356,8 +395,11 @@ impl EventDecoder {
                 let len = r.varint_len()?;
                 let at = r.offset();
                 let text = std::str::from_utf8(r.take(len)?)
-                    .map_err(|e| r.invalid("UTF-8 string", format!("at {at}: {e}")))?
-                    .to_string();
+                    .map_err(|e| r.invalid("UTF-8 string", format!("at {at}: {e}")))?;
+                let text = match self.keep {
+                    Strings::Kept => text.to_string(),
+                    Strings::Checked => String::new(),
+                };
                 if self.strings.len() < DICTIONARY_LIMIT {
                     self.strings.push(text.clone());
                 }
@@ -459,27 +501,73 @@ fn read_header_from(r: &mut Reader<'_>) -> Result<CaptureHeader, CaptureError> {
 /// Reads a capture: the header must be whole; the events are read until the
 /// header's count or the first that does not decode.
 pub fn read_capture(bytes: &[u8]) -> Result<Capture, CaptureError> {
+    let mut events = Vec::new();
+    let (header, cut_short) = walk(bytes, Strings::Kept, |stored, event| {
+        if events.capacity() == 0 {
+            events.reserve_exact(stored);
+        }
+        events.push(event);
+    })?;
+    Ok(Capture { header, events, cut_short })
+}
+
+/// Reads a capture as [`read_capture`] does, byte for byte the same
+/// decoding and the same verdict on where it is cut, keeping only the
+/// counts: its strings are checked (UTF-8, dictionary indices) and never
+/// copied, its rows dropped as they are read.
+pub fn read_capture_shape(bytes: &[u8]) -> Result<CaptureShape, CaptureError> {
+    let (mut records, mut control) = (0, 0);
+    let (header, cut_short) = walk(bytes, Strings::Checked, |_, event| match event {
+        Event::Record(_) => records += 1,
+        _ => control += 1,
+    })?;
+    Ok(CaptureShape { header, records, control, cut_short })
+}
+
+/// Whether a decoder builds the rows it reads or only checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Strings {
+    #[default]
+    Kept,
+    /// Every value is read and checked as for [`Strings::Kept`]; a string
+    /// decodes as an empty one (no copy is made) and a record as an empty
+    /// row.
+    Checked,
+}
+
+/// Decodes the header, then hands `each` the events in order (with how many
+/// the whole file may hold, at most: the header's count, bounded by its
+/// bytes), and says whether the file was cut short.
+fn walk(
+    bytes: &[u8],
+    strings: Strings,
+    mut each: impl FnMut(usize, Event),
+) -> Result<(CaptureHeader, bool), CaptureError> {
     let mut r = Reader::new(bytes);
     let header = read_header_from(&mut r)?;
     let version = header.version;
-    let mut events = Vec::new();
+    // Every event takes at least two bytes (a tag and a count or a delta),
+    // so a hostile count never reserves more than the file could hold.
+    let at_most = usize::try_from(header.stored_events).unwrap_or(usize::MAX).min(r.remaining() / 2);
     let mut cut_short = false;
-    let mut decoder = EventDecoder::default();
-    while (events.len() as u64) < header.stored_events {
+    let mut decoder = EventDecoder { strings: Vec::new(), last: Deltas::default(), keep: strings };
+    let mut read = 0u64;
+    while read < header.stored_events {
         let event = if version == CAPTURE_VERSION { decoder.event(&mut r) } else { decode_event_v2(&mut r, version) };
         match event {
-            Ok(event) => events.push(event),
+            Ok(event) => each(at_most, event),
             Err(_) => {
                 cut_short = true;
                 break;
             }
         }
+        read += 1;
     }
     if !r.is_at_end() {
         // Bytes past the stored events: not a file this format writes.
         cut_short = true;
     }
-    Ok(Capture { header, events, cut_short })
+    Ok((header, cut_short))
 }
 
 #[cfg(test)]
@@ -632,6 +720,18 @@ mod tests {
     }
 
     #[test]
+    fn the_shape_counts_records_and_control_events_apart() {
+        let shape = read_capture_shape(&encode(CAPTURE_VERSION)).unwrap();
+        assert_eq!((shape.records, shape.control, shape.cut_short), (3, 3, false));
+        assert_eq!(shape.header, header(CAPTURE_VERSION, &events(CAPTURE_VERSION)));
+        let mut one_record_short = encode(CAPTURE_VERSION);
+        one_record_short.truncate(one_record_short.len() - 3);
+        let cut = read_capture_shape(&one_record_short).unwrap();
+        assert_eq!((cut.records, cut.control, cut.cut_short), (2, 3, true));
+        assert!(cut.inconsistencies()[0].contains("it holds 5 whole events where its header says 6"), "{cut:?}");
+    }
+
+    #[test]
     fn newer_versions_are_refused() {
         let mut bytes = encode(CAPTURE_VERSION);
         bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
@@ -646,6 +746,20 @@ mod tests {
                 if flip < bytes.len() { bytes[flip] ^= 1 << bit; }
                 let cut = cut.min(bytes.len());
                 let _ = read_capture(&bytes[..cut]);
+            }
+        }
+
+        /// The shape reader is the full reader's verdict without the rows:
+        /// the same refusal, counts and cut on any damaged file.
+        #[test]
+        fn the_shape_is_what_the_whole_read_counts(cut in 0usize..400, flip in 0usize..400, bit in 0u8..8) {
+            for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY] {
+                let mut bytes = encode(version);
+                if flip < bytes.len() { bytes[flip] ^= 1 << bit; }
+                let bytes = &bytes[..cut.min(bytes.len())];
+                let whole = read_capture(bytes).map(|c| (c.shape(), c.inconsistencies()));
+                let shape = read_capture_shape(bytes).map(|s| { let found = s.inconsistencies(); (s, found) });
+                prop_assert_eq!(shape, whole);
             }
         }
 

@@ -16,7 +16,8 @@ pub mod recorder;
 pub mod spec;
 
 pub use format::{
-    read_capture, Capture, CaptureError, CaptureHeader, CaptureNameMismatch, CapturedEvent, CAPTURE_VERSION,
+    read_capture, read_capture_shape, Capture, CaptureError, CaptureHeader, CaptureNameMismatch, CaptureShape,
+    CapturedEvent, CAPTURE_VERSION,
 };
 pub use recorder::{CaptureOptions, EpochRecorder};
 pub use spec::{OpSpecFile, SinkEvidence};
