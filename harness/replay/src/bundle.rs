@@ -3,11 +3,12 @@
 //! bundle's copies (the bytes the manifest vouched for) with the engine's
 //! readers and the engine's rule for where an epoch starts.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use clink_basics::ids::OperatorId;
 use clink_basics::ndjson::parse_objects;
-use clink_bundle::{Bundle, EpochEntry, EvidenceError};
+use clink_bundle::{Bundle, EpochEntry, EvidenceError, Markers};
 use clink_engine::capture::spec::Neighbour;
 use clink_engine::capture::{read_capture, Capture, OpSpecFile};
 use clink_engine::checkpoint::{epoch_start_from, participant_name, StartPoint};
@@ -68,6 +69,56 @@ pub fn known_restores(bundle: &Bundle) -> Restores {
         }
     }
     Restores { known: known.into_iter().collect(), unread }
+}
+
+/// What loading a bundle's epochs reads beyond each epoch's own files, once
+/// for them all (a verification loads hundreds of epochs): the restores and
+/// the markers that place an epoch, and the captures decoded last. A
+/// producer's replay is compared with its consumers' captures of the same
+/// epoch, which their own replays read too; a caller that takes epochs in
+/// epoch order decodes each of them once.
+#[derive(Debug)]
+pub struct BundleEpochs {
+    pub restores: Restores,
+    markers: Result<Markers, String>,
+    recent: Mutex<RecentCaptures>,
+}
+
+type RecentCaptures = VecDeque<(EpochRef, Arc<Capture>)>;
+
+/// Captures kept decoded: an epoch's operators and sinks of the example
+/// job, for two threads working on neighbouring epochs.
+const RECENT_CAPTURES: usize = 8;
+
+impl BundleEpochs {
+    pub fn read(bundle: &Bundle) -> Self {
+        BundleEpochs {
+            restores: known_restores(bundle),
+            markers: bundle.markers().map_err(|e| e.to_string()),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_CAPTURES)),
+        }
+    }
+
+    /// The captured epoch at `at`, as [`read_bundle_capture`] reads it, or
+    /// as it read it a moment ago.
+    pub fn capture(&self, bundle: &Bundle, at: &EpochRef) -> Result<Arc<Capture>, ReplayError> {
+        if let Some(capture) = self.recent_list().iter().find(|(r, _)| r == at).map(|(_, c)| Arc::clone(c)) {
+            return Ok(capture);
+        }
+        let capture = Arc::new(read_bundle_capture(bundle, at)?);
+        let mut list = self.recent_list();
+        if list.len() == RECENT_CAPTURES {
+            list.pop_front();
+        }
+        list.push_back((at.clone(), Arc::clone(&capture)));
+        Ok(capture)
+    }
+
+    fn recent_list(&self) -> std::sync::MutexGuard<'_, RecentCaptures> {
+        // A thread that panicked holding the lock left a list of whole
+        // entries: it is still sound to read.
+        self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// How an op.json and the job graph differ.
@@ -135,7 +186,7 @@ pub fn epoch_entry<'a>(bundle: &'a Bundle, at: &EpochRef) -> Result<&'a EpochEnt
 pub fn load_bundle_epoch(
     bundle: &Bundle,
     entry: &EpochEntry,
-    restores: &Restores,
+    epochs: &BundleEpochs,
     graph: Option<&JobGraph>,
 ) -> Result<EpochEvidence, ReplayError> {
     let op = entry.operator_id();
@@ -154,8 +205,9 @@ pub fn load_bundle_epoch(
         )));
     }
     replayable(&spec)?;
-    let capture = read_bundle_capture(bundle, &at)?;
-    let markers = bundle.markers().map_err(|e| ReplayError::Unavailable(format!("the markers: {e}")))?;
+    let capture = epochs.capture(bundle, &at)?;
+    let markers = epochs.markers.as_ref().map_err(|e| ReplayError::Unavailable(format!("the markers: {e}")))?;
+    let restores = &epochs.restores;
     let start = epoch_start_from(&markers.completed, markers.restored.as_ref(), entry.epoch, &restores.known)
         .map_err(|e| ReplayError::Unavailable(e.to_string()))?;
     let placed_by_a_restore = restores.known.iter().any(|&(_, next)| next == entry.epoch);

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use clink_engine::codec::{Reader, Writer};
-use clink_engine::value::{decode_row, encode_row, row_bytes, Row};
+use clink_engine::value::{decode_row, encode_row, rows_identical, Row};
 
 use super::EpochRef;
 
@@ -139,9 +139,15 @@ impl std::fmt::Display for Difference {
     }
 }
 
+/// Where two emission sequences first differ in their canonical bytes
+/// (`None`: they are byte-identical, as [`encode_rows`] would show).
 pub fn first_difference(left: &[Row], right: &[Row]) -> Option<Difference> {
     let n = left.len().max(right.len());
-    (0..n).find(|&i| left.get(i).map(|r| row_bytes(r)) != right.get(i).map(|r| row_bytes(r))).map(|i| Difference {
+    let same = |i: usize| match (left.get(i), right.get(i)) {
+        (Some(a), Some(b)) => rows_identical(a, b),
+        _ => false,
+    };
+    (0..n).find(|&i| !same(i)).map(|i| Difference {
         index: i,
         left: left.get(i).cloned(),
         right: right.get(i).cloned(),

@@ -30,6 +30,7 @@ pub mod emissions;
 pub mod regression;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
 use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile};
@@ -49,7 +50,7 @@ use clink_engine::checkpoint::{epoch_start, StartPoint};
 pub const MAX_CAPTURE_BYTES: u64 = 1 << 30;
 
 /// Where a capture and its starting state live.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpochRef {
     pub operator: OperatorId,
     pub subtask: u32,
@@ -94,7 +95,8 @@ pub enum StartState {
 pub struct EpochEvidence {
     pub at: EpochRef,
     pub spec: OpSpecFile,
-    pub capture: Capture,
+    /// Shared: a bundle's loader keeps the captures it decoded last.
+    pub capture: Arc<Capture>,
     pub start: StartState,
 }
 
@@ -174,7 +176,7 @@ pub fn load_epoch(
             StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
         }
     };
-    Ok(EpochEvidence { at: at.clone(), spec, capture, start })
+    Ok(EpochEvidence { at: at.clone(), spec, capture: Arc::new(capture), start })
 }
 
 /// Whether the snapshot of `participant` at `checkpoint`, a completed
@@ -256,13 +258,8 @@ pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
 pub fn verify(evidence: &EpochEvidence) -> Result<Verification, ReplayError> {
     let first = replay(evidence)?;
     let second = replay(evidence)?;
-    let a = emissions::encode_rows(&first.emissions);
-    let b = emissions::encode_rows(&second.emissions);
-    Ok(Verification {
-        identical: a == b,
-        first_difference: emissions::first_difference(&first.emissions, &second.emissions),
-        outcome: first,
-    })
+    let first_difference = emissions::first_difference(&first.emissions, &second.emissions);
+    Ok(Verification { identical: first_difference.is_none(), first_difference, outcome: first })
 }
 
 #[derive(Debug, Clone)]

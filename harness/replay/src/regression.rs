@@ -228,7 +228,7 @@ pub fn run_bundle(dir: &Path) -> Result<usize, BundleError> {
     let golden = decode_dump(&read_listed(dir, &manifest, GOLDEN_FILE)?)
         .map_err(|e| BundleError::Refused(format!("{GOLDEN_FILE}: {e}")))?;
     check_golden_names(&golden, job, &at)?;
-    let evidence = EpochEvidence { at, spec, capture, start };
+    let evidence = EpochEvidence { at, spec, capture: std::sync::Arc::new(capture), start };
     let outcome = replay(&evidence)?;
     match first_difference(&golden.rows, &outcome.emissions) {
         None => Ok(outcome.emissions.len()),

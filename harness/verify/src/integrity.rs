@@ -32,28 +32,28 @@ fn ignorable(name: &str) -> bool {
     name == ".DS_Store" || name.starts_with("._")
 }
 
-pub fn artifacts(bundle: &Bundle) -> CheckResult {
-    let mut problems = Vec::new();
-    for a in &bundle.manifest.artifacts {
-        let path = resolve(&bundle.root, &a.path);
-        match fs::symlink_metadata(&path) {
-            Err(e) => problems.push(format!("{}: missing ({e})", a.path)),
-            Ok(m) if !m.is_file() => problems.push(format!("{}: not a regular file", a.path)),
-            Ok(m) if m.len() != a.size => problems.push(format!("{}: {} bytes, listed as {}", a.path, m.len(), a.size)),
-            // Streamed, and never past the listed size: an artifact that grew
-            // is reported as what it is, whatever it now holds.
-            Ok(_) => match sha256_file(&path, a.size) {
-                Err(e) => problems.push(format!("{}: unreadable ({e})", a.path)),
-                Ok(d) if d.bytes != a.size => {
-                    problems.push(format!("{}: {} bytes read, listed as {}", a.path, d.bytes, a.size))
-                }
-                Ok(d) if d.sha256 != a.sha256 => {
-                    problems.push(format!("{}: SHA-256 {}, listed as {}", a.path, d.sha256, a.sha256))
-                }
-                Ok(_) => {}
-            },
-        }
+/// What is wrong with one listed artifact on disk, if anything.
+fn artifact_problem(bundle: &Bundle, a: &clink_bundle::Artifact) -> Option<String> {
+    let path = resolve(&bundle.root, &a.path);
+    match fs::symlink_metadata(&path) {
+        Err(e) => Some(format!("{}: missing ({e})", a.path)),
+        Ok(m) if !m.is_file() => Some(format!("{}: not a regular file", a.path)),
+        Ok(m) if m.len() != a.size => Some(format!("{}: {} bytes, listed as {}", a.path, m.len(), a.size)),
+        // Streamed, and never past the listed size: an artifact that grew
+        // is reported as what it is, whatever it now holds.
+        Ok(_) => match sha256_file(&path, a.size) {
+            Err(e) => Some(format!("{}: unreadable ({e})", a.path)),
+            Ok(d) if d.bytes != a.size => Some(format!("{}: {} bytes read, listed as {}", a.path, d.bytes, a.size)),
+            Ok(d) if d.sha256 != a.sha256 => Some(format!("{}: SHA-256 {}, listed as {}", a.path, d.sha256, a.sha256)),
+            Ok(_) => None,
+        },
     }
+}
+
+pub fn artifacts(bundle: &Bundle) -> CheckResult {
+    // Each file on its own: hashed on every core, reported in the manifest's order.
+    let found = crate::parallel::map_ordered(&bundle.manifest.artifacts, |a| artifact_problem(bundle, a), |_| {});
+    let mut problems: Vec<String> = found.into_iter().flatten().collect();
     let listed: BTreeSet<&str> = bundle.manifest.artifacts.iter().map(|a| a.path.as_str()).collect();
     let mut files = 0;
     for dir in EVIDENCE_DIRS {
@@ -141,12 +141,14 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
     // Every captured epoch is read, selected for a replay or not: its header
     // names what its path says, and it says of itself only what its bytes
     // bear out.
-    let mut contradictions = Vec::new();
-    for e in m.epochs.iter().filter(|e| bundle.artifact(&e.path).is_some()) {
-        if let Err(problem) = capture_holds_together(bundle, e) {
-            contradictions.push(format!("{}: {problem}", e.path));
-        }
-    }
+    let present: Vec<&clink_bundle::EpochEntry> =
+        m.epochs.iter().filter(|e| bundle.artifact(&e.path).is_some()).collect();
+    let held = crate::parallel::map_ordered(&present, |e| capture_holds_together(bundle, e), |_| {});
+    let mut contradictions: Vec<String> = present
+        .iter()
+        .zip(held)
+        .filter_map(|(e, held)| held.err().map(|problem| format!("{}: {problem}", e.path)))
+        .collect();
     // And every op.json and sink interval evidence, against its path, the
     // job graph and the capture it accounts for.
     let graph = bundle.job_graph().ok().map(|k| k.graph);
@@ -226,9 +228,9 @@ fn capture_holds_together(bundle: &Bundle, e: &clink_bundle::EpochEntry) -> Resu
         Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
-    let capture = clink_engine::capture::read_capture(&bytes).map_err(|e| e.to_string())?;
-    capture.header.check_names(bundle.job_id(), op.0, subtask, epoch).map_err(|e| e.to_string())?;
-    match capture.inconsistencies().as_slice() {
+    let shape = clink_engine::capture::read_capture_shape(&bytes).map_err(|e| e.to_string())?;
+    shape.header.check_names(bundle.job_id(), op.0, subtask, epoch).map_err(|e| e.to_string())?;
+    match shape.inconsistencies().as_slice() {
         [] => Ok(()),
         found => Err(found.join("; ")),
     }

@@ -26,6 +26,7 @@
 
 pub mod html;
 mod integrity;
+mod parallel;
 pub mod progress;
 mod protocol;
 pub mod regress;

@@ -6,7 +6,7 @@ use std::path::Path;
 use clink_basics::ids::OperatorId;
 
 use clink_bundle::Bundle;
-use clink_replay::bundle::{epoch_entry, known_restores, load_bundle_epoch};
+use clink_replay::bundle::{epoch_entry, load_bundle_epoch, BundleEpochs};
 use clink_replay::regression::{emit_bundle, BundleManifest};
 use clink_replay::EpochRef;
 
@@ -39,7 +39,7 @@ pub fn regress(
         Err(clink_bundle::graph::GraphProblem::Absent(_)) => None,
         Err(broken) => return Err(RegressError(format!("the job graph does not hold: {broken}"))),
     };
-    let evidence = load_bundle_epoch(bundle, entry, &known_restores(bundle), graph.as_ref())
+    let evidence = load_bundle_epoch(bundle, entry, &BundleEpochs::read(bundle), graph.as_ref())
         .map_err(|e| RegressError(e.to_string()))?;
     if clink_replay::bundle::calls_out(&evidence.spec.type_name) {
         return Err(RegressError(format!(

@@ -22,7 +22,7 @@ use clink_bundle::{Bundle, EpochEntry};
 use clink_engine::event::Event;
 use clink_engine::routing::Route;
 use clink_engine::value::{row_bytes, value_from_json, Row};
-use clink_replay::bundle::{known_restores, load_bundle_epoch, read_bundle_capture, Restores};
+use clink_replay::bundle::{load_bundle_epoch, BundleEpochs};
 use clink_replay::compare::keyed_order_diff;
 use clink_replay::{verify, EpochEvidence, EpochRef, ReplayError};
 use serde_json::Value as Json;
@@ -75,8 +75,8 @@ pub fn run_observed(
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
-    let restores = known_restores(bundle);
-    let job = JobEvidence { graph, restores: &restores, completed: &completed };
+    let epochs = BundleEpochs::read(bundle);
+    let job = JobEvidence { graph, epochs: &epochs, completed: &completed };
     // Only replay.expected_output reads the replayed rows after an epoch's
     // own checks: without it, an epoch's rows are dropped once checked, so
     // memory holds the epochs being replayed, not the bundle's output.
@@ -105,7 +105,7 @@ pub fn run_observed(
         ),
     ];
     if let Some(path) = expected {
-        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &restores.known)?);
+        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &epochs.restores.known)?);
     }
     for check in &mut checks {
         check.details.extend(cut.iter().cloned());
@@ -185,16 +185,20 @@ fn status_of(e: ReplayError) -> EpochStatus {
     }
 }
 
-/// What every epoch's load reads about the job: its graph and its restores.
+/// What every epoch's load reads about the job, read once: its graph, where
+/// its epochs start (restores and markers), and its completed checkpoints.
 struct JobEvidence<'a> {
     graph: &'a Result<KnownGraph, GraphProblem>,
-    restores: &'a Restores,
+    epochs: &'a BundleEpochs,
     completed: &'a BTreeSet<u64>,
 }
 
 /// Every epoch checked, on as many threads as the machine has cores (epochs
-/// are independent: each replays from its own starting state). Results come
-/// back in the selection's order; progress counts epochs as they finish.
+/// are independent: each replays from its own starting state). They are
+/// taken in epoch order, so that the captures of one epoch are decoded once
+/// for their own replays and for the comparisons with their producers' (the
+/// loader keeps the last few); results come back in the selection's order;
+/// progress counts epochs as they finish.
 fn replay_epochs(
     bundle: &Bundle,
     checked: &[&EpochEntry],
@@ -202,32 +206,19 @@ fn replay_epochs(
     keep_rows: bool,
     progress: &mut dyn crate::progress::VerifyProgress,
 ) -> Vec<EpochResult> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let total = checked.len();
     progress.epochs(0, total);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, total.max(1));
-    let next = AtomicUsize::new(0);
+    let mut order: Vec<usize> = (0..total).collect();
+    order.sort_by_key(|&i| (checked[i].epoch, checked[i].operator_id(), checked[i].subtask));
+    let results = crate::parallel::map_ordered(
+        &order,
+        |&i| check_epoch(bundle, checked[i], job, keep_rows),
+        |done| progress.epochs(done, total),
+    );
     let mut slots: Vec<Option<EpochResult>> = (0..total).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        for _ in 0..workers {
-            let (tx, next) = (tx.clone(), &next);
-            scope.spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(entry) = checked.get(i) else { break };
-                if tx.send((i, check_epoch(bundle, entry, job, keep_rows))).is_err() {
-                    break;
-                }
-            });
-        }
-        drop(tx);
-        for (done, (i, result)) in rx.iter().enumerate() {
-            slots[i] = Some(result);
-            progress.epochs(done + 1, total);
-        }
-    });
-    // A worker that panicked re-panics when the scope joins it, so every
-    // slot is filled here.
+    for (i, result) in order.into_iter().zip(results) {
+        slots[i] = Some(result);
+    }
     slots.into_iter().flatten().collect()
 }
 
@@ -247,7 +238,7 @@ fn load(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>) -> Result<Ep
             return Err(EpochStatus::Failed(format!("the job graph does not hold: {why}")))
         }
     };
-    load_bundle_epoch(bundle, entry, job.restores, graph).map_err(status_of)
+    load_bundle_epoch(bundle, entry, job.epochs, graph).map_err(status_of)
 }
 
 fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_rows: bool) -> EpochResult {
@@ -291,14 +282,14 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_
     let rows = verification.outcome.emissions;
     let recorded = match &partial_why {
         Some(why) => EpochStatus::Unavailable(format!("{at}: {why}")),
-        None => compare_downstream(bundle, &evidence, &rows),
+        None => compare_downstream(bundle, job.epochs, &evidence, &rows),
     };
     let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
     EpochResult { at, determinism, recorded, rows: (whole && keep_rows).then_some(rows), output_schema }
 }
 
 /// Compares the replay's rows with each consumer's capture of the same epoch.
-fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -> EpochStatus {
+fn compare_downstream(bundle: &Bundle, epochs: &BundleEpochs, evidence: &EpochEvidence, rows: &[Row]) -> EpochStatus {
     let spec = &evidence.spec;
     let at = &evidence.at;
     let Ok(planned) = spec.plan() else {
@@ -331,7 +322,7 @@ fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -
             // epoch its path says: another job's capture at this path never
             // stands in for production's output.
             let downstream = EpochRef { operator: consumer_op, subtask: target, epoch: at.epoch };
-            let capture = match read_bundle_capture(bundle, &downstream) {
+            let capture = match epochs.capture(bundle, &downstream) {
                 Ok(c) => c,
                 Err(e) => return EpochStatus::Failed(format!("{at}: the downstream capture: {e}")),
             };
@@ -340,11 +331,8 @@ fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -
                     "{at}: the downstream capture {rel} is truncated or cut short"
                 ));
             }
-            let production: Vec<Row> = capture
-                .events
-                .into_iter()
-                .filter_map(|e| if let Event::Record(r) = e { Some(r) } else { None })
-                .collect();
+            let production: Vec<&Row> =
+                capture.events.iter().filter_map(|e| if let Event::Record(r) = e { Some(r) } else { None }).collect();
             if let Some(d) = keyed_order_diff(&expected, &production, &keys) {
                 return EpochStatus::Failed(format!("{at}: the replay differs from what {rel} received: {d}"));
             }
@@ -355,12 +343,12 @@ fn compare_downstream(bundle: &Bundle, evidence: &EpochEvidence, rows: &[Row]) -
 
 /// Which consumer subtask received which of the rows, predicted with the
 /// runtime's own routing, when the topology lets a replay say.
-fn route(
+fn route<'r>(
     spec: &clink_engine::capture::OpSpecFile,
     consumer: &clink_engine::capture::spec::Neighbour,
-    rows: &[Row],
+    rows: &'r [Row],
     at: &EpochRef,
-) -> Result<Vec<(u32, Vec<Row>)>, EpochStatus> {
+) -> Result<Vec<(u32, Vec<&'r Row>)>, EpochStatus> {
     let partition = spec
         .output_partition(consumer)
         .map_err(|e| EpochStatus::Failed(format!("{at}: op.json's partition to {}: {e}", consumer.operator)))?;
@@ -381,12 +369,12 @@ fn route(
         _ => {}
     }
     let consumers = consumer.parallelism.max(1);
-    let mut routed: Vec<(u32, Vec<Row>)> =
+    let mut routed: Vec<(u32, Vec<&Row>)> =
         route.broadcast_targets(at.subtask, consumers).map(|t| (t, Vec::new())).collect();
     for row in rows {
         let target = route.target(at.subtask, row, consumers);
         match routed.iter_mut().find(|(t, _)| *t == target) {
-            Some((_, rows)) => rows.push(row.clone()),
+            Some((_, rows)) => rows.push(row),
             None => return Err(EpochStatus::Failed(format!("{at}: a row routed to subtask {target} of {consumers}"))),
         }
     }

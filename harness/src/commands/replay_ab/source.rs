@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 
 use clink_bundle::Bundle;
 use clink_engine::job::JobGraph;
-use clink_replay::bundle::{epoch_entry, known_restores, load_bundle_epoch, Restores};
+use clink_replay::bundle::{epoch_entry, load_bundle_epoch, BundleEpochs};
 use clink_replay::{list_captured, load_epoch, EpochEvidence, EpochRef, ReplayError, StartState};
 
 pub(super) enum Source {
     Dirs { capture: PathBuf, checkpoint: PathBuf, job: u64 },
-    Bundle { root: PathBuf, bundle: Box<Bundle>, restores: Restores, graph: Option<JobGraph> },
+    Bundle { root: PathBuf, bundle: Box<Bundle>, epochs: Box<BundleEpochs>, graph: Option<JobGraph> },
 }
 
 impl Source {
@@ -43,8 +43,8 @@ impl Source {
             Err(clink_bundle::graph::GraphProblem::Absent(_)) => None,
             Err(broken) => return Err(format!("{}: the job graph does not hold: {broken}", root.display())),
         };
-        let restores = known_restores(&bundle);
-        Ok(Source::Bundle { root: root.to_path_buf(), bundle: Box::new(bundle), restores, graph })
+        let epochs = Box::new(BundleEpochs::read(&bundle));
+        Ok(Source::Bundle { root: root.to_path_buf(), bundle: Box::new(bundle), epochs, graph })
     }
 
     /// After the candidates ran: every file of a bundle still hashes as its
@@ -117,9 +117,9 @@ impl Source {
     pub(super) fn load(&self, at: &EpochRef) -> Result<EpochEvidence, ReplayError> {
         match self {
             Source::Dirs { capture, checkpoint, job } => load_epoch(capture, checkpoint, *job, at),
-            Source::Bundle { bundle, restores, graph, .. } => {
+            Source::Bundle { bundle, epochs, graph, .. } => {
                 let entry = epoch_entry(bundle, at)?;
-                let evidence = load_bundle_epoch(bundle, entry, restores, graph.as_ref())?;
+                let evidence = load_bundle_epoch(bundle, entry, epochs, graph.as_ref())?;
                 self.candidate_starts_alike(&evidence)?;
                 Ok(evidence)
             }
