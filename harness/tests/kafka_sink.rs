@@ -24,16 +24,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clink_basics::multiset::{describe, multiset_diff};
+use clink_connectors::kafka::{Isolation, LogReader};
 use clink_engine::fault::FaultPoint;
 use libtest_mimic::{Arguments, Failed, Trial};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value as Json;
 
 mod services;
@@ -101,45 +99,9 @@ fn reference() -> &'static [String] {
 /// Every payload of `topic` a reader at `isolation` sees, all partitions,
 /// up to each partition's end.
 fn read_topic(bootstrap: &str, topic: &str, isolation: &str) -> Result<Vec<String>, Failed> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "clink-kafka-sink-test")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(format!("{topic}: the broker reports no partitions").into());
-    }
-    let mut tpl = TopicPartitionList::new();
-    for &p in &partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ended = std::collections::BTreeSet::new();
-    let mut seen = Vec::new();
-    while ended.len() < partitions.len() {
-        if Instant::now() > deadline {
-            return Err(format!("{topic}: not every partition reached its end in 30 s").into());
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => seen.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                ended.insert(p);
-            }
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
-        }
-    }
-    Ok(seen)
+    let isolation = Isolation::parse(isolation).ok_or_else(|| format!("no isolation level {isolation:?}"))?;
+    let reader = LogReader::connect(bootstrap, topic, isolation, "clink-kafka-sink-test")?;
+    Ok(reader.read_to_end(Duration::from_secs(30))?.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect())
 }
 
 /// Whether the broker hides an aborted transaction's records from a

@@ -362,6 +362,44 @@ impl LogReader {
         }
     }
 
+    /// Every payload the topic holds now, each partition read from its
+    /// first offset to its end, in the order the reader saw them. A
+    /// partition that does not reach its end within `limit` fails the read:
+    /// what was seen up to then is not the topic.
+    pub fn read_to_end(&self, limit: Duration) -> Result<Vec<Vec<u8>>, KafkaClientError> {
+        let partitions = self.partitions()?;
+        let mut starts = Vec::with_capacity(partitions.len());
+        for &p in &partitions {
+            starts.push((p, self.watermarks(p)?.0));
+        }
+        self.assign(&starts)?;
+        let deadline = Instant::now() + limit;
+        let mut ended = std::collections::BTreeSet::new();
+        let mut seen = Vec::new();
+        while ended.len() < partitions.len() {
+            if Instant::now() > deadline {
+                return Err(KafkaClientError::Client {
+                    bootstrap: self.bootstrap.clone(),
+                    what: format!("reading topic {:?} to its end", self.topic),
+                    message: format!(
+                        "{} of {} partitions reached their end in {} s",
+                        ended.len(),
+                        partitions.len(),
+                        limit.as_secs()
+                    ),
+                });
+            }
+            match self.poll(Duration::from_millis(200))? {
+                Polled::Message { payload, .. } => seen.push(payload),
+                Polled::PartitionEnd { partition } => {
+                    ended.insert(partition);
+                }
+                Polled::Nothing => {}
+            }
+        }
+        Ok(seen)
+    }
+
     /// Where the reader stands in a partition (the next offset it returns).
     pub fn position(&self, partition: i32) -> Result<Option<i64>, KafkaClientError> {
         let list = self.consumer.position().map_err(|e| client_error(&self.bootstrap, "reading positions", e))?;

@@ -12,17 +12,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use clink_connectors::kafka::LogWriter;
+use clink_connectors::kafka::{Isolation, LogReader, LogWriter};
 use clink_connectors::kafka_txn::orphan::{self, AbortAnswer, Settlement, TxnState};
 use clink_connectors::kafka_txn::wire::{api, code};
 use clink_connectors::kafka_txn::{ProducerIdentity, TxnConfig, TxnError, TxnErrorClass, TxnProducer};
 use libtest_mimic::{Arguments, Failed, Trial};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 const HOLD: &str = "CLINK_KAFKA_TXN_HOLD";
 const SHORT: Duration = Duration::from_secs(10);
@@ -66,27 +62,9 @@ fn config(bootstrap: &str, id: &str) -> TxnConfig {
 
 /// Every payload of partition 0 a reader at `isolation` sees, up to the end.
 fn read_all(bootstrap: &str, topic: &str, isolation: &str) -> Result<Vec<String>, Failed> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "clink-kafka-txn-test")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + SHORT;
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => seen.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return Ok(seen),
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
-        }
-    }
-    Err(format!("{topic}: no end of partition 0 within {} s (saw {seen:?})", SHORT.as_secs()).into())
+    let isolation = Isolation::parse(isolation).ok_or_else(|| format!("no isolation level {isolation:?}"))?;
+    let reader = LogReader::connect(bootstrap, topic, isolation, "clink-kafka-txn-test")?;
+    Ok(reader.read_to_end(SHORT)?.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect())
 }
 
 fn one_transaction(p: &TxnProducer, topic: &str, payloads: &[&str]) -> Result<u64, TxnError> {

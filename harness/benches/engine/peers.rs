@@ -43,12 +43,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clink_connectors::clickhouse::{sql, Connection, Endpoint};
+use clink_connectors::kafka::{Isolation, LogReader};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value as Json;
 
 use super::{clink, example_command, fresh_run_dir, generate, measure_with, median, runs, services, workspace};
@@ -707,46 +705,10 @@ fn our_kafka_job(job: &Path, work: &Path, bootstrap: &str, extra: &[&str]) -> Co
 
 /// Every payload of `topic` a read_committed reader sees, all partitions, to each end.
 fn read_topic(bootstrap: &str, topic: &str) -> Result<Vec<String>, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "clink-bench-peers")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .create()
+    let reader = LogReader::connect(bootstrap, topic, Isolation::ReadCommitted, "clink-bench-peers")
         .map_err(|e| e.to_string())?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| e.to_string())?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(format!("{topic}: the broker reports no partitions"));
-    }
-    let mut tpl = TopicPartitionList::new();
-    for &p in &partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
-    }
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut ended = std::collections::BTreeSet::new();
-    let mut seen = Vec::new();
-    while ended.len() < partitions.len() {
-        if Instant::now() > deadline {
-            return Err(format!("{topic}: not every partition reached its end in 120 s"));
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => seen.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                ended.insert(p);
-            }
-            Some(Err(e)) => return Err(e.to_string()),
-            None => {}
-        }
-    }
-    Ok(seen)
+    let payloads = reader.read_to_end(Duration::from_secs(120)).map_err(|e| e.to_string())?;
+    Ok(payloads.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect())
 }
 
 /// `lines` written into `dir/lines` and compared with `expected` by `clink compare`.

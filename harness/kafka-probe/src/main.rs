@@ -1,6 +1,6 @@
 //! kafka-txn-probe: measures what a Kafka-protocol server implements of
 //! transactions, with the client the sink uses (clink_connectors::kafka_txn)
-//! and rdkafka consumers at both isolation levels. Each row is one request
+//! and the engine's log reader at both isolation levels. Each row is one request
 //! or one observable consequence, and says what was seen.
 //!
 //! It owns the measurement only: it creates fresh topics named
@@ -20,14 +20,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use clink_connectors::kafka::LogWriter;
+use clink_connectors::kafka::{Isolation, LogReader, LogWriter};
 use clink_connectors::kafka_txn::orphan::{self, Settlement};
 use clink_connectors::kafka_txn::wire::{api, code};
 use clink_connectors::kafka_txn::{ProducerIdentity, TxnConfig, TxnError, TxnErrorClass, TxnProducer};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 const SHORT: Duration = Duration::from_secs(10);
 
@@ -75,28 +71,10 @@ impl Probe {
 
 /// Every record of partition 0 a reader at `isolation` sees, as text.
 fn read_all(bootstrap: &str, topic: &str, isolation: &str) -> Result<Vec<String>, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "clink-kafka-txn-probe")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .create()
-        .map_err(|e| e.to_string())?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + SHORT;
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => seen.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return Ok(seen),
-            Some(Err(e)) => return Err(e.to_string()),
-            None => {}
-        }
-    }
-    Err(format!("no end of partition within {} s (saw {seen:?})", SHORT.as_secs()))
+    let isolation = Isolation::parse(isolation).ok_or_else(|| format!("no isolation level {isolation:?}"))?;
+    let reader = LogReader::connect(bootstrap, topic, isolation, "clink-kafka-txn-probe").map_err(|e| e.to_string())?;
+    let payloads = reader.read_to_end(SHORT).map_err(|e| e.to_string())?;
+    Ok(payloads.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect())
 }
 
 /// One transaction of `records` payloads, committed or aborted; its identity.
