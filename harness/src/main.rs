@@ -4,6 +4,7 @@
 //! job or a check failed; 2 bad usage or a refused input; 3 nothing failed but
 //! something required could not be checked.
 
+mod allocator;
 mod commands;
 mod progress;
 
@@ -63,6 +64,9 @@ fn main() -> ExitCode {
         }
         Err(e) => return refuse_usage(&e).into(),
     };
+    if replays_captures(&cli.command) {
+        allocator::keep_freed_pages();
+    }
     let exit = match cli.command {
         Command::Run(args) => commands::run::main(args),
         Command::GenInput(args) => commands::gen_input::main(args),
@@ -89,6 +93,11 @@ fn main() -> ExitCode {
         Command::Capture(args) => commands::capture::main(args),
     };
     exit.into()
+}
+
+/// Commands that decode and drop captures by the hundred, then exit.
+fn replays_captures(command: &Command) -> bool {
+    matches!(command, Command::IncidentVerify(_) | Command::IncidentRegress(_) | Command::Replay(_))
 }
 
 /// A usage error: clap's text, or with `--json` anywhere on the line, the
