@@ -44,6 +44,27 @@ impl Driver {
                 let mut cx = Context { out, timers: &mut self.timers };
                 self.op.on_record(row, &mut cx)
             }
+            control => self.handle_control(&control, out),
+        }
+    }
+
+    /// [`handle`](Self::handle) of a borrowed event: replay hands every
+    /// captured event over twice, and an operator that only reads its
+    /// records (`Transform::on_record_ref`) is given them without a copy.
+    pub fn handle_ref(&mut self, event: &Event, out: &mut Vec<Row>) -> Result<(), OperatorError> {
+        match event {
+            Event::Record(row) => {
+                let mut cx = Context { out, timers: &mut self.timers };
+                self.op.on_record_ref(row, &mut cx)
+            }
+            control => self.handle_control(control, out),
+        }
+    }
+
+    /// A watermark or a clock tick: the timers it makes due fire.
+    fn handle_control(&mut self, event: &Event, out: &mut Vec<Row>) -> Result<(), OperatorError> {
+        match *event {
+            Event::Record(_) => Ok(()),
             Event::Watermark { time, .. } => {
                 self.timers.advance_watermark_into(time, &mut self.due);
                 let mut due = std::mem::take(&mut self.due);
@@ -107,4 +128,21 @@ impl Driver {
         }
         self.op.restore(slots)
     }
+}
+
+/// Test support: drives two drivers alike, one by [`Driver::handle`] of
+/// copies and one by [`Driver::handle_ref`], and returns both emissions
+/// and snapshots (for an operator's tests that both paths are one).
+#[cfg(test)]
+pub(crate) fn by_value_and_by_ref(
+    mut by_value: Driver,
+    mut by_ref: Driver,
+    events: &[Event],
+) -> ((Vec<Row>, StateSlots), (Vec<Row>, StateSlots)) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for event in events {
+        by_value.handle(event.clone(), &mut a).unwrap();
+        by_ref.handle_ref(event, &mut b).unwrap();
+    }
+    ((a, by_value.snapshot().unwrap()), (b, by_ref.snapshot().unwrap()))
 }

@@ -156,11 +156,17 @@ pub fn text_of_key(key: &[u8]) -> Result<Vec<u8>, crate::codec::DecodeError> {
 
 impl Transform for IdleDetector {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError> {
+        self.on_record_ref(&row, cx)
+    }
+
+    /// Reads the record and keeps none of it (its key is copied into state
+    /// only when new).
+    fn on_record_ref(&mut self, row: &[Value], cx: &mut Context<'_>) -> Result<(), OperatorError> {
         let Some(Value::Timestamp(time)) = row.get(self.plan.time) else {
             return Err(OperatorError::Input(format!("record without a timestamp in column {}", self.plan.time)));
         };
         let time = *time;
-        let bytes = key_bytes_into(std::mem::take(&mut self.scratch), &row, &self.plan.key);
+        let bytes = key_bytes_into(std::mem::take(&mut self.scratch), row, &self.plan.key);
         // Found by its bytes in the reused buffer: a known key costs no allocation.
         let advanced = match self.keys.get_mut(bytes.as_slice()) {
             Some(state) => see(state, time),
@@ -269,6 +275,27 @@ mod tests {
 
     fn wm(time: i64) -> Event {
         Event::Watermark { time, idle: false }
+    }
+
+
+    proptest::proptest! {
+        /// Replay hands records over by reference: the same rows and state
+        /// as the run's path, which hands them over by value.
+        #[test]
+        fn a_borrowed_record_is_handled_as_an_owned_one(
+            items in proptest::collection::vec((0i64..120, 0u8..4, 0u8..3), 0..60)
+        ) {
+            let events: Vec<Event> = items
+                .iter()
+                .map(|&(time, account, kind)| match kind {
+                    0 => Event::Watermark { time, idle: false },
+                    _ => event(time, ["a", "b", "c", "d"][usize::from(account)]),
+                })
+                .collect();
+            let (by_value, by_ref) = crate::operators::driver::by_value_and_by_ref(driver(), driver(), &events);
+            proptest::prop_assert!(!by_value.1 .0.is_empty());
+            proptest::prop_assert_eq!(by_value, by_ref);
+        }
     }
 
     #[test]

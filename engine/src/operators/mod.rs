@@ -75,7 +75,7 @@ use crate::checkpoint::commits::{RowDigest, TxnHandle};
 use crate::checkpoint::StateSlots;
 use crate::defects::Defects;
 use crate::timers::{Timer, TimerService};
-use crate::value::{Row, Schema};
+use crate::value::{Row, Schema, Value};
 
 #[derive(Debug, Error)]
 pub enum OperatorError {
@@ -118,6 +118,15 @@ impl Context<'_> {
 
 pub trait Transform: Send {
     fn on_record(&mut self, row: Row, cx: &mut Context<'_>) -> Result<(), OperatorError>;
+
+    /// A record the caller keeps (replay hands each captured record over
+    /// twice). An operator that only reads its records implements this and
+    /// has `on_record` call it, so both paths are one; the default copies
+    /// the row for `on_record`, which an operator that forwards or keeps its
+    /// rows needs.
+    fn on_record_ref(&mut self, row: &[Value], cx: &mut Context<'_>) -> Result<(), OperatorError> {
+        self.on_record(row.to_vec(), cx)
+    }
 
     /// An event-time timer this operator registered became due.
     fn on_event_timer(&mut self, _timer: Timer, _cx: &mut Context<'_>) -> Result<(), OperatorError> {

@@ -226,7 +226,7 @@ pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
     }
     let mut emissions = Vec::new();
     for event in &evidence.capture.events {
-        driver.handle(event.clone(), &mut emissions).map_err(|e| ReplayError::Failed(e.to_string()))?;
+        driver.handle_ref(event, &mut emissions).map_err(|e| ReplayError::Failed(e.to_string()))?;
     }
     let header = &evidence.capture.header;
     let mut notes = Vec::new();
