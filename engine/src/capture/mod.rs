@@ -19,7 +19,7 @@ pub use format::{
     read_capture, read_capture_shape, Capture, CaptureError, CaptureHeader, CaptureNameMismatch, CaptureShape,
     CapturedEvent, CAPTURE_VERSION,
 };
-pub use recorder::{CaptureOptions, EpochRecorder};
+pub use recorder::{CaptureOptions, CompletedCheckpoint, EpochRecorder};
 pub use spec::{OpSpecFile, SinkEvidence};
 
 use std::path::{Path, PathBuf};

@@ -6,11 +6,20 @@
 //! records an epoch stores no more records (watermarks and clock ticks go on,
 //! up to four times the bound), and its header says it was truncated and how
 //! many events there really were.
+//!
+//! Retention counts completed checkpoints, not closed epochs: a subtask may
+//! close epochs well ahead of the coordinator's markers (up to the protocol's
+//! checkpoints in flight), and the epoch of the newest completed checkpoint
+//! is the evidence an incident right then needs. A recorder keeps its
+//! `retain_epochs` epochs up to the newest completed checkpoint and every
+//! epoch after it.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::checkpoint::durable::temp_name;
 use crate::codec::Writer;
@@ -27,6 +36,27 @@ pub struct CaptureOptions {
     pub records_bound: u64,
     /// Epochs kept per subtask: older epoch files are removed as new ones land.
     pub retain_epochs: u64,
+}
+
+/// The newest checkpoint the run has completed (its marker durable), set by
+/// the coordinator and read by every recorder when it prunes.
+#[derive(Debug, Clone, Default)]
+pub struct CompletedCheckpoint(Arc<AtomicU64>);
+
+impl CompletedCheckpoint {
+    /// Starting at `checkpoint` (0: none yet; a restored run: its restore point).
+    pub fn starting_at(checkpoint: u64) -> Self {
+        Self(Arc::new(AtomicU64::new(checkpoint)))
+    }
+
+    /// `checkpoint` completed; an older one never lowers what is known.
+    pub fn completed(&self, checkpoint: u64) {
+        self.0.fetch_max(checkpoint, Ordering::AcqRel);
+    }
+
+    pub fn newest(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// What one written epoch holds.
@@ -48,6 +78,7 @@ pub struct EpochRecorder {
     subtask: u32,
     bound: u64,
     retain_epochs: u64,
+    completed: CompletedCheckpoint,
     buf: Writer,
     encoder: EventEncoder,
     stored_events: u64,
@@ -60,7 +91,15 @@ pub struct EpochRecorder {
 
 impl EpochRecorder {
     /// Prepares `dir` (the subtask's capture folder) and writes its op.json.
-    pub fn create(dir: PathBuf, bound: u64, retain_epochs: u64, spec: &OpSpecFile) -> io::Result<Self> {
+    /// `completed` is the run's newest completed checkpoint, which retention
+    /// counts back from.
+    pub fn create(
+        dir: PathBuf,
+        bound: u64,
+        retain_epochs: u64,
+        completed: CompletedCheckpoint,
+        spec: &OpSpecFile,
+    ) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let json = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
         write_replacing(&dir, OP_SPEC_NAME, &[&json])?;
@@ -73,6 +112,7 @@ impl EpochRecorder {
             subtask: spec.subtask,
             bound,
             retain_epochs: retain_epochs.max(1),
+            completed,
             buf: Writer::new(),
             encoder: EventEncoder::new(),
             stored_events: 0,
@@ -144,7 +184,7 @@ impl EpochRecorder {
         self.buf = Writer::reusing(body);
         written?;
         self.epochs.insert(epoch);
-        self.prune_before(epoch.saturating_sub(self.retain_epochs - 1))?;
+        self.prune_before(retained_from(self.completed.newest(), epoch, self.retain_epochs))?;
         let written = EpochWritten {
             file,
             stored_events: self.stored_events,
@@ -174,12 +214,7 @@ impl EpochRecorder {
         }
         let rest = self.epochs.split_off(&keep_from);
         for epoch in std::mem::replace(&mut self.epochs, rest) {
-            for name in [epoch_file_name(epoch), sink_evidence_name(epoch)] {
-                match fs::remove_file(self.dir.join(name)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
+            remove_epoch_files(&self.dir, epoch)?;
         }
         Ok(())
     }
@@ -190,6 +225,42 @@ impl EpochRecorder {
         let json = serde_json::to_vec_pretty(evidence).map_err(io::Error::other)?;
         write_replacing(&self.dir, &sink_evidence_name(evidence.epoch), &[&json])
     }
+}
+
+/// THE retention rule: the first epoch a subtask keeps, given the run's
+/// newest completed checkpoint and the newest epoch it closed: `retain`
+/// epochs up to the completed checkpoint, and every epoch after it.
+pub fn retained_from(completed: u64, newest_epoch: u64, retain: u64) -> u64 {
+    completed.min(newest_epoch).saturating_sub(retain.max(1) - 1)
+}
+
+/// Retention applied to a subtask's folder once its recorder is gone: a
+/// subtask closes its last epochs before the run's last markers are written,
+/// so what its recorder kept then is more than the finished run keeps.
+/// Reads the folder once; a folder that does not exist holds nothing.
+pub fn prune_finished(dir: &Path, completed: u64, retain: u64) -> io::Result<()> {
+    let epochs = match epochs_in(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    let Some(&newest) = epochs.last() else {
+        return Ok(());
+    };
+    for &epoch in epochs.range(..retained_from(completed, newest, retain)) {
+        remove_epoch_files(dir, epoch)?;
+    }
+    Ok(())
+}
+
+/// Removes an epoch's capture and sink evidence (either may be absent).
+fn remove_epoch_files(dir: &Path, epoch: u64) -> io::Result<()> {
+    for name in [epoch_file_name(epoch), sink_evidence_name(epoch)] {
+        match fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The epochs whose files (captures or sink evidence) a subtask's folder holds.
@@ -259,8 +330,8 @@ mod tests {
     fn a_borrowed_row_is_recorded_as_its_record_event_is() {
         let dir = tempfile::tempdir().unwrap();
         let row = vec![Value::Timestamp(5), Value::Str("acct-1".into()), Value::Decimal(Decimal::new(-1234, 2))];
-        let mut by_event = EpochRecorder::create(dir.path().join("a"), 10, 5, &spec()).unwrap();
-        let mut by_row = EpochRecorder::create(dir.path().join("b"), 10, 5, &spec()).unwrap();
+        let mut by_event = EpochRecorder::create(dir.path().join("a"), 10, 5, Default::default(), &spec()).unwrap();
+        let mut by_row = EpochRecorder::create(dir.path().join("b"), 10, 5, Default::default(), &spec()).unwrap();
         for _ in 0..2 {
             by_event.record(&Event::Record(row.clone()));
             by_row.record_row(&row);
@@ -280,17 +351,50 @@ mod tests {
         for name in ["epoch-1.cap", "epoch-2.cap", "epoch-2.sink.json", "op.json.keep"] {
             fs::write(sub.join(name), b"earlier run").unwrap();
         }
-        let mut recorder = EpochRecorder::create(sub.clone(), 10, 2, &spec()).unwrap();
+        let completed = CompletedCheckpoint::starting_at(2);
+        let mut recorder = EpochRecorder::create(sub.clone(), 10, 2, completed.clone(), &spec()).unwrap();
+        completed.completed(3);
         recorder.finish_epoch(3).unwrap();
         assert_eq!(files(&sub), ["epoch-2.cap", "epoch-2.sink.json", "epoch-3.cap"]);
         recorder.record_row(&[Value::Int(6)]);
+        completed.completed(4);
         recorder.finish_epoch(4).unwrap();
         assert_eq!(files(&sub), ["epoch-3.cap", "epoch-4.cap"]);
         // The reused buffer holds only its own epoch's events.
         recorder.record_row(&[Value::Int(7)]);
+        completed.completed(5);
         recorder.finish_epoch(5).unwrap();
         let five = read_capture(&fs::read(sub.join("epoch-5.cap")).unwrap()).unwrap();
         assert_eq!(five.events, vec![Event::Record(vec![Value::Int(7)])]);
         assert!(sub.join("op.json.keep").exists(), "other files are left");
+    }
+
+    /// A subtask that runs ahead of the coordinator's markers keeps the
+    /// epoch of the newest completed checkpoint: what an incident right then
+    /// is collected from (counting closed epochs, epoch 2 went when 5 closed).
+    #[test]
+    fn epochs_closed_ahead_of_the_markers_do_not_push_out_the_completed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("subtask-0");
+        let completed = CompletedCheckpoint::default();
+        let mut recorder = EpochRecorder::create(sub.clone(), 10, 2, completed.clone(), &spec()).unwrap();
+        recorder.finish_epoch(1).unwrap();
+        completed.completed(1);
+        recorder.finish_epoch(2).unwrap();
+        completed.completed(2);
+        for epoch in 3..=5 {
+            recorder.finish_epoch(epoch).unwrap();
+        }
+        assert_eq!(files(&sub), ["epoch-1.cap", "epoch-2.cap", "epoch-3.cap", "epoch-4.cap", "epoch-5.cap"]);
+        completed.completed(1); // an older completion never lowers what is known
+        completed.completed(4);
+        recorder.finish_epoch(6).unwrap();
+        assert_eq!(files(&sub), ["epoch-3.cap", "epoch-4.cap", "epoch-5.cap", "epoch-6.cap"]);
+        // The run ends: its last markers came after the subtask's last epoch.
+        drop(recorder);
+        fs::write(sub.join("epoch-4.sink.json"), b"{}").unwrap();
+        prune_finished(&sub, 6, 2).unwrap();
+        assert_eq!(files(&sub), ["epoch-5.cap", "epoch-6.cap"]);
+        prune_finished(&dir.path().join("never-made"), 6, 2).unwrap();
     }
 }

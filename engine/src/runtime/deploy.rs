@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
-use crate::capture::{subtask_dir, EpochRecorder, OpSpecFile};
+use crate::capture::{subtask_dir, CompletedCheckpoint, EpochRecorder, OpSpecFile};
 use crate::checkpoint::{participant_name, FileStateBackend, GENERATION};
 use crate::job::PlannedOperator;
 use crate::operators::driver::Driver;
@@ -169,11 +169,12 @@ pub fn deploy(
     restore_point: u64,
     state: Option<&StateMap>,
     epoch: u64,
+    completed: &CompletedCheckpoint,
 ) -> Result<Deployment, RunError> {
     let (to_coordinator, from_tasks) = unbounded();
     let cancel = Arc::new(AtomicBool::new(false));
     let mut wiring = Wiring::new(participants);
-    let builder = Builder { options, participants, backend, restore_point, state, epoch };
+    let builder = Builder { options, participants, backend, restore_point, state, epoch, completed };
     let mut launches = Vec::new();
     for (task, p) in participants.iter().enumerate() {
         launches.push(builder.launch(task, p, &mut wiring, &to_coordinator, &cancel)?);
@@ -189,6 +190,7 @@ struct Builder<'a> {
     restore_point: u64,
     state: Option<&'a StateMap>,
     epoch: u64,
+    completed: &'a CompletedCheckpoint,
 }
 
 impl Builder<'_> {
@@ -272,7 +274,7 @@ impl Builder<'_> {
         }
         let dir = subtask_dir(&capture.dir, op.spec.id, p.subtask);
         let spec = OpSpecFile::describe(&self.options.job, op, p.subtask);
-        EpochRecorder::create(dir, capture.records_bound, capture.retain_epochs, &spec)
+        EpochRecorder::create(dir, capture.records_bound, capture.retain_epochs, self.completed.clone(), &spec)
             .map(Some)
             .map_err(|e| RunError::Refused(format!("--capture-dir {}: {e}", capture.dir.display())))
     }

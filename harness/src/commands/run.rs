@@ -80,8 +80,9 @@ pub struct RunArgs {
     /// epoch is marked truncated.
     #[arg(long, value_name = "N", default_value_t = 100_000, requires = "capture_dir")]
     capture_records: u64,
-    /// Captured epochs kept per operator subtask; older ones are removed.
-    /// Default: as many as --retain-checkpoints. The run keeps the snapshot
+    /// Captured epochs kept per operator subtask, counted back from the
+    /// newest completed checkpoint (epochs closed after it are kept too);
+    /// older ones are removed. Default: as many as --retain-checkpoints. The run keeps the snapshot
     /// every kept epoch replays from (N + 1 checkpoints where that is more
     /// than --retain-checkpoints), so every captured epoch stays replayable.
     #[arg(long, value_name = "N", requires = "capture_dir", value_parser = clap::value_parser!(u64).range(1..))]

@@ -44,6 +44,8 @@ use super::frames::{ToCoordinator, ToTask};
 use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
 use super::requests::{self, RequestResult};
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
+use crate::capture::recorder::prune_finished;
+use crate::capture::CompletedCheckpoint;
 
 /// How long the coordinator waits for a frame before it looks at its subtasks' threads.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
@@ -73,6 +75,9 @@ pub struct Coordinator {
     dataset: Option<Dataset>,
     /// Requests from outside the process and what became of them.
     requests: RequestBook,
+    /// The newest checkpoint whose marker is durable, which the recorders'
+    /// retention counts back from.
+    completed: CompletedCheckpoint,
 }
 
 impl From<ProtocolError> for RunError {
@@ -122,6 +127,7 @@ impl Coordinator {
             fence: None,
             dataset,
             requests: RequestBook::default(),
+            completed: CompletedCheckpoint::default(),
         })
     }
 
@@ -157,12 +163,22 @@ impl Coordinator {
         if history && !ignores_restores() {
             self.recover()?;
         } else {
-            self.deployment =
-                Some(deploy::deploy(&self.options, &self.participants, &self.backend, 0, None, self.epoch())?);
+            self.deployment = Some(deploy::deploy(
+                &self.options,
+                &self.participants,
+                &self.backend,
+                0,
+                None,
+                self.epoch(),
+                &self.completed,
+            )?);
         }
         let result = self.coordinate();
         if let Some(deployment) = self.deployment.take() {
             deployment.shut_down();
+        }
+        if result.is_ok() {
+            self.prune_captures();
         }
         let outcome = match &result {
             Ok(()) if self.protocol.progress().stopped_with_savepoint => "savepoint",
@@ -173,6 +189,22 @@ impl Coordinator {
         self.answer_at_end(outcome);
         result?;
         Ok(self.protocol.progress())
+    }
+
+    /// A run that ended well keeps the captures its checkpoints do: its
+    /// subtasks closed their last epochs before its last markers. (A run
+    /// that failed keeps all it has: the evidence of what went wrong.)
+    fn prune_captures(&self) {
+        let Some(capture) = &self.options.capture else {
+            return;
+        };
+        for p in self.participants.iter().filter(|p| p.kind != OperatorKind::Source) {
+            let op = self.options.job.operators[p.operator].spec.id;
+            let dir = crate::capture::subtask_dir(&capture.dir, op, p.subtask);
+            if let Err(e) = prune_finished(&dir, self.completed.newest(), capture.retain_epochs) {
+                eprintln!("clink: {}: pruning its captures: {e}", dir.display());
+            }
+        }
     }
 
     /// This run's fencing epoch (0 only before the fence is taken).
@@ -424,6 +456,7 @@ impl Coordinator {
         let marker =
             CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants, self.graph.clone());
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
+        self.completed.completed(checkpoint);
         trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());
         kill_point(FaultPoint::CoordinatorAfterCompletedMarker, checkpoint);
         Ok(())

@@ -104,6 +104,8 @@ impl Coordinator {
             write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
         }
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
+        // What the run restores from is complete, whatever this process saw.
+        self.completed.completed(point.checkpoint);
         self.deployment = Some(deploy::deploy(
             &self.options,
             &self.participants,
@@ -111,6 +113,7 @@ impl Coordinator {
             point.checkpoint,
             state.as_ref(),
             self.epoch(),
+            &self.completed,
         )?);
         Ok(())
     }
