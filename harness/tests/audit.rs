@@ -1539,29 +1539,33 @@ fn dependency_stopped(services: &BTreeMap<String, String>, which: &str) -> Resul
 
 fn main() {
     let mut args = Arguments::from_args();
+    // Most of a scenario's time is waiting (checkpoint intervals, backoffs, a
+    // dedicated broker starting): four at once keep two cores busy.
     if args.test_threads.is_none() {
-        args.test_threads = Some(2);
+        args.test_threads = Some(4);
     }
     type Scenario = fn(&BTreeMap<String, String>) -> Result<(), Failed>;
+    // The longest first (the two that stop a dedicated service, then the
+    // runner's kills), so the suite does not end waiting on one of them.
     let scenarios: Vec<(&str, Scenario)> = vec![
+        ("dependency::kafka-stopped-mid-cycle", |s| dependency_stopped(s, "kafka")),
+        ("dependency::clickhouse-stopped-mid-cycle", |s| dependency_stopped(s, "clickhouse")),
+        ("runner::at-most-four-collected-early", collected_early_bounded),
+        ("runner::killed-in-each-step", killed_in_each_step),
         ("records::healthy-while-polling", |s| healthy(Kind::Records, s)),
         ("windows::healthy-chain", |s| healthy(Kind::Windows, s)),
         ("records::row-added-is-a-discrepancy-until-acknowledged", discrepancy),
         ("records::row-deleted-is-a-discrepancy-naming-its-key", row_deleted),
         ("runner::second-runner-refused", second_runner),
-        ("runner::killed-in-each-step", killed_in_each_step),
         ("selection::latest-only-skips", latest_only),
         ("selection::retention-outruns-expired", expired),
         ("bounds::disk-budget-starts-nothing-deletes-nothing", disk_budget),
         ("credentials-and-hostile-arguments", credentials_and_arguments),
         ("credentials::unset-variable-is-an-error-then-retried", unset_credential),
-        ("runner::at-most-four-collected-early", collected_early_bounded),
         ("runner::reused-pid-left-alone", reused_pid),
         ("windows::state-in-not-the-held-one-is-an-error", state_in_mismatch),
         ("windows::killed-at-a-fault-point-chain-resumes", windows_killed_and_resumed),
         ("windows::broken-chain-reported-where-it-broke", broken_chain),
-        ("dependency::clickhouse-stopped-mid-cycle", |s| dependency_stopped(s, "clickhouse")),
-        ("dependency::kafka-stopped-mid-cycle", |s| dependency_stopped(s, "kafka")),
     ];
     let services = services();
     // The reference is built before any job starts: a job's retention would
