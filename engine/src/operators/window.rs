@@ -355,27 +355,6 @@ mod tests {
         out.iter().map(|r| crate::value::render_line(r)).collect()
     }
 
-
-    proptest::proptest! {
-        /// Replay hands records over by reference: the same rows and state
-        /// as the run's path, which hands them over by value.
-        #[test]
-        fn a_borrowed_record_is_handled_as_an_owned_one(
-            items in proptest::collection::vec((0i64..120, 0u8..4, 0u8..3), 0..60)
-        ) {
-            let events: Vec<Event> = items
-                .iter()
-                .map(|&(time, account, kind)| match kind {
-                    0 => Event::Watermark { time, idle: false },
-                    _ => event(time, ["a", "b", "c", "d"][usize::from(account)], i128::from(time) * 7 - 300),
-                })
-                .collect();
-            let (by_value, by_ref) = crate::operators::driver::by_value_and_by_ref(driver(), driver(), &events);
-            proptest::prop_assert!(!by_value.1 .0.is_empty());
-            proptest::prop_assert_eq!(by_value, by_ref);
-        }
-    }
-
     #[test]
     fn a_window_fires_when_the_watermark_reaches_its_end() {
         let mut d = driver();
