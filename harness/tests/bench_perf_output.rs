@@ -5,7 +5,7 @@
 #[path = "../benches/engine/perf_output.rs"]
 mod perf_output;
 
-use perf_output::{area_of, parse_trace_summary, short, Samples, TraceCall};
+use perf_output::{area_of, parse_inclusive, parse_trace_summary, short, Samples, TraceCall, FILE_PATHS};
 
 #[test]
 fn report_lines_are_read_by_symbol() {
@@ -66,4 +66,22 @@ fn threads_are_listed_busiest_first_when_read() {
     samples.by_thread = Samples::parse(" 25%\t 25\top-1-0\n 75%\t 75\tclink\n").by_symbol;
     let lines = samples.describe("samples");
     assert!(lines[1].ends_with(": clink 75.0%, op-1-0 25.0%"), "{}", lines[1]);
+}
+
+#[test]
+fn inclusive_shares_are_read_from_the_children_column_not_the_self_one() {
+    // As `perf report --children -t '\t' -n --sort sym` prints them: a
+    // function whose time is all in what it calls has 0 samples of its own.
+    let text = "# Children\t    Self\t     Samples\tSymbol\n 29.12% \t 0.04%  \t 3          \t[k] __ext4_new_inode\n 1.93%  \t 0.00%  \t 0          \t[k] do_unlinkat\n 5.84%\t 5.84%\t 437\n";
+    let shares = parse_inclusive(text);
+    assert_eq!(shares.len(), 2, "{shares:?}");
+    assert_eq!(shares["[k] __ext4_new_inode"], 29.12);
+    assert_eq!(shares["[k] do_unlinkat"], 1.93);
+    // The names the recorder's profile looks up are the ones perf prints.
+    assert!(FILE_PATHS.iter().any(|(symbol, _)| shares.contains_key(*symbol)));
+    // In samples: the share of all the run's samples, not of the symbol's own.
+    let mut samples = Samples::parse(" 50.00%\t 1000\t[.] a\n 50.00%\t 1000\t[k] b\n");
+    samples.inclusive = shares;
+    assert_eq!(samples.inclusive_samples("[k] do_unlinkat").map(f64::round), Some(39.0));
+    assert_eq!(samples.inclusive_samples("[k] ext4_create"), None);
 }

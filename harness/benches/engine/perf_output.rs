@@ -11,6 +11,9 @@ pub struct Samples {
     pub total: u64,
     pub by_symbol: BTreeMap<String, u64>,
     pub by_thread: BTreeMap<String, u64>,
+    /// Where read (`perf report --children`): shares in percent counting
+    /// what each symbol calls.
+    pub inclusive: BTreeMap<String, f64>,
 }
 
 impl Samples {
@@ -24,7 +27,13 @@ impl Samples {
                 *by_symbol.entry(symbol.to_string()).or_default() += count;
             }
         }
-        Samples { total: by_symbol.values().sum(), by_symbol, by_thread: BTreeMap::new() }
+        Samples { total: by_symbol.values().sum(), by_symbol, by_thread: BTreeMap::new(), inclusive: BTreeMap::new() }
+    }
+
+    /// The samples under `symbol`, counting what it calls (None when
+    /// `perf report --children` was not read or did not name it).
+    pub fn inclusive_samples(&self, symbol: &str) -> Option<f64> {
+        self.inclusive.get(symbol).map(|share| share * self.total as f64 / 100.0)
     }
 
     /// A profile's lines: the samples by area, then the symbols with the most.
@@ -58,6 +67,29 @@ impl Samples {
         lines
     }
 }
+
+/// `perf report --children -t '\t' -n --sort sym`: `children%\tself%\tcount\tsymbol`.
+/// Each symbol's share of all samples counting what it calls, in percent.
+pub fn parse_inclusive(text: &str) -> BTreeMap<String, f64> {
+    let mut shares = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let fields: Vec<&str> = line.split('\t').map(str::trim).collect();
+        let [children, _, _, symbol] = fields[..] else { continue };
+        if let Some(Ok(share)) = children.strip_suffix('%').map(str::parse::<f64>) {
+            shares.insert(symbol.to_string(), share);
+        }
+    }
+    shares
+}
+
+/// The kernel's paths that create and remove files, by the function every
+/// such call passes through. On ext4 a file's creation is mostly its inode's
+/// allocation, which without a journal skips every recently freed inode.
+pub const FILE_PATHS: [(&str, &str); 3] = [
+    ("[k] __ext4_new_inode", "creating files (ext4 inode allocation)"),
+    ("[k] do_unlinkat", "removing files"),
+    ("[k] vfs_fsync_range", "fsync"),
+];
 
 /// The part of the engine (or the kernel) a symbol belongs to. A heuristic
 /// by name, printed beside the symbols themselves so it can be checked.

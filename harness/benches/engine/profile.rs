@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::perf_output::{area_of, parse_trace_summary, short, Samples, TraceCall};
+use crate::perf_output::{area_of, parse_inclusive, parse_trace_summary, short, Samples, TraceCall, FILE_PATHS};
 use crate::{example_command, fresh_run_dir, generate, Figure};
 
 /// One profile: the figure it explains, how it was taken, what it found.
@@ -128,7 +128,11 @@ fn recorder(scratch: &Path, input: &Path, figure: &Figure) -> Vec<Profile> {
         sampled(scratch, "recorder-off", input, &[]),
         sampled(scratch, "recorder-on", input, &["--capture-dir"]),
     ) {
-        (Ok(off), Ok(on)) => added_by(&off, &on),
+        (Ok(off), Ok(on)) => {
+            let mut lines = added_by(&off, &on);
+            lines.extend(file_paths(&off, &on));
+            lines
+        }
         (Err(why), _) | (_, Err(why)) => vec![format!("unavailable: {why}")],
     };
     vec![Profile { figure: figure.what.clone(), method: method.into(), lines }]
@@ -178,25 +182,48 @@ fn added_by(off: &Samples, on: &Samples) -> Vec<String> {
     lines
 }
 
+/// The samples under the kernel's file paths (creation, removal, fsync),
+/// counting what they call, without capture and with it: what the capture's
+/// files cost beyond their bytes.
+fn file_paths(off: &Samples, on: &Samples) -> Vec<String> {
+    let parts: Vec<String> = FILE_PATHS
+        .iter()
+        .filter_map(|(symbol, what)| match (off.inclusive_samples(symbol), on.inclusive_samples(symbol)) {
+            (None, None) => None,
+            (a, b) => {
+                let (a, b) = (a.unwrap_or(0.0), b.unwrap_or(0.0));
+                Some(format!("{what} {a:.0} without, {b:.0} with ({:+.0})", b - a))
+            }
+        })
+        .collect();
+    if parts.is_empty() {
+        return vec!["the kernel's file paths: none sampled (no call graphs, or another file system)".into()];
+    }
+    vec![format!("samples under the kernel's file paths, with all they call: {}", parts.join("; "))]
+}
+
 /// The samples `perf report` reads from `data`, by symbol.
 fn read_samples(data: &Path) -> Result<Samples, String> {
-    let mut samples = Samples::parse(&report(data, "sym")?);
+    let mut samples = Samples::parse(&report(data, "sym", "--no-children")?);
     if samples.total == 0 {
         return Err("perf recorded no samples".into());
     }
-    samples.by_thread = Samples::parse(&report(data, "comm")?).by_symbol;
+    samples.by_thread = Samples::parse(&report(data, "comm", "--no-children")?).by_symbol;
+    samples.inclusive = parse_inclusive(&report(data, "sym", "--children")?);
     Ok(samples)
 }
 
-/// `perf report`'s rows of `data` sorted by `key`, tab-separated, with counts.
-fn report(data: &Path, key: &str) -> Result<String, String> {
+/// `perf report`'s rows of `data` sorted by `key`, tab-separated, with
+/// counts; `children` is `--no-children` (each symbol's own samples) or
+/// `--children` (with all it calls: the recording needs call graphs).
+fn report(data: &Path, key: &str, children: &str) -> Result<String, String> {
     let out = Command::new("perf")
-        .args(["report", "--stdio", "--no-children", "-g", "none", "-n", "--sort", key, "-t", "\t", "-i"])
+        .args(["report", "--stdio", children, "-g", "none", "-n", "--sort", key, "-t", "\t", "-i"])
         .arg(data)
         .output()
         .map_err(|e| format!("perf report does not start: {e}"))?;
     if !out.status.success() {
-        return Err(format!("perf report --sort {key} exited {}", out.status));
+        return Err(format!("perf report {children} --sort {key} exited {}", out.status));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
