@@ -88,7 +88,7 @@ pub fn parse_inclusive(text: &str) -> BTreeMap<String, f64> {
 pub const FILE_PATHS: [(&str, &str); 3] = [
     ("[k] __ext4_new_inode", "creating files (ext4 inode allocation)"),
     ("[k] do_unlinkat", "removing files"),
-    ("[k] vfs_fsync_range", "fsync"),
+    ("[k] do_fsync", "fsync"),
 ];
 
 /// The part of the engine (or the kernel) a symbol belongs to. A heuristic
