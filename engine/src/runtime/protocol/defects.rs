@@ -86,6 +86,10 @@ impl Protocol {
         // the next checkpoint has every ack (its sinks hold its handle).
         if let Some(c) = self.defect.held_broadcast.take() {
             steps.push(Step::BroadcastCommit { checkpoint: c });
+            // The sinks publish before a restart below can stop them: the
+            // harm then shows in every run, not only in those where the
+            // sinks happened to win the race (a loaded machine lost it 1 in 12).
+            steps.push(Step::AwaitCommits { checkpoint: c });
         }
         // DEFECT complete_above_failed: the held failure is decided now, the
         // checkpoint above completes (nothing was discarded), then the restart.

@@ -786,10 +786,12 @@ mod tests {
         assert!(first.contains(&Step::WriteMarker { checkpoint: 1, kind: Periodic }));
         assert!(!first.iter().any(|s| matches!(s, Step::BroadcastCommit { .. })), "{first:?}");
         assert!(!p.is_done());
-        // 2 fails: 1's broadcast goes out first (its marker is durable), then the restart.
+        // 2 fails: 1's broadcast goes out first (its marker is durable) and
+        // its commits are awaited, then the restart.
         let steps = p.ack(0, 2, Err("x".into())).unwrap();
         assert_eq!(steps[0], Step::BroadcastCommit { checkpoint: 1 });
-        assert_eq!(steps[1], Step::Decided { checkpoint: 2, outcome: Outcome::Failed });
+        assert_eq!(steps[1], Step::AwaitCommits { checkpoint: 1 });
+        assert_eq!(steps[2], Step::Decided { checkpoint: 2, outcome: Outcome::Failed });
         assert!(steps.contains(&Step::Redeploy));
         // A final checkpoint is broadcast at once.
         p.redeployed(1, 3);
