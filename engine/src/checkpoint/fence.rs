@@ -6,7 +6,9 @@
 //! while a second run over a directory a live run owns is refused naming the
 //! owner. Each run that takes the lock numbers itself one above the last
 //! (`_jobs/<job>/EPOCH`, written durably): the epoch the protocol trace
-//! stamps on the coordinator's lines and the source's barriers.
+//! stamps on the coordinator's lines and the source's barriers, and the
+//! incarnation of the directory's lineage (`lineage.rs`), which the lock's
+//! holder begins when the directory records none.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -16,6 +18,7 @@ use thiserror::Error;
 
 use super::durable::{create_dir_durably, write_durably};
 use super::layout::CheckpointLayout;
+use super::lineage::{continue_or_begin, LineageError, LineageId, RunIdentity};
 
 pub const LOCK_NAME: &str = "LOCK";
 pub const EPOCH_NAME: &str = "EPOCH";
@@ -32,6 +35,8 @@ pub enum FenceError {
     Owned { job: u64, owner: String },
     #[error("{path}: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    #[error("the job's lineage: {0}")]
+    Lineage(#[from] LineageError),
 }
 
 /// The lock this run holds, and the epoch it took.
@@ -40,6 +45,14 @@ pub struct Fence {
     /// Held open: closing it (or the process ending) releases the lock.
     _lock: File,
     pub epoch: u64,
+    pub lineage: LineageId,
+}
+
+impl Fence {
+    /// This run: the directory's lineage, and the epoch as its incarnation.
+    pub fn identity(&self) -> RunIdentity {
+        RunIdentity { lineage: self.lineage.clone(), incarnation: self.epoch }
+    }
 }
 
 /// Takes the job's lock and the next epoch, or says who owns the directory.
@@ -64,7 +77,8 @@ pub fn acquire(layout: &CheckpointLayout) -> Result<Fence, FenceError> {
     writeln!(lock, "{}", std::process::id()).map_err(io(path.clone()))?;
     let epoch = last_epoch(layout)? + 1;
     write_durably(&dir, EPOCH_NAME, format!("{epoch}\n").as_bytes()).map_err(io(dir.join(EPOCH_NAME)))?;
-    Ok(Fence { _lock: lock, epoch })
+    let lineage = continue_or_begin(layout)?;
+    Ok(Fence { _lock: lock, epoch, lineage })
 }
 
 /// The epoch the newest run took (0: none has).
@@ -117,11 +131,14 @@ mod tests {
         let layout = CheckpointLayout::new(dir.path(), 3);
         let first = acquire(&layout).unwrap();
         assert_eq!(first.epoch, 1);
+        let first_lineage = first.lineage.clone();
         let refused = acquire(&layout).unwrap_err();
         assert!(refused.to_string().contains(&format!("pid {}", std::process::id())), "{refused}");
         drop(first);
         let second = acquire(&layout).unwrap();
         assert_eq!(second.epoch, 2, "a resume after the owner ended takes the next epoch");
+        assert_eq!(second.lineage, first_lineage, "and continues the lineage");
+        assert_eq!(second.identity().incarnation, 2);
         assert_eq!(last_epoch(&layout).unwrap(), 2);
     }
 

@@ -15,6 +15,7 @@ pub mod durable;
 pub mod fence;
 pub mod graph;
 pub mod layout;
+pub mod lineage;
 pub mod markers;
 pub mod restore;
 pub mod snapshot;

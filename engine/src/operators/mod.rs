@@ -342,6 +342,9 @@ pub struct Environment {
     /// a sink's restored handles up to it were committed by the run that
     /// took it, into that run's output, and are not re-committed here.
     pub imported_checkpoint: Option<u64>,
+    /// Which run this is (the checkpoint directory's lineage and this
+    /// process's incarnation of it); `None` where no job runs, as in a replay.
+    pub run: Option<crate::checkpoint::lineage::RunIdentity>,
 }
 
 /// A stop requested from outside the job, shared by every subtask of a run.

@@ -191,6 +191,7 @@ pub fn main(args: RunArgs) -> Exit {
             follow_input: args.follow_input,
             stop: Default::default(),
             imported_checkpoint: None,
+            run: None,
         },
         checkpoint_dir: args.checkpoint_dir,
         trigger,

@@ -137,10 +137,12 @@ impl Coordinator {
         // exists from the start: a run killed before its first checkpoint is
         // resumed as a recovery.
         let history = self.has_history();
-        self.fence = Some(fence::acquire(&self.layout).map_err(|e| match e {
+        let fence = fence::acquire(&self.layout).map_err(|e| match e {
             FenceError::Owned { .. } => RunError::Refused(e.to_string()),
             other => RunError::Failed(other.to_string()),
-        })?);
+        })?;
+        self.options.env.run = Some(fence.identity());
+        self.fence = Some(fence);
         self.graph = Some(self.record_graph()?);
         let mut history = history;
         if let Some(dataset) = &self.dataset {
