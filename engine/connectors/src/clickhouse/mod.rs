@@ -1,7 +1,8 @@
 //! A ClickHouse server over HTTP, through the `clickhouse` crate: a blocking
 //! connection for one thread, reads in the TabSeparated text format, inserts
 //! of pre-rendered TabSeparated rows, and the description of a table as the
-//! server defines it ([`destination`]).
+//! server defines it ([`destination`]), and what an INSERT carries and what
+//! the server then does with it ([`inserts`]).
 //!
 //! Every name that reaches SQL is quoted as an identifier and every value
 //! rendered as a literal ([`sql`]); nothing here concatenates a name or a
@@ -10,6 +11,7 @@
 //! may have taken effect), because an at-least-once writer has to know which.
 
 pub mod destination;
+pub mod inserts;
 pub mod sql;
 pub mod tsv;
 pub mod types;

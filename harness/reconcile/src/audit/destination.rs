@@ -209,6 +209,8 @@ mod tests {
             engine_full: Known::Value("MergeTree ORDER BY id".into()),
             create_table_query: Known::Unavailable("old".into()),
             data_path: Known::Value(data_path.into()),
+            partition_key: Known::Value(String::new()),
+            dependent_views: Known::Value(String::new()),
             metadata_modification_time: Known::Value(modified.into()),
             columns: Vec::new(),
             settings: Vec::new(),
