@@ -261,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn a_date_time_64_key_column_makes_the_destination_unsupported() {
+    fn a_date_time_64_key_column_is_supported_at_millisecond_precision_only() {
         use clink_engine::value::ColumnType;
         let mut table = destination(Known::Unavailable("old".into()), "/a/", "t");
         table.columns = vec![column("id", "Int64"), column("time", "DateTime64(3)")];
@@ -270,13 +270,16 @@ mod tests {
             Column { name: "time".into(), ty: ColumnType::Timestamp },
         ];
         let kinds = vec![CellKind::Int, CellKind::TimestampMs];
-        let as_key = |key: &[usize]| {
+        let as_key = |table: &Destination, key: &[usize]| {
             let written = Written { columns: &columns, kinds: &kinds, key, destinations: &[] };
-            destination_check(&written, Some(&table), Some(&table), "by data path").0
+            destination_check(&written, Some(table), Some(table), "by data path").0
         };
-        assert_eq!(as_key(&[0]).status, Status::Passed, "a DateTime64 column beside the key reads as before");
-        let keyed = as_key(&[0, 1]);
-        assert_eq!(keyed.status, Status::Unsupported, "{}", keyed.reason);
-        assert!(keyed.reason.contains("key column \"time\" is DateTime64(3)"), "{}", keyed.reason);
+        assert_eq!(as_key(&table, &[0]).status, Status::Passed, "a DateTime64 column beside the key reads as before");
+        let keyed = as_key(&table, &[0, 1]);
+        assert_eq!(keyed.status, Status::Passed, "selected by its instant: {}", keyed.reason);
+        table.columns[1] = column("time", "DateTime64(6)");
+        let finer = as_key(&table, &[0, 1]);
+        assert_eq!(finer.status, Status::Unsupported, "{}", finer.reason);
+        assert!(finer.reason.contains("key column \"time\" is DateTime64(6)"), "{}", finer.reason);
     }
 }
