@@ -146,8 +146,9 @@ impl Target {
 }
 
 /// The engine every 26 trial shares (started once: the import is most of the cost).
+static CHDB: OnceLock<Result<chdb::Chdb, String>> = OnceLock::new();
+
 fn shared_chdb() -> Result<&'static chdb::Chdb, String> {
-    static CHDB: OnceLock<Result<chdb::Chdb, String>> = OnceLock::new();
     CHDB.get_or_init(|| {
         let chdb = chdb::Chdb::start(&scratch())?;
         println!("chdb-core: ClickHouse {} answered {:?} after its start", chdb.version, chdb.started_in);
@@ -631,6 +632,148 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The run over `ck`'s last completed checkpoint.
+    fn last_completed(&self, ck: &str, job_id: &str) -> Result<u64, Failed> {
+        let dir = self.dir.path().join(ck).join("_jobs").join(job_id);
+        std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("COMPLETED-")?.parse().ok())
+            .max()
+            .ok_or_else(|| format!("no completed checkpoint in {}", dir.display()).into())
+    }
+
+    /// The run over `ck` audited from its start to its last checkpoint, the
+    /// whole table read: collect, scope, the independent reference,
+    /// reconcile. Returns the reconciliation's exit code and report.
+    fn audit(&self, ck: &str, job_id: &str, transform: &str, key: Option<&str>) -> Result<(i32, Json), Failed> {
+        let last = self.last_completed(ck, job_id)?;
+        let bundle = self.dir.path().join(format!("{ck}-bundle"));
+        let epochs: Vec<String> = (1..=last + 2).map(|e| e.to_string()).collect();
+        let out = Command::new(clink())
+            .args(["incident-collect", "--job", job_id, "--include-state", "--include-captures"])
+            .args(["--commit-confirmation", "no", "--checkpoint", &last.to_string(), "--epochs", &epochs.join(",")])
+            .arg("--checkpoint-dir")
+            .arg(self.dir.path().join(ck))
+            .arg("--capture-dir")
+            .arg(self.dir.path().join(format!("{ck}-capture")))
+            .arg("--out")
+            .arg(&bundle)
+            .output()?;
+        if !out.status.success() {
+            return Err(format!("incident-collect: {}", stderr(&out)).into());
+        }
+        let scope = self.dir.path().join(format!("{ck}-scope.json"));
+        let out = Command::new(clink())
+            .args(["incident-scope", "--checkpoint", &last.to_string(), "--from-run-start"])
+            .arg(&bundle)
+            .arg("--out")
+            .arg(&scope)
+            .output()?;
+        if !out.status.success() {
+            return Err(format!("incident-scope: {}", stderr(&out)).into());
+        }
+        let reference = self.dir.path().join(format!("{ck}-reference.ndjson"));
+        let args: Vec<std::ffi::OsString> = vec![
+            "--scope".into(),
+            scope.into(),
+            "--bootstrap".into(),
+            self.bootstrap.clone().into(),
+            "--transform".into(),
+            transform.into(),
+            "--run-start-offset".into(),
+            "ALL=0".into(),
+            "--out".into(),
+            reference.clone().into(),
+        ];
+        let code = clink_reference_audit::main_with(args);
+        if code != 0 {
+            return Err(format!("the reference exited {code}").into());
+        }
+        let mut cmd = Command::new(clink());
+        cmd.args(["incident-reconcile", "--json", "--checkpoint", &last.to_string(), "--from-run-start"])
+            .arg(&bundle)
+            .args(["--host", &self.t.address, "--settle-ms", "200", "--reference"])
+            .arg(&reference)
+            .args(["--coverage", "complete-table", "--assume-table-holds-only-this-run"]);
+        if let Some(key) = key {
+            cmd.args(["--key", key]);
+        }
+        let out = cmd.output()?;
+        let report: Json = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("incident-reconcile printed no JSON ({e}): {}", stderr(&out)))?;
+        Ok((out.status.code().unwrap_or(-1), report))
+    }
+}
+
+/// Every check of a report passed, the ones named among them.
+fn all_passed(code: i32, report: &Json, named: &[&str]) -> Result<(), Failed> {
+    let checks: BTreeMap<String, String> = report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| (c["name"].as_str().unwrap_or("?").to_string(), c["status"].as_str().unwrap_or("?").to_string()))
+        .collect();
+    let missing: Vec<_> = named.iter().filter(|n| !checks.contains_key(**n)).collect();
+    if code != 0 || checks.values().any(|s| s != "passed") || !missing.is_empty() {
+        return Err(format!(
+            "exit {code}, checks {checks:?}, missing {missing:?}\nreason: {}\n{}",
+            report["reason"],
+            serde_json::to_string_pretty(&report["checks"]).unwrap_or_default()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The record-wise audit of a run into a 26 table, the whole table read:
+/// every statement of the sink, the reconciler and the audit ran on 26.
+fn records_audit(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let job = Job::new(env, "kafka-clickhouse", RECORDS_TABLE)?;
+    job.run("run", None)?;
+    let (code, report) = job.audit("run", "21", "credits", Some("id"))?;
+    all_passed(
+        code,
+        &report,
+        &["reconcile.destination", "reconcile.rows", "reference.destination", "destination.coverage"],
+    )?;
+    let destination = report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == "reconcile.destination");
+    let ran = only_provoked_refusals()?;
+    println!("26.9: {ran} statements so far, none refused but those trials provoked");
+    println!(
+        "26.9: record-wise audit, whole table: exit 0; {}; {}",
+        destination.map(|c| c["evidence"].to_string()).unwrap_or_default(),
+        statements_about(&job.table)?
+    );
+    Ok(())
+}
+
+/// The windowed audit of a run into a 26 table whose window bounds are
+/// `DateTime64(3, 'UTC')`: the key (account, window_start) is selected by
+/// its instants, and the windows read as values.
+fn windows_audit_datetime64_keys(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let ddl = "(account String, window_start DateTime64(3, 'UTC'), window_end DateTime64(3, 'UTC'), count Int64, sum Decimal(38, 2)) ENGINE = MergeTree ORDER BY (account, window_start)";
+    let job = Job::new(env, "kafka-windows", ddl)?;
+    job.run("run", None)?;
+    let (code, report) = job.audit("run", "22", "windows", None)?;
+    all_passed(
+        code,
+        &report,
+        &["reconcile.destination", "reconcile.rows", "reference.destination", "destination.coverage"],
+    )?;
+    let about = statements_about(&job.table)?;
+    if !about.contains("SELECT toUnixTimestamp64Milli")
+        && !shared_chdb()?.statements()?.iter().any(|s| {
+            s["statement"]
+                .as_str()
+                .is_some_and(|t| t.contains(&job.table) && t.contains("fromUnixTimestamp64Milli(toInt64("))
+        })
+    {
+        return Err("the audit did not select the windows by their instants".into());
+    }
+    println!("26.9: windowed audit keyed by DateTime64(3) window starts: exit 0; {about}");
+    Ok(())
+}
+
 /// A row's cells as THE canonical cells (the values, whatever the spelling).
 fn canonical_line(
     row: &[Option<String>],
@@ -732,6 +875,21 @@ fn statements_about(name: &str) -> Result<String, Failed> {
     Ok(format!("{} statements ran ({kinds:?}); the INSERTs' settings {insert_settings:?}", about.len()))
 }
 
+/// The refusals the 26 engine gave so far: each must belong to a trial that
+/// provokes one (a write under readonly, a view that refuses its rows), or
+/// the project sent 26 a statement it does not take.
+fn only_provoked_refusals() -> Result<usize, Failed> {
+    let all = shared_chdb()?.statements()?;
+    let provoked = ["described_", "viewed_"];
+    if let Some(s) = all
+        .iter()
+        .find(|s| s["ok"] != true && !provoked.iter().any(|p| s["statement"].as_str().unwrap_or_default().contains(p)))
+    {
+        return Err(format!("ClickHouse 26 refused a statement no trial provoked: {s}").into());
+    }
+    Ok(all.len())
+}
+
 /// The same job file run twice over fresh checkpoint directories, into a
 /// table that keeps tokens: both runs' rows are there.
 fn same_job_file_twice(env: &BTreeMap<String, String>) -> Result<(), Failed> {
@@ -820,6 +978,12 @@ fn main() {
     checks.push(("26.9::insert-rules::a-profile-changes-no-claim".into(), true, Box::new(a_profile_changes_no_claim)));
     checks.push(("26.9::sink::same-job-file-twice".into(), true, Box::new(same_job_file_twice)));
     checks.push(("26.9::sink::resend-within-a-run".into(), true, Box::new(resend_within_a_run)));
+    checks.push(("26.9::reconcile::records-audit-whole-table".into(), true, Box::new(records_audit)));
+    checks.push((
+        "26.9::reconcile::windows-audit-datetime64-keys".into(),
+        true,
+        Box::new(windows_audit_datetime64_keys),
+    ));
     let env = services::services(&["CLINK_KAFKA_BOOTSTRAP", "CLINK_CLICKHOUSE_HTTP"]);
     let chdb = chdb::python();
     if let Err(why) = &env {
@@ -842,5 +1006,15 @@ fn main() {
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     eprintln!("clickhouse26: {:?}", started.elapsed());
+    if let Some(Ok(chdb)) = CHDB.get() {
+        // Whatever the trials ran, every statement 26 refused was one a trial provoked.
+        match only_provoked_refusals() {
+            Ok(n) => eprintln!("clickhouse26: ClickHouse {} ran {n} statements, none refused unprovoked", chdb.version),
+            Err(e) => {
+                eprintln!("clickhouse26: {}", e.message().unwrap_or("a statement was refused"));
+                std::process::exit(101);
+            }
+        }
+    }
     conclusion.exit();
 }

@@ -67,10 +67,15 @@ pub(super) fn identify(recorded: &Destination, observed: &Destination) -> Result
     }
     let mut said: Vec<&str> = by;
     said.extend(fallback);
+    let missing: Vec<&str> = [("server", &recorded.server.uuid), ("table", &recorded.table_uuid)]
+        .into_iter()
+        .filter(|(_, uuid)| uuid.identity().is_none())
+        .map(|(what, _)| what)
+        .collect();
     Ok(format!(
-        "by {} (this server has no {}UUIDs; a table dropped and created again within the same second would not be told apart)",
+        "by {} (the evidence holds no {} UUID; a table dropped and created again within the same second would not be told apart)",
         said.join(", "),
-        if recorded.server.uuid.identity().is_none() { "server or table " } else { "table " }
+        missing.join(" or ")
     ))
 }
 
