@@ -108,7 +108,7 @@ pub struct Insert<'a> {
     pub settings: Settings<'a>,
     pub timeout: Duration,
     /// Whether the server writes the rows as one block, so that a refusal
-    /// means nothing landed.
+    /// means nothing landed (THE rule: `inserts::one_block`).
     pub atomic: bool,
 }
 
@@ -213,11 +213,13 @@ impl Connection {
             request.end().await
         });
         result.map_err(|e| match self.classify(insert.what, e, true) {
-            // A refused INSERT written in several blocks may have landed in part.
+            // A refused INSERT that is not one block (several blocks or
+            // partitions, a view that refused rows the table took) may have
+            // landed in part.
             ClickHouseError::Refused { url, what, message } if !insert.atomic => ClickHouseError::InDoubt {
                 url,
                 what,
-                message: format!("{message} (the rows span several blocks, some may have landed)"),
+                message: format!("{message} (the INSERT is not one block: some of its rows may have landed)"),
             },
             other => other,
         })
