@@ -32,6 +32,9 @@
 //!   statement the sink, the reconciler and the audit sent ran without a
 //!   refusal, and the suite prints which.
 //!
+//! `CLINK_CH26_STATEMENTS=1` prints every statement shape 26 ran (literals
+//! blanked) with the settings it carried, once the trials are done.
+//!
 //! Without the chdb venv the `26.9::` trials are ignored as `chdb`, without
 //! the services every trial as `service`; `.ci/run` fails on any ignored.
 
@@ -737,7 +740,7 @@ fn records_audit(env: &BTreeMap<String, String>) -> Result<(), Failed> {
         &["reconcile.destination", "reconcile.rows", "reference.destination", "destination.coverage"],
     )?;
     let destination = report["checks"].as_array().into_iter().flatten().find(|c| c["name"] == "reconcile.destination");
-    let ran = only_provoked_refusals()?;
+    let ran = only_provoked_refusals(false)?;
     println!("26.9: {ran} statements so far, none refused but those trials provoked");
     println!(
         "26.9: record-wise audit, whole table: exit 0; {}; {}",
@@ -878,8 +881,39 @@ fn statements_about(name: &str) -> Result<String, Failed> {
 /// The refusals the 26 engine gave so far: each must belong to a trial that
 /// provokes one (a write under readonly, a view that refuses its rows), or
 /// the project sent 26 a statement it does not take.
-fn only_provoked_refusals() -> Result<usize, Failed> {
+fn only_provoked_refusals(print: bool) -> Result<usize, Failed> {
     let all = shared_chdb()?.statements()?;
+    if print && std::env::var_os("CLINK_CH26_STATEMENTS").is_some() {
+        // Every statement shape 26 ran (names and literals blanked), for a record of what was checked.
+        let mut shapes: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &all {
+            let text = s["statement"].as_str().unwrap_or_default();
+            let blanked: String = text
+                .split(['\'', '`'])
+                .enumerate()
+                .map(|(i, part)| if i % 2 == 1 { "_" } else { part })
+                .collect::<Vec<_>>()
+                .join("");
+            let mut shape = String::new();
+            for c in blanked.chars() {
+                if c.is_ascii_digit() {
+                    if !shape.ends_with('N') {
+                        shape.push('N');
+                    }
+                } else {
+                    shape.push(c);
+                }
+            }
+            let blanked: String = shape.chars().take(150).collect();
+            let mut settings: Vec<&str> =
+                s["settings"].as_array().into_iter().flatten().filter_map(|p| p[0].as_str()).collect();
+            settings.sort_unstable();
+            *shapes.entry(format!("{blanked} [{}] ok={}", settings.join(","), s["ok"])).or_default() += 1;
+        }
+        for (shape, n) in shapes {
+            eprintln!("{n:5} {shape}");
+        }
+    }
     let provoked = ["described_", "viewed_"];
     if let Some(s) = all
         .iter()
@@ -1008,7 +1042,7 @@ fn main() {
     eprintln!("clickhouse26: {:?}", started.elapsed());
     if let Some(Ok(chdb)) = CHDB.get() {
         // Whatever the trials ran, every statement 26 refused was one a trial provoked.
-        match only_provoked_refusals() {
+        match only_provoked_refusals(true) {
             Ok(n) => eprintln!("clickhouse26: ClickHouse {} ran {n} statements, none refused unprovoked", chdb.version),
             Err(e) => {
                 eprintln!("clickhouse26: {}", e.message().unwrap_or("a statement was refused"));
