@@ -226,7 +226,7 @@ pub fn read_only() -> Vec<(&'static str, String)> {
 /// The session settings read: those that decide deduplication (26 has
 /// `deduplicate_insert`, which overrides the two older switches), whether an
 /// INSERT is asynchronous, and how its rows are cut into blocks.
-pub const SESSION_SETTINGS: [&str; 12] = [
+pub const SESSION_SETTINGS: [&str; 11] = [
     "insert_deduplicate",
     "deduplicate_insert",
     "async_insert_deduplicate",
@@ -238,7 +238,6 @@ pub const SESSION_SETTINGS: [&str; 12] = [
     "min_insert_block_size_rows",
     "min_insert_block_size_bytes",
     "use_strict_insert_block_limits",
-    "readonly",
 ];
 /// The MergeTree settings read (server defaults a table's definition may
 /// override).
