@@ -106,6 +106,13 @@ fn reason(status: &Status) -> String {
     }
 }
 
+/// Every file of code the candidate ran with, as one fact: how many, and their one hash.
+fn code_fact(candidate: &Json) -> String {
+    let files = candidate["code"].as_array().map_or(0, Vec::len);
+    let sha = candidate["code_sha256"].as_str().unwrap_or("?");
+    format!("{} (the binary, its loader and libraries): SHA-256 {sha} over all", count(files, "file", "files"))
+}
+
 pub(super) fn html(report: &Report, exit: Exit) -> String {
     let (outcome, summary) = match exit {
         Exit::Passed => (Outcome::Passed, "every selected epoch emitted the same rows on both builds"),
@@ -127,6 +134,7 @@ pub(super) fn html(report: &Report, exit: Exit) -> String {
             ("this build".into(), clink_engine::defects::build_description().to_string()),
             ("candidate build".into(), report.candidate["build"].as_str().unwrap_or("(undeclared)").to_string()),
             ("candidate sha256".into(), report.candidate["sha256"].as_str().unwrap_or("?").to_string()),
+            ("candidate code".into(), code_fact(&report.candidate)),
             ("job".into(), report.job.to_string()),
             ("evidence".into(), report.evidence.clone()),
             ("candidate isolation".into(), isolation_fact(&report.isolation)),
