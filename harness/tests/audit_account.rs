@@ -56,6 +56,11 @@ case "$sub" in
     echo '{"format":"clink-command-result","result":"published","files":1,"bytes":7}';;
   incident-scope)
     if [ "$m" = unsupported ]; then echo "scope: not a job the audit supports" >&2; exit 3; fi
+    if [ "$m" = not-whole ]; then
+      echo '{"format":"clink-scope","version":1,"sources":[]}' > "$out"
+      echo "{\"incomplete\":[\"interval $ck: its evidence is not in the bundle\"]}"
+      exit 3
+    fi
     v=1; from=$(( (ck - 1) * 10 ))
     if [ -f "$CTL/windowed" ]; then v=2; from=0; fi
     if [ -n "$since" ]; then v=3; from=$(( since * 10 )); fi
@@ -774,4 +779,43 @@ fn acknowledge_refuses_a_configuration_run_refuses() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("another configuration"), "{}", said(out));
     }
     assert!(!s.state.join("acks").exists(), "an acknowledgement was written");
+}
+
+// ---- 11. What the runner prints says why, and what to change when nothing will.
+
+#[test]
+fn the_runner_prints_each_outcomes_reason() {
+    let s = Setup::new("printed", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-verify", Some(2), "error");
+    let out = s.command("run").output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("cycle 1: checkpoint 1: passed\n"), "{printed}");
+    assert!(printed.contains("cycle 1: checkpoint 2: error: verify: "), "the reason, not only `error`: {printed}");
+}
+
+#[test]
+fn an_audit_whose_captures_retention_removed_says_so_and_what_to_change() {
+    let s = Setup::new("retention", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-scope", None, "not-whole");
+    // The recorder keeps epochs from 2 on: interval 1's captures are gone.
+    let kept = s.dir.join("capture/op-4/subtask-0");
+    std::fs::create_dir_all(&kept).unwrap();
+    for name in ["epoch-2.cap", "epoch-2.sink.json"] {
+        std::fs::write(kept.join(name), b"").unwrap();
+    }
+    let out = s.command("run").output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(outcome(&s.audit(1)), "expired", "{printed}");
+    assert!(printed.contains("checkpoint 1: expired: scope: the job's capture retention"), "{printed}");
+    assert!(printed.contains("--capture-retain-epochs"), "what to change: {printed}");
+    // Its own captures kept, interval 2's evidence is only not whole yet: tried again.
+    assert_eq!(outcome(&s.audit(2)), "partial", "{printed}");
+    after_backoff();
+    s.run();
+    assert_eq!(attempt_outcomes(&s.audit(1)), ["expired"], "an audit that can never be complete is not retried");
+    assert_eq!(attempt_outcomes(&s.audit(2)), ["partial", "partial"]);
 }

@@ -167,9 +167,9 @@ impl RunProgress for Progress {
         }
     }
 
-    fn published(&mut self, checkpoint: u64, outcome: Outcome) {
+    fn published(&mut self, checkpoint: u64, outcome: Outcome, reason: &str) {
         if let Some(bar) = &self.bar {
-            bar.println(format!("checkpoint {checkpoint}: {}", outcome.as_str()));
+            bar.println(outcome_line(&format!("checkpoint {checkpoint}"), Some(outcome), reason));
         }
     }
 }
@@ -192,12 +192,28 @@ fn summary(ledger: &Ledger, end: &CycleEnd, json: bool) {
     }
     if let Some(c) = last {
         for a in &c.audits {
-            let outcome = a.outcome.map_or("unfinished", |o| o.as_str());
-            println!("cycle {}: checkpoint {}: {outcome}", c.n, a.checkpoint);
+            // The reason of the attempt this cycle made (the ledger's record of it).
+            let reason = ledger
+                .audits
+                .get(&a.checkpoint)
+                .and_then(|r| r.attempts.iter().rev().find(|t| t.cycle == c.n))
+                .and_then(|t| t.reason.clone())
+                .unwrap_or_default();
+            println!("{}", outcome_line(&format!("cycle {}: checkpoint {}", c.n, a.checkpoint), a.outcome, &reason));
         }
         if let Some(note) = &c.note {
             println!("cycle {}: {note}", c.n);
         }
+    }
+}
+
+/// One audit's line: where, the outcome and, unless it passed, why.
+fn outcome_line(at: &str, outcome: Option<Outcome>, reason: &str) -> String {
+    let name = outcome.map_or("unfinished", |o| o.as_str());
+    match outcome {
+        Some(Outcome::Passed) | None => format!("{at}: {name}"),
+        Some(_) if reason.is_empty() => format!("{at}: {name}"),
+        Some(_) => format!("{at}: {name}: {}", clink_basics::text::escape(reason)),
     }
 }
 

@@ -29,6 +29,40 @@ const LINEAGE_DIGITS: usize = 32;
 /// The most of the record read: an id and its newline, with room to see more.
 const MAX_LINEAGE_BYTES: u64 = 64;
 
+/// Why an audit of checkpoint `checkpoint` can never be complete: the
+/// job's capture retention has removed the captures of its interval (some
+/// operator subtask keeps captured epochs, all of them later), so no
+/// attempt can collect them again. `None` when that is not known to be so.
+pub fn captures_purged(capture_dir: &Path, checkpoint: u64) -> Option<String> {
+    let operators = std::fs::read_dir(capture_dir).ok()?;
+    for op in operators.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("op-"))) {
+        for subtask in std::fs::read_dir(op.path()).ok()?.flatten() {
+            let kept: Vec<u64> = std::fs::read_dir(subtask.path())
+                .ok()?
+                .flatten()
+                .filter_map(|f| epoch_of(f.file_name().to_str()?))
+                .collect();
+            let oldest = kept.iter().min().copied();
+            if oldest.is_some_and(|o| o > checkpoint) {
+                return Some(format!(
+                    "the job's capture retention has already removed interval {checkpoint}'s captures \
+                     ({} keeps epochs from {} on), so this audit can never be complete: keep more captured \
+                     epochs (clink run --capture-retain-epochs N, by default as many as --retain-checkpoints) \
+                     or run the runner more often, so each checkpoint is audited before its evidence goes",
+                    subtask.path().display(),
+                    oldest.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The epoch a capture file is of (`epoch-<n>.cap`, `epoch-<n>.sink.json`).
+fn epoch_of(name: &str) -> Option<u64> {
+    name.strip_prefix("epoch-")?.split('.').next()?.parse().ok()
+}
+
 /// A lineage record that is there and does not read as one.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {why}", path.display())]
@@ -144,6 +178,22 @@ mod tests {
                 prop_assert!(bytes.starts_with(id.as_bytes()));
             }
         }
+    }
+
+    #[test]
+    fn captures_removed_by_retention_are_told_from_captures_not_yet_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("op-4/subtask-0");
+        std::fs::create_dir_all(&sub).unwrap();
+        assert_eq!(captures_purged(dir.path(), 4), None, "nothing captured: not known to be gone");
+        for name in ["epoch-5.cap", "epoch-5.sink.json", "epoch-6.sink.json", "op.json"] {
+            std::fs::write(sub.join(name), b"").unwrap();
+        }
+        let why = captures_purged(dir.path(), 4).unwrap();
+        assert!(why.contains("--capture-retain-epochs") && why.contains("from 5 on"), "{why}");
+        assert_eq!(captures_purged(dir.path(), 5), None, "its own epoch is kept");
+        assert_eq!(captures_purged(dir.path(), 7), None, "a later checkpoint's are not yet written");
+        assert_eq!(captures_purged(&dir.path().join("none"), 4), None);
     }
 
     #[test]

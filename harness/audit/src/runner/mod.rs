@@ -106,7 +106,7 @@ pub enum CycleEnd {
 /// What the runner reports as it goes (the binary draws it).
 pub trait RunProgress {
     fn step(&mut self, _cycle: u64, _checkpoint: u64, _step: Step) {}
-    fn published(&mut self, _checkpoint: u64, _outcome: Outcome) {}
+    fn published(&mut self, _checkpoint: u64, _outcome: Outcome, _reason: &str) {}
 }
 
 pub struct NoProgress;
@@ -566,13 +566,14 @@ impl<'a> Runner<'a> {
         let published = self.state.join("reports").join(format!("{}.json", rec.id));
         write_atomically_via(&self.state.join(TMP_DIR), &published, &document)?;
         let outcome = rec.outcome.unwrap_or(Outcome::Error);
+        let reason = rec.attempts.last().and_then(|a| a.reason.clone()).unwrap_or_default();
         let id = rec.id.clone();
         if let Some(rec) = self.ledger.audits.get_mut(&ck) {
             rec.published = true;
         }
         self.save()?;
         self.event("audit-published", json!({"audit": id, "checkpoint": ck, "outcome": outcome.as_str()}));
-        progress.published(ck, outcome);
+        progress.published(ck, outcome, &reason);
         Ok(())
     }
 }
