@@ -502,7 +502,8 @@ fn replay_failure(e: ReplayError) -> Status {
 }
 
 /// A row as cells people read: each value with its type, so a string "1"
-/// and an integer 1 never look alike.
+/// and an integer 1 never look alike, and a timestamp as the UTC time it is
+/// (the engine's one rendering of epoch milliseconds), not a count of them.
 fn cells(row: &clink_engine::value::Row) -> Vec<String> {
     use clink_engine::value::Value;
     row.iter()
@@ -513,7 +514,9 @@ fn cells(row: &clink_engine::value::Row) -> Vec<String> {
             Value::Int(_) => format!("Int({v})"),
             Value::Float(x) => format!("Float({x:?})"),
             Value::Decimal(_) => format!("Decimal({v})"),
-            Value::Timestamp(_) => format!("Timestamp({v})"),
+            Value::Timestamp(ms) => {
+                format!("Timestamp({} UTC)", clink_engine::operators::clickhouse_sink::datetime64_millis(*ms))
+            }
         })
         .collect()
 }
