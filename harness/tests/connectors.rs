@@ -283,15 +283,27 @@ impl Scenario {
         }
     }
 
-    /// The table's rows, rendered as the reference renders its lines.
+    /// The table's rows as the reference writes its lines, read as values
+    /// (a server that prints `12.5` for the `12.50` written holds the same
+    /// decimal: `cells::engine_text`).
     fn table_rows(&self) -> Result<Vec<String>, Failed> {
+        let connection = self.connection();
+        let described = clink_connectors::clickhouse::destination::describe(&connection, "default", &self.table)?;
+        let mut types = Vec::new();
+        for c in self.job.columns() {
+            let column = described.column(c).ok_or_else(|| format!("the table has no column {c}"))?;
+            types.push(clink_connectors::clickhouse::types::ChType::parse(&column.type_name));
+        }
         let columns: Vec<String> = self.job.columns().iter().map(|c| sql::identifier(c)).collect();
         let statement = format!("SELECT {} FROM {}", columns.join(", "), sql::qualified("default", &self.table));
-        let rows = self.connection().select("reading the table back", &statement, &[("readonly", "2".into())])?;
-        Ok(rows
-            .into_iter()
-            .map(|r| r.into_iter().map(|c| c.unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(","))
-            .collect())
+        let rows = connection.select("reading the table back", &statement, &[("readonly", "2".into())])?;
+        rows.into_iter()
+            .map(|r| {
+                let cells: Result<Vec<String>, _> =
+                    r.iter().zip(&types).map(|(c, ty)| clink_reconcile::cells::engine_text(c.as_deref(), ty)).collect();
+                Ok(cells?.join(","))
+            })
+            .collect()
     }
 
     /// The sink's recorded input, per epoch (every subtask's), as lines.
