@@ -7,6 +7,8 @@
 #[path = "bundles/claims.rs"]
 mod claims;
 mod common;
+#[path = "bundles/forge.rs"]
+mod forge;
 
 use common::copy_dir;
 use std::fs;
@@ -340,7 +342,7 @@ fn apply(dir: &Path, action: &Json) {
             fs::write(dir.join(&rel), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
             revouch(dir, &rel);
         }
-        other => panic!("unknown action {other}"),
+        other => assert!(forge::apply(dir, other, action), "unknown action {other}"),
     }
 }
 
@@ -470,6 +472,23 @@ fn run_case(case: &Case) -> Result<(), Failed> {
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
     let code = out.status.code().unwrap_or(-1);
+    // A lie the verifier still tells (issue 59): reproduced while it passes,
+    // and the trial fails once the verdict is right, so the mark is removed.
+    if let Some(Ok(recipe)) = &case.recipe {
+        if let Some(issue) = recipe["known_lie"].as_str() {
+            return match code {
+                0 => Ok(()),
+                c if c == expected_exit => {
+                    Err(format!("no longer a lie: exit {c} as expected; remove known_lie ({issue})").into())
+                }
+                c => Err(format!(
+                    "known lie ({issue}): exit {c}, neither the lie (0) nor the verdict ({expected_exit})\n{}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+                .into()),
+            };
+        }
+    }
     // With --json every outcome, a refusal too, is one JSON document on stdout.
     let snapshot = String::from_utf8_lossy(&out.stdout).replace(&bundle.display().to_string(), "<bundle>");
     if code != expected_exit {

@@ -10,7 +10,14 @@ use libtest_mimic::{Arguments, Failed, Trial};
 fn main() {
     let args = Arguments::from_args();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regressions");
-    let bundles = find_bundles(&root);
+    let bundles = match find_bundles(&root) {
+        Ok(found) => found,
+        Err(e) => {
+            let why = format!("{}: {e}", root.display());
+            let trial = Trial::test("regression::unreadable", move || Err(why.into()));
+            libtest_mimic::run(&args, vec![trial]).exit();
+        }
+    };
     let mut trials: Vec<Trial> = bundles
         .into_iter()
         .map(|dir| {

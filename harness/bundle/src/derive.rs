@@ -223,7 +223,8 @@ pub fn disagreements(bundle: &Bundle) -> Result<Vec<Disagreement>, String> {
         );
     }
 
-    // Delivery: the graph's sinks.
+    // Delivery: the graph's sinks. With no graph (absent, not broken: that
+    // returned above) no sink is known, and a manifest naming one differs.
     let sinks = graph.as_ref().map(delivery).unwrap_or_default();
     if m.delivery != sinks {
         let show = |d: &[SinkDelivery]| {

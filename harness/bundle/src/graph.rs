@@ -138,7 +138,9 @@ impl Bundle {
                         let kind = clink_engine::registry::kind_of(&spec.type_name);
                         (spec.type_name, kind)
                     }
-                    Err(_) => continue,
+                    Err(why) => {
+                        return Err(format!("epochs[{i}] ({}): its op.json says what the operator is: {why}", e.path))
+                    }
                 },
             };
             let Some(kind) = kind else { continue };

@@ -151,6 +151,7 @@ pub struct EpochEntry {
 
 impl EpochEntry {
     pub fn operator_id(&self) -> OperatorId {
+        // The reader accepted `operator` as a decimal id (`decimal_text`).
         OperatorId::parse(&self.operator).unwrap_or(OperatorId(0))
     }
 }
@@ -178,6 +179,7 @@ pub struct Bundle {
 
 impl Bundle {
     pub fn job_id(&self) -> u64 {
+        // The reader accepted `job.id` as a decimal id (`decimal_text`).
         parse_decimal_u64(&self.manifest.job.id).unwrap_or(0)
     }
 

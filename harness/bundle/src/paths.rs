@@ -49,7 +49,8 @@ pub fn check_form(path: &str) -> Result<(), PathRuleError> {
 
 /// Whether any existing component of `root/path` is a symbolic link.
 /// Components that do not exist are not links (a missing file is reported by
-/// the artifact check, not here).
+/// the artifact check, not here); a component that cannot be examined is
+/// named as one, since nothing shows it is not.
 pub fn link_on_path(root: &Path, path: &str) -> Option<PathBuf> {
     let mut at = root.to_path_buf();
     for component in path.split('/') {
@@ -57,7 +58,8 @@ pub fn link_on_path(root: &Path, path: &str) -> Option<PathBuf> {
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.file_type().is_symlink() => return Some(at),
             Ok(_) => {}
-            Err(_) => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(_) => return Some(at),
         }
     }
     None

@@ -251,15 +251,17 @@ fn check_golden_names(golden: &super::emissions::Dump, job: u64, at: &EpochRef) 
     Ok(())
 }
 
-/// The bundles under a directory: its subdirectories holding a manifest.
-pub fn find_bundles(root: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join(MANIFEST).is_file())
-        .collect();
+/// The bundles under a directory: its subdirectories holding a manifest. A
+/// directory or an entry that cannot be read is an error, never a bundle
+/// fewer.
+pub fn find_bundles(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(root)? {
+        let path = entry?.path();
+        if path.join(MANIFEST).is_file() {
+            found.push(path);
+        }
+    }
     found.sort();
-    found
+    Ok(found)
 }

@@ -24,15 +24,20 @@ pub struct ProduceArgs {
     /// The Kafka brokers (HOST:PORT[,HOST:PORT...]).
     #[arg(long, value_name = "HOSTS", env = "CLINK_KAFKA_BOOTSTRAP")]
     bootstrap: String,
+    /// The topic to publish to (created when it does not exist).
     #[arg(long)]
     topic: String,
+    /// The topic's partition count: a new topic is created with it, an
+    /// existing one must have it.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     partitions: u32,
     /// The same seed and accounts always give the same events (gen-input's).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// How many events to publish.
     #[arg(long, default_value_t = 24_000)]
     events: u64,
+    /// How many accounts the events are spread over (acct-001 ...).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     accounts: u32,
     /// Skip the first N events of the stream (publish a continuation).

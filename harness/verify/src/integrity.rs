@@ -150,8 +150,16 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
         .filter_map(|(e, held)| held.err().map(|problem| format!("{}: {problem}", e.path)))
         .collect();
     // And every op.json and sink interval evidence, against its path, the
-    // job graph and the capture it accounts for.
-    let graph = bundle.job_graph().ok().map(|k| k.graph);
+    // job graph and the capture it accounts for. A graph that is named and
+    // does not hold is a contradiction, never "no graph to compare with".
+    let graph = match bundle.job_graph() {
+        Ok(known) => Some(known.graph),
+        Err(clink_bundle::graph::GraphProblem::Absent(_)) => None,
+        Err(clink_bundle::graph::GraphProblem::Broken(why)) => {
+            contradictions.push(format!("the job graph: {why}"));
+            None
+        }
+    };
     for (a, kind) in
         bundle.artifacts_of_kind(|k| matches!(k, ArtifactKind::OpSpec { .. } | ArtifactKind::SinkEvidence { .. }))
     {
@@ -222,12 +230,9 @@ pub fn completeness(bundle: &Bundle) -> CheckResult {
 /// truncation flag and events agree.
 fn capture_holds_together(bundle: &Bundle, e: &clink_bundle::EpochEntry) -> Result<(), String> {
     let (op, subtask, epoch) = (e.operator_id(), e.subtask, e.epoch);
-    let bytes = match bundle.capture_bytes(op, subtask, epoch, clink_replay::MAX_CAPTURE_BYTES) {
-        Ok(bytes) => bytes,
-        // Not there, or not the bytes vouched for: bundle.artifacts says so.
-        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
+    // Listed, so it must read: a file over the reader's bound, or not what
+    // the manifest vouches for, is a problem here too (never "fine").
+    let bytes = bundle.capture_bytes(op, subtask, epoch, clink_replay::MAX_CAPTURE_BYTES).map_err(|e| e.to_string())?;
     let shape = clink_engine::capture::read_capture_shape(&bytes).map_err(|e| e.to_string())?;
     shape.header.check_names(bundle.job_id(), op.0, subtask, epoch).map_err(|e| e.to_string())?;
     match shape.inconsistencies().as_slice() {
@@ -244,11 +249,7 @@ fn op_spec_agrees(
     operator: clink_basics::ids::OperatorId,
     subtask: u32,
 ) -> Result<(), String> {
-    let spec = match bundle.op_spec(operator, subtask) {
-        Ok(spec) => spec,
-        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
+    let spec = bundle.op_spec(operator, subtask).map_err(|e| e.to_string())?;
     if spec.operator_id() != operator.0 || spec.subtask != subtask || spec.job != bundle.manifest.job.id {
         return Err(format!(
             "the op.json names job {} operator {} subtask {}; its path says job {} operator {operator} subtask {subtask}",
@@ -271,11 +272,7 @@ fn sink_evidence_agrees(
     subtask: u32,
     epoch: u64,
 ) -> Result<(), String> {
-    let doc = match bundle.sink_evidence(operator, subtask, epoch) {
-        Ok(doc) => doc,
-        Err(clink_bundle::EvidenceError::Vouch(_)) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
+    let doc = bundle.sink_evidence(operator, subtask, epoch).map_err(|e| e.to_string())?;
     let placed = (bundle.manifest.job.id.as_str(), operator.to_string(), subtask, epoch);
     if (doc.job.as_str(), doc.operator.clone(), doc.subtask, doc.epoch) != placed {
         return Err(format!(

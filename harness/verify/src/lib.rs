@@ -259,8 +259,10 @@ pub fn integrity_checks(bundle: &Bundle) -> Vec<CheckResult> {
 /// says, field by field (`clink_bundle::derive`). Every command that reads a
 /// bundle's evidence calls it once bundle.artifacts has passed: a field the
 /// evidence contradicts refuses the bundle (exit 2), naming the field and
-/// both values. Evidence a field is derived from that does not read is left
-/// to the checks that read it, which fail on it.
+/// both values. Evidence a field is derived from that does not read (or two
+/// pieces of it that disagree, as a job graph and a job manifest naming two
+/// families) refuses it too: a claim that cannot be derived is never taken
+/// as one that holds.
 pub fn claims_hold(bundle: &Bundle) -> Result<(), UsageError> {
     match clink_bundle::derive::disagreements(bundle) {
         Ok(found) if found.is_empty() => Ok(()),
@@ -269,7 +271,9 @@ pub fn claims_hold(bundle: &Bundle) -> Result<(), UsageError> {
             found.len(),
             found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
         ))),
-        Err(_) => Ok(()),
+        Err(why) => Err(UsageError(format!(
+            "the manifest's claims cannot be derived from the bundle's evidence, so none of them is taken: {why}"
+        ))),
     }
 }
 

@@ -406,7 +406,7 @@ fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
 /// savepoint) is not the kind its checkpoint's `Trigger` line gives: the two
 /// name the same checkpoint. A marker the trace has no trigger of (a
 /// checkpoint before tracing began) is left alone; one that does not read
-/// is checkpoint.restore_rule's to fail.
+/// fails this check too (it is compared, never skipped).
 fn markers_disagree_with_triggers(bundle: &Bundle, merged: &trace::MergedTrace) -> Option<String> {
     let triggers: BTreeMap<u64, &str> = merged
         .events
@@ -414,9 +414,15 @@ fn markers_disagree_with_triggers(bundle: &Bundle, merged: &trace::MergedTrace) 
         .filter(|l| l.event() == "Trigger")
         .filter_map(|l| Some((l.fields.get("ckpt")?.as_u64()?, l.fields.get("kind")?.as_str()?)))
         .collect();
-    let completed = bundle.markers().ok()?.completed;
+    let completed = match bundle.markers() {
+        Ok(m) => m.completed,
+        Err(e) => return Some(format!("the markers the traces are compared with do not read: {e}")),
+    };
     for c in completed {
-        let Ok(marker) = bundle.completed_marker(c) else { continue };
+        let marker = match bundle.completed_marker(c) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("COMPLETED-{c} does not read: {e}")),
+        };
         if let Some(kind) = triggers.get(&c) {
             if *kind != marker.kind.as_str() {
                 return Some(format!(

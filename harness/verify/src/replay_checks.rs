@@ -284,6 +284,7 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_
         Some(why) => EpochStatus::Unavailable(format!("{at}: {why}")),
         None => compare_downstream(bundle, job.epochs, &evidence, &rows),
     };
+    // The spec planned when the epoch loaded (`replayable`): this cannot fail.
     let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
     EpochResult { at, determinism, recorded, rows: (whole && keep_rows).then_some(rows), output_schema }
 }
@@ -292,8 +293,9 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_
 fn compare_downstream(bundle: &Bundle, epochs: &BundleEpochs, evidence: &EpochEvidence, rows: &[Row]) -> EpochStatus {
     let spec = &evidence.spec;
     let at = &evidence.at;
-    let Ok(planned) = spec.plan() else {
-        return EpochStatus::Unsupported(format!("{at}: the operator cannot be planned"));
+    let planned = match spec.plan() {
+        Ok(p) => p,
+        Err(e) => return EpochStatus::Failed(format!("{at}: its op.json does not plan: {e}")),
     };
     if !planned.spec.descriptor.replays_as_live {
         return EpochStatus::Unsupported(format!(

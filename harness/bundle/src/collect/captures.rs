@@ -118,6 +118,8 @@ pub(super) fn gather_captures(
                 }
                 let evidence = clink_engine::capture::sink_evidence_name(epoch);
                 let evidence_doc = SinkEvidence::read(&dir.join(&evidence));
+                // Evidence that does not read is collected as it is: the
+                // verifier reads every listed file and refuses it there.
                 let evidence_of_another = match &evidence_doc {
                     Ok(doc) => evidence_names_another(doc, &spec, epoch),
                     Err(_) => None,

@@ -328,6 +328,8 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
     // the job: a scope of an earlier checkpoint reads its own marker's.
     let mut graphs: std::collections::BTreeSet<String> = marker.graph.iter().map(|g| g.file.clone()).collect();
     for id in markers_before.keys().filter_map(|n| parse_completed_marker_name(n)).filter(|id| *id != selected) {
+        // A marker that does not read is collected all the same (below, with
+        // every marker): the verifier reads it and refuses it.
         let Some(g) = job::read_marker(&layout, id).ok().and_then(|m| m.graph) else { continue };
         if graphs.insert(g.file.clone()) {
             b.copy(&layout.jobs_dir().join(&g.file), &format!("{jobs_rel}/{}", g.file), "job_graph", Need::Optional)?;

@@ -4,8 +4,11 @@
 //! dataset's snapshots (`clink check-savepoint`).
 //!
 //! The listing decodes each participant's slots in the job's documented
-//! encodings, with the same decoders the restore paths use: the source's
-//! position, each open window's count and sum, `last_seen`, `idle_count`,
+//! encodings, with the same decoders the restore paths use: a segment
+//! source's position, a Kafka source's (its four slots, one position: per
+//! partition the next offset and the greatest event time, the watermark and
+//! the log's identity, a bounded input's end offsets, the partitions the
+//! watermark waited for), each open window's count and sum, `last_seen`, `idle_count`,
 //! registered timers and watermarks, the sinks' pending handles. Values are
 //! typed. A slot (or a timer) in no documented encoding is listed as such,
 //! with its size and digest, never dropped. A keyed row held by a subtask
@@ -21,23 +24,19 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value as Json};
 
-use clink_basics::digest::sha256_hex;
 use clink_basics::ids::OperatorId;
 
 use crate::checkpoint::backend::FileStateBackend;
 use crate::checkpoint::dataset::Dataset;
 use crate::checkpoint::graph::read_graph;
 use crate::checkpoint::layout::parse_participant_name;
-use crate::checkpoint::snapshot::{Slot, StateSlots};
-use crate::codec::Reader;
-use crate::job::{parse_job, JobGraph, PlannedOperator};
-use crate::keys::{key_of_values, key_values, subtask_for_key};
-use crate::operators::driver::TIMERS_SLOT;
-use crate::operators::idle::{self, TimerKey};
-use crate::operators::{segment_source, staged_sink, window};
+use crate::checkpoint::snapshot::StateSlots;
+use crate::job::{parse_job, JobGraph};
 use crate::state_map::{map_state, slots_hold_state, CompatError};
-use crate::timers::{Clock, Timer, TimerService, NO_WATERMARK};
-use crate::value::{ColumnType, Decimal, Value};
+
+mod lister;
+use crate::value::Value;
+use lister::Lister;
 
 pub const LISTING_FORMAT: &str = "clink-state-listing";
 pub const DIFF_FORMAT: &str = "clink-state-diff";
@@ -192,213 +191,6 @@ pub fn list(dataset: &Dataset) -> Result<Listing, InspectError> {
     }
     listing.operators = operators.into_values().collect();
     Ok(listing)
-}
-
-struct Lister<'a> {
-    listing: &'a mut Listing,
-    id: OperatorId,
-    subtask: u32,
-    op: Option<&'a PlannedOperator>,
-}
-
-impl Lister<'_> {
-    fn uid(&self) -> Option<String> {
-        self.op.map(|o| o.spec.uid.clone())
-    }
-
-    fn row(&mut self, kind: &'static str, values: Vec<Value>) {
-        let row = StateRow {
-            operator: self.id.to_string(),
-            uid: self.uid(),
-            subtask: self.subtask,
-            kind,
-            values: values.iter().map(typed_json).collect(),
-        };
-        self.listing.rows.push(row);
-    }
-
-    /// A keyed row: listed as state when this subtask owns the key, apart otherwise.
-    fn keyed_row(&mut self, kind: &'static str, key: &[u8], values: Vec<Value>) {
-        let parallelism = self.op.map_or(1, |o| o.spec.parallelism);
-        let row = StateRow {
-            operator: self.id.to_string(),
-            uid: self.uid(),
-            subtask: self.subtask,
-            kind,
-            values: values.iter().map(typed_json).collect(),
-        };
-        if subtask_for_key(key, parallelism) == self.subtask {
-            self.listing.rows.push(row);
-        } else {
-            self.listing.misplaced.push(row);
-        }
-    }
-
-    fn undocumented(&mut self, name: &str, slot: &Slot, entry: Option<String>, reason: String) {
-        let item = Undocumented {
-            operator: self.id.to_string(),
-            uid: self.uid(),
-            subtask: self.subtask,
-            slot: name.to_string(),
-            entry,
-            bytes: slot.bytes.len() as u64,
-            sha256: sha256_hex(&slot.bytes),
-            reason,
-        };
-        self.listing.undocumented.push(item);
-    }
-
-    fn participant(&mut self, op: &PlannedOperator, slots: &StateSlots) {
-        let type_name = op.spec.type_name.as_str();
-        for (name, slot) in &slots.0 {
-            let one = single(name, slot);
-            let listed = match (type_name, name.as_str()) {
-                (_, TIMERS_SLOT) if is_transform(op) => self.timers(op, name, slot),
-                (segment_source::TYPE, segment_source::POSITION_SLOT) => self.position(&one),
-                (window::TYPE, window::WINDOWS_SLOT) => self.windows(&one),
-                (idle::TYPE, idle::LAST_SEEN_SLOT) => self.keyed_i64(&one, name, "last_seen", Value::Timestamp),
-                (idle::TYPE, idle::IDLE_COUNT_SLOT) => self.keyed_i64(&one, name, "idle_count", Value::Int),
-                (staged_sink::TYPE, staged_sink::HANDLES_SLOT) => self.handles(&one),
-                _ => Err(format!("{type_name} documents no slot {name:?} at version {}", slot.version)),
-            };
-            if let Err(reason) = listed {
-                self.undocumented(name, slot, None, reason);
-            }
-        }
-    }
-
-    fn position(&mut self, slots: &StateSlots) -> Result<(), String> {
-        let p = segment_source::decode_position(slots).map_err(|e| e.to_string())?;
-        let watermark = if p.watermark == NO_WATERMARK { Value::Null } else { Value::Timestamp(p.watermark) };
-        self.row(
-            "source.position",
-            vec![Value::Str(p.segment), Value::Int(p.line as i64), watermark, Value::Bool(p.ended)],
-        );
-        Ok(())
-    }
-
-    fn windows(&mut self, slots: &StateSlots) -> Result<(), String> {
-        let windows = window::decode_windows(slots).map_err(|e| e.to_string())?;
-        for (key, per_key) in windows {
-            let key_row = key_values(&key).map_err(|e| e.to_string())?;
-            for (start, (count, sum)) in per_key {
-                let mut values = key_row.clone();
-                values.extend([Value::Timestamp(start), Value::Int(count), sum]);
-                self.keyed_row("window", &key, values);
-            }
-        }
-        Ok(())
-    }
-
-    fn keyed_i64(
-        &mut self,
-        slots: &StateSlots,
-        name: &str,
-        kind: &'static str,
-        make: fn(i64) -> Value,
-    ) -> Result<(), String> {
-        let map = crate::operators::keyed::get_keyed(slots, name, idle::SLOT_VERSION, |r| r.i64())
-            .map_err(|e| e.to_string())?;
-        for (key, v) in map {
-            let mut values = key_values(&key).map_err(|e| e.to_string())?;
-            values.push(make(v));
-            self.keyed_row(kind, &key, values);
-        }
-        Ok(())
-    }
-
-    fn handles(&mut self, slots: &StateSlots) -> Result<(), String> {
-        for h in staged_sink::decode_handles(slots).map_err(|e| e.to_string())?.into_values() {
-            self.row(
-                "sink.handle",
-                vec![
-                    Value::Int(h.checkpoint as i64),
-                    Value::Str(h.file),
-                    Value::Int(h.rows as i64),
-                    Value::Int(h.bytes as i64),
-                    Value::Str(h.sha256),
-                ],
-            );
-        }
-        Ok(())
-    }
-
-    /// The driver's slot: the watermark, and each timer with its key decoded
-    /// in the encoding the operator documents for its timers.
-    fn timers(&mut self, op: &PlannedOperator, name: &str, slot: &Slot) -> Result<(), String> {
-        if slot.version != crate::operators::driver::TIMERS_SLOT_VERSION {
-            return Err(format!("timers at version {}", slot.version));
-        }
-        let mut service = TimerService::new(Clock::Manual(0));
-        let mut r = Reader::new(&slot.bytes);
-        service.decode(&mut r).and_then(|()| r.finish()).map_err(|e| e.to_string())?;
-        let watermark = service.watermark();
-        self.row("watermark", vec![if watermark == NO_WATERMARK { Value::Null } else { Value::Timestamp(watermark) }]);
-        let text_keys = op.spec.type_name == idle::TYPE && idle::timer_key_of(&op.spec.params) == TimerKey::Text;
-        let key_type = text_keys.then(|| text_key_type(op)).flatten();
-        let timers =
-            service.event_timers().map(|t| ("event", t)).chain(service.processing_timers().map(|t| ("processing", t)));
-        let mut faults = Vec::new();
-        let mut rows = Vec::new();
-        for (i, (domain, timer)) in timers.enumerate() {
-            match timer_key(timer, text_keys, key_type) {
-                Ok((canonical, key)) => rows.push((domain, timer.clone(), canonical, key)),
-                Err(reason) => faults.push((i, reason)),
-            }
-        }
-        for (domain, timer, canonical, key) in rows {
-            let mut values = vec![Value::Str(domain.into()), Value::Timestamp(timer.time), Value::Int(timer.namespace)];
-            values.extend(key);
-            if canonical.is_empty() {
-                self.row("timer", values);
-            } else {
-                self.keyed_row("timer", &canonical, values);
-            }
-        }
-        for (i, reason) in faults {
-            self.undocumented(name, slot, Some(format!("timer {i}")), reason);
-        }
-        Ok(())
-    }
-}
-
-fn single(name: &str, slot: &Slot) -> StateSlots {
-    let mut slots = StateSlots::new();
-    slots.0.insert(name.to_string(), slot.clone());
-    slots
-}
-
-fn is_transform(op: &PlannedOperator) -> bool {
-    op.spec.kind() == crate::operators::OperatorKind::Transform
-}
-
-/// The type of an idle detector's one key column, for its text timer keys.
-fn text_key_type(op: &PlannedOperator) -> Option<ColumnType> {
-    let column = op.spec.params.get("key")?.as_array()?.first()?.as_str()?;
-    op.input_schema.as_ref()?.column(column).map(|(_, c)| c.ty)
-}
-
-/// A timer's key: its canonical bytes and its values. An unkeyed timer has
-/// neither. A key in neither documented encoding is an error.
-fn timer_key(timer: &Timer, text: bool, key_type: Option<ColumnType>) -> Result<(Vec<u8>, Vec<Value>), String> {
-    if timer.key.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    if !text {
-        let values = key_values(&timer.key).map_err(|e| format!("the timer's key is not a canonical key: {e}"))?;
-        return Ok((timer.key.to_vec(), values));
-    }
-    let text = std::str::from_utf8(&timer.key).map_err(|_| "a text timer key that is not UTF-8".to_string())?;
-    let value = match key_type {
-        Some(ColumnType::String) => Some(Value::Str(text.to_string())),
-        Some(ColumnType::Int) => text.parse().ok().map(Value::Int),
-        Some(ColumnType::Timestamp) => text.parse().ok().map(Value::Timestamp),
-        Some(ColumnType::Bool) => text.parse().ok().map(Value::Bool),
-        Some(ColumnType::Decimal { scale }) => Decimal::parse(text, scale).ok().map(Value::Decimal),
-        Some(ColumnType::Float) | None => None,
-    }
-    .ok_or_else(|| format!("text timer key {text:?} does not read as the key column's type"))?;
-    Ok((key_of_values(std::slice::from_ref(&value)), vec![value]))
 }
 
 /// One participant's slot-by-slot comparison.
@@ -577,9 +369,15 @@ mod tests {
     use crate::checkpoint::snapshot::SnapshotHeader;
     use crate::checkpoint::{participant_name, CheckpointLayout};
     use crate::event::Event;
+    use crate::keys::subtask_for_key;
     use crate::operators::driver::Driver;
+    use crate::operators::keyed::key_of_values;
+    use crate::operators::{kafka_source, segment_source, staged_sink};
+    use crate::timers::Clock;
+    use crate::timers::NO_WATERMARK;
+    use crate::value::Decimal;
 
-    const EXAMPLE: &str = include_str!("../../fixtures/jobs/example/job.json");
+    const EXAMPLE: &str = include_str!("../../../fixtures/jobs/example/job.json");
 
     fn record(time: i64, account: &str) -> Event {
         Event::Record(vec![Value::Timestamp(time), Value::Str(account.into()), Value::Decimal(Decimal::new(150, 2))])
@@ -716,5 +514,53 @@ mod tests {
         assert!(check.refusal.unwrap().contains("operator 3 (uid \"windows\""));
         let raw = raw_diff(&dataset, &dataset, &[]).unwrap();
         assert!(raw.equal);
+    }
+
+    #[test]
+    fn a_kafka_sources_four_slots_are_listed_as_its_position() {
+        let job = parse_job(include_str!("../../../fixtures/jobs/kafka-kafka/job.json")).unwrap();
+        let op = job.operators.iter().find(|o| o.spec.type_name == kafka_source::TYPE).unwrap();
+        let mut position = kafka_source::Position { log: "{\"topic\":\"events\"}".into(), ..Default::default() };
+        position.partitions.insert(0, kafka_source::PartitionPosition { next: 12, greatest: 5_000 });
+        position.partitions.insert(1, kafka_source::PartitionPosition { next: 0, greatest: NO_WATERMARK });
+        position.end = Some(BTreeMap::from([(0, 40), (1, 41)]));
+        position.waited_for = vec![1];
+        position.watermark = 4_000;
+        let mut listing = Listing {
+            format: LISTING_FORMAT,
+            version: VERSION,
+            job: job.job_id.to_string(),
+            checkpoint: 1,
+            kind: "periodic".into(),
+            dataset_digest: String::new(),
+            graph_known: true,
+            operators: Vec::new(),
+            rows: Vec::new(),
+            misplaced: Vec::new(),
+            undocumented: Vec::new(),
+        };
+        let mut lister = Lister { listing: &mut listing, id: op.spec.id, subtask: 0, op: Some(op) };
+        lister.participant(op, &kafka_source::encode_position(&position));
+        assert!(listing.undocumented.is_empty(), "{:?}", listing.undocumented);
+        let kinds: Vec<&str> = listing.rows.iter().map(|r| r.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "source.kafka.partition",
+                "source.kafka.partition",
+                "source.kafka.log",
+                "source.kafka.end",
+                "source.kafka.end",
+                "source.kafka.waited_for"
+            ]
+        );
+        // A slot that does not decode leaves all four undocumented, each with the reason.
+        let mut broken = kafka_source::encode_position(&position);
+        broken.put(kafka_source::END_SLOT, crate::checkpoint::SlotKind::Operator, 1, vec![9]);
+        listing.rows.clear();
+        let mut lister = Lister { listing: &mut listing, id: op.spec.id, subtask: 0, op: Some(op) };
+        lister.participant(op, &broken);
+        assert_eq!(listing.undocumented.len(), 4, "{:?}", listing.undocumented);
+        assert!(listing.rows.is_empty());
     }
 }
