@@ -735,11 +735,19 @@ fn a_directory_named_to_collect_from_must_exist_and_an_empty_part_is_said_absent
         swapped.output().unwrap()
     };
     // A mistyped directory is bad usage, named, with nothing published.
-    for (flag, dir) in [("--capture-dir", "capture"), ("--trace-dir", "traces"), ("--checkpoint-dir", "ck")] {
+    // It says what makes the directory, and that a job run without one is
+    // collected without the flag.
+    for (flag, dir, what_to_do) in [
+        ("--capture-dir", "capture", "leave --capture-dir out for a job run without it"),
+        ("--trace-dir", "traces", "only where CLINK_PROTOCOL_TRACE_DIR pointed"),
+        ("--ha-dir", "ha", "leave --ha-dir out for a job run without it"),
+        ("--checkpoint-dir", "ck", "the job's clink run was given as --checkpoint-dir"),
+    ] {
         let refused = swap(dir, &live.path("no-such"));
         assert_eq!(refused.status.code(), Some(2), "{flag}: {}", String::from_utf8_lossy(&refused.stdout));
         let said = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
         assert!(said.contains(flag) && said.contains("no such directory"), "{flag}: {said}");
+        assert!(said.contains(what_to_do), "{flag}: {said}");
         assert!(!out.exists(), "{flag}: a refused collection published {}", out.display());
     }
     // An existing, empty capture directory: the bundle says captures are absent, and why.

@@ -88,9 +88,26 @@ fn not_a_directory(flag: &str, dir: &Path) -> Option<String> {
         Ok(m) if m.is_dir() => None,
         Ok(_) => Some(format!("{flag} {}: not a directory", dir.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Some(format!("{flag} {}: no such directory", dir.display()))
+            Some(format!("{flag} {}: no such directory ({})", dir.display(), who_makes(flag)))
         }
         Err(e) => Some(format!("{flag} {}: {e}", dir.display())),
+    }
+}
+
+/// What writes the directory behind `flag`, and what to do when the job
+/// never had one: the job's own options decide which exist.
+fn who_makes(flag: &str) -> &'static str {
+    match flag {
+        "--ha-dir" => "a job writes it only when run with --ha-dir; leave --ha-dir out for a job run without it",
+        "--capture-dir" => {
+            "a job records captures only when run with --capture-dir; leave --capture-dir out for a job run \
+             without it"
+        }
+        "--trace-dir" => {
+            "a job writes protocol traces only where CLINK_PROTOCOL_TRACE_DIR pointed when it ran; leave \
+             --trace-dir out for a job run without it"
+        }
+        _ => "name the directory the job's clink run was given as --checkpoint-dir",
     }
 }
 
