@@ -194,6 +194,32 @@ pub fn list(dataset: &Dataset) -> Result<Listing, InspectError> {
     Ok(listing)
 }
 
+/// One participant's state as `state-cat` lists it: the keyed rows it holds
+/// whose key another subtask owns (the key-group rule of `keys.rs`), and
+/// the slots no documented encoding reads. A verifier holds a subtask's
+/// snapshot to its key-group range with this.
+pub fn misplaced_and_undocumented(
+    op: &PlannedOperator,
+    subtask: u32,
+    slots: &StateSlots,
+) -> (Vec<StateRow>, Vec<Undocumented>) {
+    let mut listing = Listing {
+        format: LISTING_FORMAT,
+        version: VERSION,
+        job: String::new(),
+        checkpoint: 0,
+        kind: String::new(),
+        dataset_digest: String::new(),
+        graph_known: true,
+        operators: Vec::new(),
+        rows: Vec::new(),
+        misplaced: Vec::new(),
+        undocumented: Vec::new(),
+    };
+    Lister { listing: &mut listing, id: op.spec.id, subtask, op: Some(op) }.participant(op, slots);
+    (listing.misplaced, listing.undocumented)
+}
+
 struct Lister<'a> {
     listing: &'a mut Listing,
     id: OperatorId,

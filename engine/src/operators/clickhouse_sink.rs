@@ -290,7 +290,7 @@ impl ClickHouseSink {
     /// Sends the interval's rows, retrying within the attempts allowed.
     fn insert(&mut self, checkpoint: u64, body: Vec<u8>, rows: u64) -> Result<LedgerEntry, OperatorError> {
         let destination = self.destination.as_ref().ok_or_else(|| self.refuse("written before it was opened"))?;
-        let token = format!("clink-{}-{}-{}-{checkpoint}", self.job, self.uid, self.subtask);
+        let token = insert_token(&self.job, &self.uid, self.subtask, checkpoint);
         let token_supported = destination.setting("insert_deduplication_token").is_some();
         let deduplicates = destination.deduplicates_resends() && token_supported;
         let mut settings = vec![("insert_deduplicate", "1".to_string())];
@@ -425,6 +425,12 @@ impl Sink for ClickHouseSink {
             "interval": interval,
         })
     }
+}
+
+/// The deduplication token of a subtask's INSERT of a checkpoint interval:
+/// what its evidence's ledger names, and what a verifier recomputes.
+pub fn insert_token(job: &str, uid: &str, subtask: u32, checkpoint: u64) -> String {
+    format!("clink-{job}-{uid}-{subtask}-{checkpoint}")
 }
 
 /// Sends each interval once it is complete; a restore may send rows again.

@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// Drop the state of operators the job no longer has (or whose uid
     /// changed) instead of refusing the restore.
     pub allow_non_restored_state: bool,
+    /// The job manifest to publish in an HA directory once the run holds the
+    /// checkpoint directory, naming the run (`--ha-dir`).
+    pub job_manifest: Option<(PathBuf, crate::job_manifest::JobManifest)>,
 }
 
 /// A checkpoint dataset to restore a new run from.
