@@ -14,11 +14,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::checkpoint::durable::{create_dir_durably, write_durably};
+use crate::checkpoint::identity::RunIdentity;
 
 pub const FORMAT: &str = "clink-job-manifest";
-pub const VERSION: u64 = 1;
+/// Version 2 names the run that published it; version 1, read still, does not.
+pub const VERSION: u64 = 2;
+/// The version of a manifest no run has published yet.
+pub const VERSION_UNIDENTIFIED: u64 = 1;
 pub const MANIFEST_NAME: &str = "manifest.json";
 pub const STATUS_NAME: &str = "status.json";
+pub const STATUS_VERSION: u64 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +38,18 @@ pub struct JobManifest {
     pub checkpoint_trigger: String,
     pub requires_commit_confirmation: bool,
     pub started_at_ms: u64,
+    /// The run that published it, once it held the checkpoint directory (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
+}
+
+impl JobManifest {
+    /// The manifest as `run` publishes it (version 2).
+    pub fn published_by(mut self, run: RunIdentity) -> Self {
+        self.version = VERSION;
+        self.run = Some(run);
+        self
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +80,7 @@ pub fn retire(ha_dir: &Path, job: u64, terminal: &str, ended_at_ms: u64) -> io::
     let dir = job_dir(ha_dir, job);
     let status = JobStatus {
         format: "clink-job-status".into(),
-        version: VERSION,
+        version: STATUS_VERSION,
         job: job.to_string(),
         terminal: terminal.into(),
         ended_at_ms,
@@ -105,8 +122,14 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<JobManifest, JobManifestError>
         return Err(invalid(format!("{} bytes, over the limit of {MAX_MANIFEST_BYTES}", bytes.len())));
     }
     let manifest: JobManifest = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
-    if manifest.format != FORMAT || manifest.version > VERSION {
+    if manifest.format != FORMAT || !(1..=VERSION).contains(&manifest.version) {
         return Err(invalid(format!("format {:?} version {}", manifest.format, manifest.version)));
+    }
+    if (manifest.version >= VERSION) != manifest.run.is_some() {
+        return Err(invalid(format!(
+            "version {} names the run that published it exactly from version 2",
+            manifest.version
+        )));
     }
     Ok(manifest)
 }

@@ -169,6 +169,8 @@ struct RoleFile {
 
 struct Tracer {
     pid: u32,
+    /// The start stamp in this process's file names.
+    start: u64,
     files: [Mutex<RoleFile>; 2],
 }
 
@@ -198,11 +200,18 @@ pub fn init(dir: &Path) -> io::Result<()> {
     let file = |role: Role| {
         Mutex::new(RoleFile { path: dir.join(format!("{}-{pid}-{start}.ndjson", role.name())), file: None, seq: 0 })
     };
-    let tracer = Tracer { pid, files: [file(Role::Coordinator), file(Role::Worker)] };
+    let tracer = Tracer { pid, start, files: [file(Role::Coordinator), file(Role::Worker)] };
     if TRACER.set(tracer).is_ok() {
         ENABLED.store(true, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// `<pid>-<start>`, the part of this process's trace file names after the
+/// role, when tracing is on: what a run's record names, so the verifier can
+/// tie trace files to the run that wrote them.
+pub fn process_stamp() -> Option<String> {
+    TRACER.get().map(|t| format!("{}-{}", t.pid, t.start))
 }
 
 fn now_micros() -> u64 {

@@ -43,6 +43,16 @@ m=ok
 echo "$sub $ck since=$since $m" >> "$CTL/calls"
 case "$sub" in
   incident-collect)
+    if [ "$m" = moving ]; then
+      # The job completes another checkpoint during every collection; only
+      # checkpoint 1's is copied before it moves on.
+      n=$(ls "$ckdir/_jobs/$job" | sed -n 's/^COMPLETED-//p' | sort -n | tail -1); n=$((n + 1))
+      echo "{\"job\":\"$job\",\"checkpoint\":$n}" > "$ckdir/_jobs/$job/COMPLETED-$n"
+      if [ "$ck" != 1 ]; then
+        echo '{"format":"clink-command-result","result":"refused","kind":"changed","reason":"the markers changed"}'
+        exit 2
+      fi
+    fi
     if [ "$m" = missing ]; then
       echo '{"format":"clink-command-result","result":"refused","kind":"missing","reason":"the state is gone"}'
       exit 2
@@ -818,4 +828,35 @@ fn an_audit_whose_captures_retention_removed_says_so_and_what_to_change() {
     s.run();
     assert_eq!(attempt_outcomes(&s.audit(1)), ["expired"], "an audit that can never be complete is not retried");
     assert_eq!(attempt_outcomes(&s.audit(2)), ["partial", "partial"]);
+}
+
+// ---- 12. A cycle ends while the job outruns every collection.
+
+#[test]
+fn a_cycle_ends_when_the_job_moves_during_every_collection() {
+    let s = Setup::new("moving", "sequential", false);
+    s.complete(1);
+    s.steer("incident-collect", None, "moving");
+    let mut child = s.command("run").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the cycle did not end in 60 s; collections: {}", s.calls().lines().count());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let collected_early: std::collections::BTreeSet<String> = s
+        .calls()
+        .lines()
+        .filter_map(|l| l.strip_prefix("incident-collect "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|ck| ck != "1")
+        .collect();
+    assert!(
+        !collected_early.is_empty() && collected_early.len() <= 4,
+        "checkpoints collected early in one cycle: {collected_early:?}"
+    );
+    assert_eq!(outcome(&s.audit(1)), "passed");
 }

@@ -399,7 +399,10 @@ impl TxnProducer {
 /// The newest committed mark of a transactional id on `topic` (see
 /// [`TxnProducer::mark`]): its offset (a checkpoint id) and its note, or
 /// `None` when no transaction of the id ever committed one. Read with
-/// OffsetFetch by a consumer that joins nothing.
+/// OffsetFetch by a consumer that joins nothing, without asking for stable
+/// offsets: a transaction left open (its process killed) holds a pending
+/// mark the broker would otherwise make the reader wait on until the
+/// transaction ends; the committed mark is what is asked for.
 pub fn last_mark(
     bootstrap: &str,
     transactional_id: &str,
@@ -411,6 +414,7 @@ pub fn last_mark(
         .set("bootstrap.servers", bootstrap)
         .set("group.id", transactional_id)
         .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
         .create()
         .map_err(|e| TxnError::Config { message: format!("creating the mark's reader: {e}") })?;
     let mut asked = TopicPartitionList::new();

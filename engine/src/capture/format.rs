@@ -1,14 +1,15 @@
-//! The capture format (`.cap`), version 3, and versions 2 and 1 (records
+//! The capture format (`.cap`), version 4, and versions 3, 2 and 1 (records
 //! only) it still reads.
 //!
 //! A header (job, operator, subtask, epoch, the capture bound, whether the
-//! epoch was truncated, and the true counts) is followed by the stored events.
+//! epoch was truncated, the true counts and, from version 4, the run that
+//! wrote it: lineage and incarnation) is followed by the stored events.
 //! Past the bound, records are dropped and the header says so; watermarks and
 //! clock ticks have their own budget of four times the bound. The reader
 //! tolerates a file cut short: it returns the events that decode whole and
 //! says the file was cut.
 //!
-//! Version 3 is compact: integers are zigzag varints, a timestamp, a
+//! Versions 3 and 4 are compact: integers are zigzag varints, a timestamp, a
 //! watermark or a clock position is the difference from the previous one of
 //! its kind in the file, and a string seen before in the file is the index of
 //! its first appearance (up to [`DICTIONARY_LIMIT`] strings). Every event
@@ -18,12 +19,15 @@
 
 use thiserror::Error;
 
+use crate::checkpoint::identity::{decode_run, encode_run, RunIdentity};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::event::Event;
 use crate::value::{decode_row, Decimal, Value, MAX_DECIMAL_SCALE, MAX_ROW_COLUMNS};
 
 pub const CAPTURE_MAGIC: &[u8; 8] = b"CLNKCAP\0";
-pub const CAPTURE_VERSION: u32 = 3;
+pub const CAPTURE_VERSION: u32 = 4;
+/// The compact events without the writer's identity in the header; still read.
+pub const CAPTURE_VERSION_COMPACT: u32 = 3;
 /// Every value in the canonical row encoding; still read.
 pub const CAPTURE_VERSION_CANONICAL: u32 = 2;
 /// The records-only format of older builds, still read.
@@ -70,6 +74,8 @@ pub struct CaptureHeader {
     pub true_records: u64,
     /// How many events the file holds after the header.
     pub stored_events: u64,
+    /// The run that wrote it (version 4 on).
+    pub run: Option<RunIdentity>,
 }
 
 pub type CapturedEvent = Event;
@@ -234,6 +240,9 @@ pub fn encode_header(h: &CaptureHeader) -> Vec<u8> {
         .u64(h.true_events)
         .u64(h.true_records)
         .u64(h.stored_events);
+    if h.version >= CAPTURE_VERSION {
+        encode_run(&mut w, h.run.as_ref());
+    }
     w.into_bytes()
 }
 
@@ -461,8 +470,9 @@ fn decode_event_v2(r: &mut Reader<'_>, version: u32) -> Result<Event, DecodeErro
     }
 }
 
-/// The most bytes a capture header takes: what [`read_capture_header`] needs.
-pub const MAX_HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 8 + 8 + 1 + 8 + 8 + 8;
+/// The most bytes a capture header takes: what [`read_capture_header`] needs
+/// (the run: a flag, the lineage's length and 32 digits, the incarnation).
+pub const MAX_HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 8 + 8 + 1 + 8 + 8 + 8 + (1 + 4 + 32 + 8);
 
 /// Reads only a capture's header (from at least its first
 /// [`MAX_HEADER_BYTES`] bytes, or the whole file if shorter): what a reader
@@ -477,7 +487,7 @@ fn read_header_from(r: &mut Reader<'_>) -> Result<CaptureHeader, CaptureError> {
     }
     let version = r.u32().map_err(CaptureError::Header)?;
     match version {
-        CAPTURE_VERSION | CAPTURE_VERSION_CANONICAL | CAPTURE_VERSION_RECORDS_ONLY => {}
+        CAPTURE_VERSION | CAPTURE_VERSION_COMPACT | CAPTURE_VERSION_CANONICAL | CAPTURE_VERSION_RECORDS_ONLY => {}
         v if v > CAPTURE_VERSION => return Err(CaptureError::NewerVersion(v)),
         v => return Err(CaptureError::UnknownVersion(v)),
     }
@@ -493,6 +503,7 @@ fn read_header_from(r: &mut Reader<'_>) -> Result<CaptureHeader, CaptureError> {
             true_events: r.u64()?,
             true_records: r.u64()?,
             stored_events: r.u64()?,
+            run: if version >= CAPTURE_VERSION { decode_run(r)? } else { None },
         })
     })()
     .map_err(CaptureError::Header)
@@ -553,7 +564,8 @@ fn walk(
     let mut decoder = EventDecoder { strings: Vec::new(), last: Deltas::default(), keep: strings };
     let mut read = 0u64;
     while read < header.stored_events {
-        let event = if version == CAPTURE_VERSION { decoder.event(&mut r) } else { decode_event_v2(&mut r, version) };
+        let compact = version >= CAPTURE_VERSION_COMPACT;
+        let event = if compact { decoder.event(&mut r) } else { decode_event_v2(&mut r, version) };
         match event {
             Ok(event) => each(at_most, event),
             Err(_) => {
@@ -612,7 +624,23 @@ mod tests {
             true_events: events.len() as u64,
             true_records: events.iter().filter(|e| matches!(e, Event::Record(_))).count() as u64,
             stored_events: events.len() as u64,
+            run: None,
         }
+    }
+
+    #[test]
+    fn a_version_4_header_carries_the_run_that_wrote_it() {
+        let run = RunIdentity {
+            lineage: crate::checkpoint::identity::LineageId::parse("00112233445566778899aabbccddeeff").unwrap(),
+            incarnation: 7,
+        };
+        let events = events(CAPTURE_VERSION);
+        let mut h = header(CAPTURE_VERSION, &events);
+        h.run = Some(run.clone());
+        let bytes = encode_capture(&h, &events);
+        assert_eq!(read_capture_header(&bytes).unwrap().run, Some(run));
+        assert_eq!(read_capture(&bytes).unwrap().events, events);
+        assert!(encode_header(&h).len() <= MAX_HEADER_BYTES);
     }
 
     #[test]
@@ -647,6 +675,14 @@ mod tests {
         if version == CAPTURE_VERSION {
             return encode_capture(&header(version, &events), &events);
         }
+        if version == CAPTURE_VERSION_COMPACT {
+            // A version 3 file: the compact events, no writer in the header.
+            let mut bytes = encode_header(&header(version, &events));
+            let (mut w, mut encoder) = (Writer::new(), EventEncoder::new());
+            events.iter().for_each(|e| encoder.encode(&mut w, e));
+            bytes.extend(w.into_bytes());
+            return bytes;
+        }
         let mut bytes = encode_header(&header(version, &events));
         let mut w = Writer::new();
         for e in &events {
@@ -664,7 +700,9 @@ mod tests {
 
     #[test]
     fn every_version_reads_back() {
-        for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY] {
+        for version in
+            [CAPTURE_VERSION, CAPTURE_VERSION_COMPACT, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY]
+        {
             let capture = read_capture(&encode(version)).unwrap();
             let events = events(version);
             assert_eq!(capture.header, header(version, &events), "version {version}");
@@ -734,8 +772,8 @@ mod tests {
     #[test]
     fn newer_versions_are_refused() {
         let mut bytes = encode(CAPTURE_VERSION);
-        bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
-        assert_eq!(read_capture(&bytes), Err(CaptureError::NewerVersion(4)));
+        bytes[8..12].copy_from_slice(&(CAPTURE_VERSION + 1).to_le_bytes());
+        assert_eq!(read_capture(&bytes), Err(CaptureError::NewerVersion(CAPTURE_VERSION + 1)));
     }
 
     proptest! {
@@ -753,7 +791,7 @@ mod tests {
         /// the same refusal, counts and cut on any damaged file.
         #[test]
         fn the_shape_is_what_the_whole_read_counts(cut in 0usize..400, flip in 0usize..400, bit in 0u8..8) {
-            for version in [CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY] {
+            for version in [CAPTURE_VERSION, CAPTURE_VERSION_COMPACT, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY] {
                 let mut bytes = encode(version);
                 if flip < bytes.len() { bytes[flip] ^= 1 << bit; }
                 let bytes = &bytes[..cut.min(bytes.len())];

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::checkpoint::durable::temp_name;
+use crate::checkpoint::identity::RunIdentity;
 use crate::codec::Writer;
 use crate::event::Event;
 use crate::value::Value;
@@ -76,6 +77,9 @@ pub struct EpochRecorder {
     job: u64,
     operator: u64,
     subtask: u32,
+    /// The run writing (from its op.json): every epoch file and sink
+    /// evidence names it.
+    run: Option<RunIdentity>,
     bound: u64,
     retain_epochs: u64,
     completed: CompletedCheckpoint,
@@ -110,6 +114,7 @@ impl EpochRecorder {
             job: spec.job_id(),
             operator: spec.operator_id(),
             subtask: spec.subtask,
+            run: spec.run.clone(),
             bound,
             retain_epochs: retain_epochs.max(1),
             completed,
@@ -175,6 +180,7 @@ impl EpochRecorder {
             true_events: self.true_events,
             true_records: self.true_records,
             stored_events: self.stored_events,
+            run: self.run.clone(),
         };
         // The buffer keeps its capacity for the next epoch.
         let body = std::mem::take(&mut self.buf).into_bytes();
@@ -222,7 +228,8 @@ impl EpochRecorder {
     /// Writes a sink's interval evidence for `epoch` (after the epoch's
     /// capture, whose pruning removes it too).
     pub fn write_sink_evidence(&self, evidence: &SinkEvidence) -> io::Result<()> {
-        let json = serde_json::to_vec_pretty(evidence).map_err(io::Error::other)?;
+        let evidence = evidence.clone().written_by(self.run.clone());
+        let json = serde_json::to_vec_pretty(&evidence).map_err(io::Error::other)?;
         write_replacing(&self.dir, &sink_evidence_name(evidence.epoch), &[&json])
     }
 }
@@ -315,6 +322,7 @@ mod tests {
             output_schema: Schema::default(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            run: None,
         }
     }
 

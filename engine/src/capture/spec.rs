@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use thiserror::Error;
 
+use crate::checkpoint::identity::RunIdentity;
 use crate::job::{JobGraph, OperatorSpec, Partition, PlannedOperator};
 use crate::registry::{self, UnknownType};
 use crate::value::Schema;
@@ -41,7 +42,10 @@ fn invalid(path: &Path, reason: impl Into<String>) -> SpecError {
 
 pub const OP_SPEC_FORMAT: &str = "clink-op-spec";
 pub const SINK_EVIDENCE_FORMAT: &str = "clink-sink-evidence";
-pub const DOC_VERSION: u64 = 1;
+/// Version 2 names the run that wrote the document; version 1, still read, does not.
+pub const DOC_VERSION: u64 = 2;
+/// The version of a document that names no run (written outside a run).
+pub const DOC_VERSION_UNIDENTIFIED: u64 = 1;
 /// An op.json or sink evidence document larger than this is refused unread.
 pub const MAX_DOC_BYTES: u64 = 4 << 20;
 
@@ -75,9 +79,54 @@ pub struct OpSpecFile {
     pub output_schema: Schema,
     pub inputs: Vec<Neighbour>,
     pub outputs: Vec<Neighbour>,
+    /// The run that deployed the subtask and wrote this file (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
+}
+
+/// A document's version for whether it names its writer, and the rule the
+/// readers hold it to: version 2 names one, version 1 none.
+fn version_for(run: Option<&RunIdentity>) -> u64 {
+    if run.is_some() {
+        DOC_VERSION
+    } else {
+        DOC_VERSION_UNIDENTIFIED
+    }
+}
+
+fn check_version(
+    path: &Path,
+    format: &str,
+    expected: &str,
+    version: u64,
+    run: Option<&RunIdentity>,
+) -> Result<(), SpecError> {
+    if format != expected || !(1..=DOC_VERSION).contains(&version) {
+        return Err(invalid(
+            path,
+            format!("format {format:?} version {version}; this build reads {expected:?} versions 1 to {DOC_VERSION}"),
+        ));
+    }
+    if version != version_for(run) {
+        return Err(invalid(
+            path,
+            format!(
+                "version {version} {} the run that wrote it",
+                if run.is_some() { "does not name" } else { "names" }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl OpSpecFile {
+    /// The same spec, as the run `run` writes it.
+    pub fn written_by(mut self, run: Option<RunIdentity>) -> Self {
+        self.version = version_for(run.as_ref());
+        self.run = run;
+        self
+    }
+
     pub fn describe(graph: &JobGraph, op: &PlannedOperator, subtask: u32) -> Self {
         let neighbour = |id: OperatorId, partition: &Partition| {
             let other = graph.operator(id);
@@ -91,7 +140,7 @@ impl OpSpecFile {
         };
         OpSpecFile {
             format: OP_SPEC_FORMAT.into(),
-            version: DOC_VERSION,
+            version: DOC_VERSION_UNIDENTIFIED,
             job: graph.job_id.to_string(),
             id: op.spec.id.to_string(),
             uid: op.spec.uid.clone(),
@@ -103,6 +152,7 @@ impl OpSpecFile {
             output_schema: op.output_schema.clone(),
             inputs: graph.inputs_of(op.spec.id).map(|e| neighbour(e.from, &e.partition)).collect(),
             outputs: graph.outputs_of(op.spec.id).map(|e| neighbour(e.to, &e.partition)).collect(),
+            run: None,
         }
     }
 
@@ -125,15 +175,7 @@ impl OpSpecFile {
     /// names it in errors).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, SpecError> {
         let spec: OpSpecFile = parse_doc(path, bytes)?;
-        if spec.format != OP_SPEC_FORMAT || spec.version > DOC_VERSION {
-            return Err(invalid(
-                path,
-                format!(
-                    "format {:?} version {}; this build reads {OP_SPEC_FORMAT:?} up to version {DOC_VERSION}",
-                    spec.format, spec.version
-                ),
-            ));
-        }
+        check_version(path, &spec.format, OP_SPEC_FORMAT, spec.version, spec.run.as_ref())?;
         for (field, value) in [("job", &spec.job), ("id", &spec.id)] {
             if parse_decimal_u64(value).is_none() {
                 return Err(invalid(path, format!("{field}: expected decimal text, found {value:?}")));
@@ -189,6 +231,9 @@ pub struct SinkEvidence {
     /// it. Absent from evidence written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<BarrierWatermark>,
+    /// The run that wrote it (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 /// The watermark a sink held at a barrier: `last` is `None` when no
@@ -217,10 +262,15 @@ impl SinkEvidence {
     /// Parses and checks interval evidence's bytes (read from `path`).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, SpecError> {
         let doc: SinkEvidence = parse_doc(path, bytes)?;
-        if doc.format != SINK_EVIDENCE_FORMAT || doc.version > DOC_VERSION {
-            return Err(invalid(path, format!("format {:?} version {}", doc.format, doc.version)));
-        }
+        check_version(path, &doc.format, SINK_EVIDENCE_FORMAT, doc.version, doc.run.as_ref())?;
         Ok(doc)
+    }
+
+    /// The same evidence, as the run `run` writes it.
+    pub fn written_by(mut self, run: Option<RunIdentity>) -> Self {
+        self.version = version_for(run.as_ref());
+        self.run = run;
+        self
     }
 }
 

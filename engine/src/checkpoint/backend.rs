@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::durable::{create_dir_durably, write_all_durably};
+use super::identity::RunIdentity;
 use super::layout::{
     parse_snapshot_name, participant_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
 };
 use super::snapshot::{
-    decode_snapshot, encode_snapshot, SlotMeta, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
+    decode_snapshot_by, encode_snapshot_by, SlotMeta, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
     META_FORMAT, META_VERSION,
 };
 use clink_basics::digest::sha256_hex;
@@ -61,6 +62,8 @@ pub struct VerifiedSnapshot {
     pub meta: SnapshotMeta,
     pub header: SnapshotHeader,
     pub slots: StateSlots,
+    /// The run that wrote it, as its header and sidecar both name it.
+    pub run: Option<RunIdentity>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,8 +89,10 @@ impl FileStateBackend {
     ) -> Result<SnapshotMeta, StateError> {
         let dir = self.layout.participant_dir(GENERATION, participant);
         create_dir_durably(&dir).map_err(io_error(&dir))?;
-        let bytes = encode_snapshot(header, slots);
-        let meta = SnapshotMeta::describe(header, participant, slots, &bytes);
+        // Both files name the run writing through this layout.
+        let run = self.layout.writer();
+        let bytes = encode_snapshot_by(header, slots, run.as_ref());
+        let meta = SnapshotMeta::describe(header, participant, slots, &bytes).written_by(run);
         let snap_name = snapshot_name(header.checkpoint);
         let meta_json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| StateError::MetaInvalid { path: dir.clone(), reason: e.to_string() })?;
@@ -200,11 +205,11 @@ pub fn parse_snapshot_meta(meta_path: &Path, text: &[u8]) -> Result<SnapshotMeta
     }
     let meta: SnapshotMeta = serde_json::from_slice(text)
         .map_err(|e| StateError::MetaInvalid { path: meta_path.to_path_buf(), reason: e.to_string() })?;
-    if meta.format != META_FORMAT || meta.version > META_VERSION {
+    if meta.format != META_FORMAT || meta.version > META_VERSION || !meta.version_names_run() {
         return Err(StateError::MetaInvalid {
             path: meta_path.to_path_buf(),
             reason: format!(
-                "format {:?} version {}; this build reads {META_FORMAT:?} up to version {META_VERSION}",
+                "format {:?} version {}; this build reads {META_FORMAT:?} up to version {META_VERSION}, naming the run that wrote it exactly from version 2",
                 meta.format, meta.version
             ),
         });
@@ -305,8 +310,15 @@ pub fn verify_snapshot_bytes(
             reason: format!("SHA-256 {digest}, the sidecar vouches for {}", meta.sha256),
         });
     }
-    let (header, slots) =
-        decode_snapshot(bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
+    let (header, slots, run) =
+        decode_snapshot_by(bytes).map_err(|source| StateError::Decode { path: snap_path.to_path_buf(), source })?;
+    if run != meta.run {
+        let show = |r: &Option<RunIdentity>| r.as_ref().map_or("no run".to_string(), ToString::to_string);
+        return Err(StateError::Mismatch {
+            path: snap_path.to_path_buf(),
+            reason: format!("the snapshot names {}, its sidecar {}", show(&run), show(&meta.run)),
+        });
+    }
     // Every field of every slot the sidecar describes (name, kind, version,
     // size) is what the snapshot holds, in its order.
     let held: Vec<SlotMeta> = slots
@@ -323,7 +335,7 @@ pub fn verify_snapshot_bytes(
             reason: format!("the sidecar lists slots {:?}, the snapshot holds {:?}", show(&meta.states), show(&held)),
         });
     }
-    Ok(VerifiedSnapshot { meta, header, slots })
+    Ok(VerifiedSnapshot { meta, header, slots, run })
 }
 
 #[cfg(test)]

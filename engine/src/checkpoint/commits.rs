@@ -31,13 +31,25 @@ use serde::{Deserialize, Serialize};
 use super::backend::read_dir_names;
 use super::durable::{create_dir_durably, sync_dir, write_durably};
 use super::graph::GraphRef;
+use super::identity::RunIdentity;
 use super::layout::{CheckpointLayout, RECEIPT_PREFIX, UNRESOLVED_PREFIX};
 use super::markers::MarkerError;
 
 pub const RECEIPT_FORMAT: &str = "clink-commit-receipt";
 pub const UNRESOLVED_FORMAT: &str = "clink-unresolved-marker";
 pub const CONFIRMED_FORMAT: &str = "clink-confirmed-marker";
-pub const COMMITS_VERSION: u64 = 1;
+/// Version 2 names the run that wrote the file; version 1, read still (and
+/// written outside a run), does not.
+pub const COMMITS_VERSION: u64 = 2;
+const COMMITS_VERSION_UNIDENTIFIED: u64 = 1;
+
+fn commits_version(run: Option<&RunIdentity>) -> u64 {
+    if run.is_some() {
+        COMMITS_VERSION
+    } else {
+        COMMITS_VERSION_UNIDENTIFIED
+    }
+}
 /// A receipt or marker larger than this is refused unread (a handle holds
 /// 16 hex digits per row of its transaction: about four million rows).
 pub const MAX_COMMITS_BYTES: u64 = 64 << 20;
@@ -121,6 +133,9 @@ pub struct Receipt {
     /// `walk` (the in-doubt walk's probe) or `open` (a reopening sink's settlement).
     pub proven_by: String,
     pub handle: TxnHandle,
+    /// The run that wrote it (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 /// A handle the walk could not prove, left for the owning sink's open.
@@ -132,6 +147,9 @@ pub struct UnresolvedMarker {
     pub job: String,
     pub participant: String,
     pub handle: TxnHandle,
+    /// The run that wrote it (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 /// Every sink's commit of a checkpoint is receipted.
@@ -147,6 +165,9 @@ pub struct ConfirmedMarker {
     /// Who confirmed it: `sinks` (every sink's CommitConfirmed) or `walk`.
     pub confirmed_by: String,
     pub graph: Option<GraphRef>,
+    /// The run that wrote it (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 /// Who proved a commit, as a receipt records it.
@@ -174,13 +195,15 @@ pub fn write_receipt(
     handle: &TxnHandle,
     proven_by: ProvenBy,
 ) -> Result<(), MarkerError> {
+    let run = layout.writer();
     let receipt = Receipt {
         format: RECEIPT_FORMAT.into(),
-        version: COMMITS_VERSION,
+        version: commits_version(run.as_ref()),
         job: layout.job().to_string(),
         participant: participant.to_string(),
         proven_by: proven_by.as_str().into(),
         handle: handle.clone(),
+        run,
     };
     write_json(&layout.receipt(participant, handle.checkpoint), &receipt)
 }
@@ -208,7 +231,7 @@ pub fn parse_receipt_bytes(
     checkpoint: u64,
 ) -> Result<Receipt, MarkerError> {
     let receipt: Receipt = parse_json(path, bytes)?;
-    check_names(path, RECEIPT_FORMAT, (&receipt.format, receipt.version), job, &receipt.job)?;
+    check_names(path, RECEIPT_FORMAT, (&receipt.format, receipt.version), job, &receipt.job, receipt.run.as_ref())?;
     check_handle(path, participant, &receipt.participant, checkpoint, &receipt.handle)?;
     Ok(receipt)
 }
@@ -220,12 +243,14 @@ pub fn list_receipts(layout: &CheckpointLayout, participant: &str) -> Result<Vec
 
 /// Leaves an unresolved marker of `handle` for `participant`'s next open.
 pub fn write_unresolved(layout: &CheckpointLayout, participant: &str, handle: &TxnHandle) -> Result<(), MarkerError> {
+    let run = layout.writer();
     let marker = UnresolvedMarker {
         format: UNRESOLVED_FORMAT.into(),
-        version: COMMITS_VERSION,
+        version: commits_version(run.as_ref()),
         job: layout.job().to_string(),
         participant: participant.to_string(),
         handle: handle.clone(),
+        run,
     };
     write_json(&layout.unresolved(participant, handle.checkpoint), &marker)
 }
@@ -241,9 +266,21 @@ pub fn read_unresolved(
         path: path.clone(),
         reason: "listed, then gone before it was read".into(),
     })?;
-    let marker: UnresolvedMarker = parse_json(&path, &bytes)?;
-    check_names(&path, UNRESOLVED_FORMAT, (&marker.format, marker.version), layout.job(), &marker.job)?;
-    check_handle(&path, participant, &marker.participant, checkpoint, &marker.handle)?;
+    parse_unresolved_bytes(&path, &bytes, layout.job(), participant, checkpoint)
+}
+
+/// Parses an unresolved marker's bytes (read from `path`) and checks that it
+/// names `job`, `participant` and `checkpoint`, as its path does.
+pub fn parse_unresolved_bytes(
+    path: &Path,
+    bytes: &[u8],
+    job: u64,
+    participant: &str,
+    checkpoint: u64,
+) -> Result<UnresolvedMarker, MarkerError> {
+    let marker: UnresolvedMarker = parse_json(path, bytes)?;
+    check_names(path, UNRESOLVED_FORMAT, (&marker.format, marker.version), job, &marker.job, marker.run.as_ref())?;
+    check_handle(path, participant, &marker.participant, checkpoint, &marker.handle)?;
     Ok(marker)
 }
 
@@ -273,19 +310,23 @@ pub fn clear_unresolved(layout: &CheckpointLayout, participant: &str) -> Result<
 
 /// Makes `CONFIRMED-<checkpoint>` durable.
 pub fn write_confirmed(layout: &CheckpointLayout, marker: &ConfirmedMarker) -> Result<(), MarkerError> {
-    write_json(&layout.confirmed_marker(marker.checkpoint), marker)
+    let mut marker = marker.clone();
+    marker.run = layout.writer();
+    marker.version = commits_version(marker.run.as_ref());
+    write_json(&layout.confirmed_marker(marker.checkpoint), &marker)
 }
 
 impl ConfirmedMarker {
     pub fn new(job: u64, checkpoint: u64, sinks: Vec<String>, confirmed_by: &str, graph: Option<GraphRef>) -> Self {
         ConfirmedMarker {
             format: CONFIRMED_FORMAT.into(),
-            version: COMMITS_VERSION,
+            version: COMMITS_VERSION_UNIDENTIFIED,
             job: job.to_string(),
             checkpoint,
             sinks,
             confirmed_by: confirmed_by.into(),
             graph,
+            run: None,
         }
     }
 }
@@ -308,7 +349,7 @@ pub fn parse_confirmed_bytes(
     checkpoint: u64,
 ) -> Result<ConfirmedMarker, MarkerError> {
     let marker: ConfirmedMarker = parse_json(path, bytes)?;
-    check_names(path, CONFIRMED_FORMAT, (&marker.format, marker.version), job, &marker.job)?;
+    check_names(path, CONFIRMED_FORMAT, (&marker.format, marker.version), job, &marker.job, marker.run.as_ref())?;
     if marker.checkpoint != checkpoint {
         return Err(MarkerError::Invalid {
             path: path.to_path_buf(),
@@ -352,12 +393,16 @@ fn check_names(
     (found, version): (&str, u64),
     job: u64,
     names_job: &str,
+    run: Option<&RunIdentity>,
 ) -> Result<(), MarkerError> {
     let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
-    if found != format || version != COMMITS_VERSION {
+    if found != format || !(1..=COMMITS_VERSION).contains(&version) {
         return Err(invalid(format!(
-            "format {found:?} version {version}; this build reads {format:?} version {COMMITS_VERSION}"
+            "format {found:?} version {version}; this build reads {format:?} versions 1 to {COMMITS_VERSION}"
         )));
+    }
+    if version != commits_version(run) {
+        return Err(invalid(format!("version {version} names the run that wrote it exactly from version 2")));
     }
     if names_job != job.to_string() {
         return Err(invalid(format!("names job {names_job}, not job {job}")));

@@ -35,7 +35,8 @@ use clink_basics::digest::{sha256_file, sha256_hex};
 use super::backend::{FileStateBackend, StateError};
 use super::durable::{create_dir_durably, write_durably};
 use super::graph::{read_graph, GraphError, GraphRef};
-use super::layout::{completed_marker_name, snapshot_meta_name, snapshot_name, CheckpointLayout};
+use super::identity::RunIdentity;
+use super::layout::{completed_marker_name, snapshot_meta_name, snapshot_name, CheckpointLayout, IMPORTED_NAME};
 use super::markers::{list_completed, read_completed, CompletedMarker, MarkerError};
 
 pub const DATASET_FORMAT: &str = "clink-checkpoint-dataset";
@@ -455,17 +456,82 @@ pub fn import(dataset: &Dataset, into: &CheckpointLayout) -> Result<(), DatasetE
         copy(&graph_path(dataset.job, graph))?;
     }
     copy(&marker_path(dataset.job, index.checkpoint))?;
-    let record = into.imported_record();
-    let dir = into.jobs_dir();
-    write_durably(&dir, "IMPORTED", index.checkpoint.to_string().as_bytes()).map_err(io_error(&record))
+    // The imported checkpoint's files name the run that took it, another
+    // lineage: the record says so, and which run imported it.
+    let from = read_completed(into, index.checkpoint)
+        .map_err(|e| DatasetError::Invalid { path: dataset.dir.clone(), reason: e.to_string() })?
+        .run;
+    let record = ImportedRecord {
+        format: IMPORTED_FORMAT.into(),
+        version: IMPORTED_VERSION,
+        job: into.job().to_string(),
+        checkpoint: index.checkpoint,
+        from,
+        run: into.writer(),
+    };
+    let path = into.imported_record();
+    let bytes = serde_json::to_vec_pretty(&record)
+        .map_err(|e| DatasetError::Invalid { path: path.clone(), reason: e.to_string() })?;
+    write_durably(&into.jobs_dir(), IMPORTED_NAME, &bytes).map_err(io_error(&path))
+}
+
+pub const IMPORTED_FORMAT: &str = "clink-imported-record";
+pub const IMPORTED_VERSION: u64 = 1;
+/// An IMPORTED record larger than this is refused unread.
+pub const MAX_IMPORTED_BYTES: u64 = 4096;
+
+/// `_jobs/<job>/IMPORTED`: the checkpoint a run took from a dataset, the run
+/// that wrote that checkpoint's files (another lineage), and the run that
+/// imported it. Older builds wrote the checkpoint's id alone, as decimal
+/// text: still read, naming neither run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportedRecord {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    pub checkpoint: u64,
+    /// The run the imported COMPLETED marker names (`None`: it names none).
+    pub from: Option<RunIdentity>,
+    /// The run that imported it.
+    pub run: Option<RunIdentity>,
+}
+
+/// Parses an IMPORTED record's bytes (read from `path`) for `job`.
+pub fn parse_imported_bytes(path: &Path, bytes: &[u8], job: u64) -> Result<ImportedRecord, DatasetError> {
+    let invalid = |reason: String| DatasetError::Invalid { path: path.to_path_buf(), reason };
+    if bytes.len() as u64 > MAX_IMPORTED_BYTES {
+        return Err(invalid(format!("{} bytes, over the limit of {MAX_IMPORTED_BYTES}", bytes.len())));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
+    if let Some(checkpoint) = clink_basics::ids::parse_decimal_u64(text.trim()) {
+        let legacy = ImportedRecord {
+            format: IMPORTED_FORMAT.into(),
+            version: 0,
+            job: job.to_string(),
+            checkpoint,
+            from: None,
+            run: None,
+        };
+        return Ok(legacy);
+    }
+    let record: ImportedRecord = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+    if record.format != IMPORTED_FORMAT || record.version != IMPORTED_VERSION {
+        return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
+    }
+    if record.job != job.to_string() || record.checkpoint == 0 {
+        return Err(invalid(format!("names job {} checkpoint {}", record.job, record.checkpoint)));
+    }
+    Ok(record)
 }
 
 /// The checkpoint a directory imported from a dataset, if it did: its
 /// sinks' handles were committed by the run that took it, into that run's
 /// output, so a restore from it re-commits none of them here.
 pub fn imported_checkpoint(layout: &CheckpointLayout) -> Option<u64> {
-    let text = clink_basics::files::read_bounded(&layout.imported_record(), 64).ok()?;
-    std::str::from_utf8(&text).ok()?.trim().parse().ok()
+    let path = layout.imported_record();
+    let bytes = clink_basics::files::read_bounded(&path, MAX_IMPORTED_BYTES).ok()?;
+    parse_imported_bytes(&path, &bytes, layout.job()).ok().map(|r| r.checkpoint)
 }
 
 #[cfg(test)]

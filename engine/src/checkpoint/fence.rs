@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use super::durable::{create_dir_durably, write_durably};
 use super::layout::CheckpointLayout;
-use super::lineage::{continue_or_begin, LineageError, LineageId, RunIdentity};
+use super::lineage::{continue_or_begin, write_run_record, LineageError, LineageId, RunIdentity, RunRecord};
 
 pub const LOCK_NAME: &str = "LOCK";
 pub const EPOCH_NAME: &str = "EPOCH";
@@ -78,7 +78,13 @@ pub fn acquire(layout: &CheckpointLayout) -> Result<Fence, FenceError> {
     let epoch = last_epoch(layout)? + 1;
     write_durably(&dir, EPOCH_NAME, format!("{epoch}\n").as_bytes()).map_err(io(dir.join(EPOCH_NAME)))?;
     let lineage = continue_or_begin(layout)?;
-    Ok(Fence { _lock: lock, epoch, lineage })
+    let fence = Fence { _lock: lock, epoch, lineage };
+    // Every writer sharing this layout stamps what it writes with this run,
+    // and the run's record ties its trace files to it.
+    layout.set_writer(fence.identity()).map_err(|reason| FenceError::Invalid { path: dir.clone(), reason })?;
+    let record = RunRecord::of_this_process(layout.job(), fence.identity(), crate::trace::process_stamp());
+    write_run_record(layout, &record)?;
+    Ok(fence)
 }
 
 /// The epoch the newest run took (0: none has).
@@ -134,12 +140,24 @@ mod tests {
         let first_lineage = first.lineage.clone();
         let refused = acquire(&layout).unwrap_err();
         assert!(refused.to_string().contains(&format!("pid {}", std::process::id())), "{refused}");
+        assert_eq!(layout.writer(), Some(first.identity()), "what the run writes through its layout names it");
         drop(first);
-        let second = acquire(&layout).unwrap();
+        // The resume is another process, with a layout of its own.
+        let resumed = CheckpointLayout::new(dir.path(), 3);
+        let second = acquire(&resumed).unwrap();
         assert_eq!(second.epoch, 2, "a resume after the owner ended takes the next epoch");
         assert_eq!(second.lineage, first_lineage, "and continues the lineage");
         assert_eq!(second.identity().incarnation, 2);
         assert_eq!(last_epoch(&layout).unwrap(), 2);
+        // Each run recorded itself, under its incarnation.
+        for n in [1, 2] {
+            let path = layout.jobs_dir().join(crate::checkpoint::lineage::run_record_name(n));
+            let record =
+                crate::checkpoint::lineage::parse_run_record_bytes(&path, &std::fs::read(&path).unwrap(), 3, n)
+                    .unwrap();
+            assert_eq!(record.run.lineage, first_lineage);
+            assert_eq!(record.pid, std::process::id());
+        }
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use clink_basics::ids::OperatorId;
 
+use super::identity::{RunCell, RunIdentity};
+
 /// The state layout generation. It changes only when a rescale re-divides
 /// state, which this engine does not do.
 pub const GENERATION: u32 = 1;
@@ -37,11 +39,24 @@ pub fn parse_participant_name(name: &str) -> Option<(OperatorId, u32)> {
 pub struct CheckpointLayout {
     root: PathBuf,
     job: u64,
+    /// The run writing through this layout and its clones, once it holds
+    /// the directory (`fence::acquire`): what every writer stamps.
+    writer: RunCell,
 }
 
 impl CheckpointLayout {
     pub fn new(root: impl Into<PathBuf>, job: u64) -> Self {
-        Self { root: root.into(), job }
+        Self { root: root.into(), job, writer: RunCell::default() }
+    }
+
+    /// The run writing through this layout, if a run holds the directory.
+    pub fn writer(&self) -> Option<RunIdentity> {
+        self.writer.get()
+    }
+
+    /// Records the run that took the directory's lock (`fence::acquire`).
+    pub(super) fn set_writer(&self, run: RunIdentity) -> Result<(), String> {
+        self.writer.set(run)
     }
 
     pub fn root(&self) -> &Path {

@@ -17,19 +17,17 @@
 //! one process, the incarnation. This module only creates and reads the
 //! record; it never decides what a foreign lineage means to a destination.
 
-use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::durable::write_durably;
+pub use super::identity::{LineageId, RunIdentity, LINEAGE_HEX_DIGITS};
 use super::layout::CheckpointLayout;
 
 pub const LINEAGE_NAME: &str = "LINEAGE";
-
-/// The text of a lineage id: this many lowercase hex digits.
-const LINEAGE_HEX_DIGITS: usize = 32;
 
 #[derive(Debug, Error)]
 pub enum LineageError {
@@ -45,48 +43,95 @@ pub enum LineageError {
     Random(String),
 }
 
-/// A lineage id: 32 lowercase hex digits, checked on every way in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LineageId(String);
+/// One run of the lineage, as it recorded itself when it took the
+/// directory's lock (`_jobs/<job>/RUN-<incarnation>`): the process, and the
+/// stamp its protocol trace files carry (`<pid>-<start>`, when tracing was
+/// on), so a trace file is tied to the run that wrote it. Written once,
+/// never rewritten, never pruned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRecord {
+    pub format: String,
+    pub version: u64,
+    pub job: String,
+    pub run: RunIdentity,
+    pub pid: u32,
+    /// `<pid>-<start µs>` of the run's trace files; `None` when it traced nothing.
+    pub trace: Option<String>,
+    pub started_at_ms: u64,
+}
 
-impl LineageId {
-    /// The id written as `text`, if it is one.
-    pub fn parse(text: &str) -> Option<LineageId> {
-        let well_formed =
-            text.len() == LINEAGE_HEX_DIGITS && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        well_formed.then(|| LineageId(text.to_string()))
-    }
+pub const RUN_RECORD_FORMAT: &str = "clink-run-record";
+pub const RUN_RECORD_VERSION: u64 = 1;
+pub const RUN_RECORD_PREFIX: &str = "RUN-";
+/// A run record larger than this is refused unread.
+pub const MAX_RUN_RECORD_BYTES: u64 = 4096;
 
-    /// A new id, from the operating system's randomness.
-    fn fresh() -> Result<LineageId, LineageError> {
-        let mut bytes = [0u8; LINEAGE_HEX_DIGITS / 2];
-        getrandom::fill(&mut bytes).map_err(|e| LineageError::Random(e.to_string()))?;
-        Ok(LineageId(bytes.iter().map(|b| format!("{b:02x}")).collect()))
-    }
+pub fn run_record_name(incarnation: u64) -> String {
+    format!("{RUN_RECORD_PREFIX}{incarnation}")
+}
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+/// The incarnation of a `RUN-<n>` name: the prefix and a canonical positive decimal.
+pub fn parse_run_record_name(name: &str) -> Option<u64> {
+    let n = clink_basics::ids::parse_decimal_u64(name.strip_prefix(RUN_RECORD_PREFIX)?)?;
+    (n > 0).then_some(n)
+}
+
+impl RunRecord {
+    /// This process's record of `run` of `job`.
+    pub fn of_this_process(job: u64, run: RunIdentity, trace: Option<String>) -> Self {
+        let started_at_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        RunRecord {
+            format: RUN_RECORD_FORMAT.into(),
+            version: RUN_RECORD_VERSION,
+            job: job.to_string(),
+            run,
+            pid: std::process::id(),
+            trace,
+            started_at_ms,
+        }
     }
 }
 
-impl fmt::Display for LineageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Writes a run's record, durably.
+pub fn write_run_record(layout: &CheckpointLayout, record: &RunRecord) -> Result<(), LineageError> {
+    let dir = layout.jobs_dir();
+    let name = run_record_name(record.run.incarnation);
+    let bytes = serde_json::to_vec_pretty(record)
+        .map_err(|e| LineageError::Invalid { path: dir.join(&name), reason: e.to_string() })?;
+    write_durably(&dir, &name, &bytes).map_err(|source| LineageError::Io { path: dir.join(&name), source })
 }
 
-/// Which run this is: the lineage it continues and its incarnation of it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RunIdentity {
-    pub lineage: LineageId,
-    /// The fencing epoch this process took (1 for the lineage's first run).
-    pub incarnation: u64,
-}
-
-impl fmt::Display for RunIdentity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "lineage {} incarnation {}", self.lineage, self.incarnation)
+/// Parses a run record's bytes (read from `path`) and checks that it names
+/// `job` and the incarnation its name says, and a trace stamp of its own pid.
+pub fn parse_run_record_bytes(
+    path: &std::path::Path,
+    bytes: &[u8],
+    job: u64,
+    incarnation: u64,
+) -> Result<RunRecord, LineageError> {
+    let invalid = |reason: String| LineageError::Invalid { path: path.to_path_buf(), reason };
+    if bytes.len() as u64 > MAX_RUN_RECORD_BYTES {
+        return Err(invalid(format!("{} bytes, over the limit of {MAX_RUN_RECORD_BYTES}", bytes.len())));
     }
+    let record: RunRecord = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+    if record.format != RUN_RECORD_FORMAT || record.version != RUN_RECORD_VERSION {
+        return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
+    }
+    if record.job != job.to_string() || record.run.incarnation != incarnation {
+        return Err(invalid(format!(
+            "names job {} incarnation {}; its path says job {job} incarnation {incarnation}",
+            record.job, record.run.incarnation
+        )));
+    }
+    if let Some(stamp) = &record.trace {
+        let pid = stamp.split_once('-').map(|(pid, _)| pid);
+        if pid != Some(record.pid.to_string().as_str()) {
+            return Err(invalid(format!("its trace stamp {stamp:?} is not of its pid {}", record.pid)));
+        }
+    }
+    Ok(record)
 }
 
 /// The lineage the job's directory records, if it records one.
@@ -108,7 +153,7 @@ pub fn continue_or_begin(layout: &CheckpointLayout) -> Result<LineageId, Lineage
     if let Some(lineage) = read_lineage(layout)? {
         return Ok(lineage);
     }
-    let lineage = LineageId::fresh()?;
+    let lineage = LineageId::fresh().map_err(LineageError::Random)?;
     let dir = layout.jobs_dir();
     write_durably(&dir, LINEAGE_NAME, format!("{lineage}\n").as_bytes())
         .map_err(|source| LineageError::Io { path: dir.join(LINEAGE_NAME), source })?;

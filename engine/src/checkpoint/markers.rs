@@ -17,15 +17,20 @@ use thiserror::Error;
 use super::backend::read_dir_names;
 use super::durable::{create_dir_durably, write_durably};
 use super::graph::GraphRef;
+use super::identity::RunIdentity;
 use super::layout::{
     completed_marker_name, parse_completed_marker_name, parse_confirmed_marker_name, CheckpointLayout, RESTORED_NAME,
 };
 
 pub const COMPLETED_FORMAT: &str = "clink-completed-marker";
 pub const RESTORED_FORMAT: &str = "clink-restored-record";
-/// COMPLETED markers: version 2 names the job graph (version 1, read still, does not).
-pub const COMPLETED_VERSION: u64 = 2;
-pub const RESTORED_VERSION: u64 = 1;
+/// COMPLETED markers: version 3 names the run that wrote it, version 2 (read
+/// still, and written outside a run) the job graph alone, version 1 neither.
+pub const COMPLETED_VERSION: u64 = 3;
+const COMPLETED_VERSION_UNIDENTIFIED: u64 = 2;
+/// RESTORED records: version 2 names the run that restored (its `epoch` is
+/// that run's incarnation); version 1, read still, names none (epoch 0).
+pub const RESTORED_VERSION: u64 = 2;
 /// A marker or record larger than this is refused unread.
 pub const MAX_MARKER_BYTES: u64 = 1 << 20;
 
@@ -74,6 +79,9 @@ pub struct CompletedMarker {
     /// The job graph the checkpoint was taken of (version 2 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph: Option<GraphRef>,
+    /// The run whose coordinator completed the checkpoint (version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 impl CompletedMarker {
@@ -87,14 +95,24 @@ impl CompletedMarker {
     ) -> Self {
         Self {
             format: COMPLETED_FORMAT.into(),
-            version: COMPLETED_VERSION,
+            version: COMPLETED_VERSION_UNIDENTIFIED,
             job: job.to_string(),
             checkpoint,
             generation,
             kind,
             participants,
             graph,
+            run: None,
         }
+    }
+
+    /// The marker as `run` writes it (version 3); unchanged without one.
+    pub fn written_by(mut self, run: Option<RunIdentity>) -> Self {
+        if let Some(run) = run {
+            self.version = COMPLETED_VERSION;
+            self.run = Some(run);
+        }
+        self
     }
 }
 
@@ -108,20 +126,35 @@ pub struct RestoredRecord {
     pub restored_from: u64,
     /// The first checkpoint id the restored run numbers.
     pub next: u64,
-    /// The coordinator epoch that wrote it (0: this engine has no leader election).
+    /// The incarnation of the run that restored and wrote it (version 2; 0
+    /// in version 1, which names no run).
     pub epoch: u64,
+    /// The run that restored (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 impl RestoredRecord {
     pub fn new(job: u64, restored_from: u64, next: u64) -> Self {
         Self {
             format: RESTORED_FORMAT.into(),
-            version: RESTORED_VERSION,
+            version: 1,
             job: job.to_string(),
             restored_from,
             next,
             epoch: 0,
+            run: None,
         }
+    }
+
+    /// The record as `run` writes it (version 2); unchanged without one.
+    pub fn written_by(mut self, run: Option<RunIdentity>) -> Self {
+        if let Some(run) = run {
+            self.version = RESTORED_VERSION;
+            self.epoch = run.incarnation;
+            self.run = Some(run);
+        }
+        self
     }
 
     /// Whether this record passes over a marker: the deploy restored below it,
@@ -150,13 +183,16 @@ pub fn list_confirmed(layout: &CheckpointLayout) -> Result<Vec<u64>, MarkerError
     Ok(ids)
 }
 
+/// Writes a COMPLETED marker, naming the run that writes through `layout`.
 pub fn write_completed(layout: &CheckpointLayout, marker: &CompletedMarker) -> Result<(), MarkerError> {
     let dir = layout.jobs_dir();
-    write_json(&dir, &completed_marker_name(marker.checkpoint), marker)
+    let marker = marker.clone().written_by(layout.writer());
+    write_json(&dir, &completed_marker_name(marker.checkpoint), &marker)
 }
 
+/// Writes the RESTORED record, naming the run that writes through `layout`.
 pub fn write_restored(layout: &CheckpointLayout, record: &RestoredRecord) -> Result<(), MarkerError> {
-    write_json(&layout.jobs_dir(), RESTORED_NAME, record)
+    write_json(&layout.jobs_dir(), RESTORED_NAME, &record.clone().written_by(layout.writer()))
 }
 
 fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), MarkerError> {
@@ -211,7 +247,13 @@ pub fn parse_completed_bytes(path: &Path, bytes: &[u8]) -> Result<CompletedMarke
         )));
     }
     if marker.version >= 2 && marker.graph.is_none() {
-        return Err(invalid("a version 2 marker names its job graph; this one does not".into()));
+        return Err(invalid(format!("a version {} marker names its job graph; this one does not", marker.version)));
+    }
+    if (marker.version >= COMPLETED_VERSION) != marker.run.is_some() {
+        return Err(invalid(format!(
+            "a version {} marker names the run that wrote it exactly from version 3",
+            marker.version
+        )));
     }
     Ok(marker)
 }
@@ -230,8 +272,15 @@ pub fn read_restored(layout: &CheckpointLayout) -> Result<Option<RestoredRecord>
 pub fn parse_restored_bytes(path: &Path, bytes: &[u8], job: u64) -> Result<RestoredRecord, MarkerError> {
     let record: RestoredRecord = parse_json(path, bytes)?;
     let invalid = |reason: String| MarkerError::Invalid { path: path.to_path_buf(), reason };
-    if record.format != RESTORED_FORMAT || record.version > RESTORED_VERSION {
+    if record.format != RESTORED_FORMAT || !(1..=RESTORED_VERSION).contains(&record.version) {
         return Err(invalid(format!("format {:?} version {}", record.format, record.version)));
+    }
+    let named = record.run.as_ref().map_or(0, |r| r.incarnation);
+    if (record.version >= 2) != record.run.is_some() || record.epoch != named {
+        return Err(invalid(format!(
+            "version {} epoch {}: a version 2 record names the run that restored, and its epoch is that run's incarnation",
+            record.version, record.epoch
+        )));
     }
     if record.job != job.to_string() {
         return Err(invalid(format!("names job {}, not job {job}", record.job)));

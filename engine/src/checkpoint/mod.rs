@@ -14,6 +14,7 @@ pub mod dataset;
 pub mod durable;
 pub mod fence;
 pub mod graph;
+pub mod identity;
 pub mod layout;
 pub mod lineage;
 pub mod markers;

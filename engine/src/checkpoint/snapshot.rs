@@ -1,10 +1,11 @@
 //! The snapshot format (`checkpoint-<id>.snap`) and its integrity sidecar
 //! (`checkpoint-<id>.snap.meta`).
 //!
-//! A snapshot is a header (job, checkpoint, operator, subtask) and named state
-//! slots, each with a kind and a schema version. The sidecar records the
-//! snapshot's size and SHA-256 and the slots it holds, so a reader can refuse a
-//! torn or altered snapshot before decoding a byte of it.
+//! A snapshot is a header (job, checkpoint, operator, subtask and, from
+//! version 2, the run that wrote it) and named state slots, each with a kind
+//! and a schema version. The sidecar records the snapshot's size and SHA-256,
+//! the slots it holds and (version 2) the run, so a reader can refuse a torn
+//! or altered snapshot before decoding a byte of it.
 
 use std::collections::BTreeMap;
 
@@ -12,12 +13,18 @@ use serde::{Deserialize, Serialize};
 
 use clink_basics::digest::sha256_hex;
 
+use super::identity::{decode_run, encode_run, RunIdentity};
 use crate::codec::{DecodeError, Reader, Writer};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"CLNKSNAP";
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 names the run that wrote it; version 1 (read still, and written
+/// outside a run) does not.
+pub const SNAPSHOT_VERSION: u32 = 2;
+const SNAPSHOT_VERSION_UNIDENTIFIED: u32 = 1;
 pub const META_FORMAT: &str = "clink-snapshot-meta";
-pub const META_VERSION: u64 = 1;
+/// Sidecars: version 2 names the run, as its snapshot does; version 1 does not.
+pub const META_VERSION: u64 = 2;
+const META_VERSION_UNIDENTIFIED: u64 = 1;
 /// Snapshots larger than this are refused by the reader.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
@@ -89,15 +96,20 @@ pub struct SnapshotHeader {
     pub subtask: u32,
 }
 
+/// A snapshot written outside a run (version 1): [`encode_snapshot_by`] with none.
 pub fn encode_snapshot(header: &SnapshotHeader, slots: &StateSlots) -> Vec<u8> {
+    encode_snapshot_by(header, slots, None)
+}
+
+/// A snapshot as `run` writes it (version 2), or outside a run (version 1).
+pub fn encode_snapshot_by(header: &SnapshotHeader, slots: &StateSlots, run: Option<&RunIdentity>) -> Vec<u8> {
     let mut w = Writer::new();
-    w.raw(SNAPSHOT_MAGIC)
-        .u32(SNAPSHOT_VERSION)
-        .u64(header.job)
-        .u64(header.checkpoint)
-        .u64(header.operator)
-        .u32(header.subtask)
-        .u32(slots.0.len() as u32);
+    let version = if run.is_some() { SNAPSHOT_VERSION } else { SNAPSHOT_VERSION_UNIDENTIFIED };
+    w.raw(SNAPSHOT_MAGIC).u32(version).u64(header.job).u64(header.checkpoint).u64(header.operator).u32(header.subtask);
+    if run.is_some() {
+        encode_run(&mut w, run);
+    }
+    w.u32(slots.0.len() as u32);
     for (name, slot) in &slots.0 {
         w.str(name).u8(slot.kind.tag()).u32(slot.version).bytes(&slot.bytes);
     }
@@ -105,15 +117,25 @@ pub fn encode_snapshot(header: &SnapshotHeader, slots: &StateSlots) -> Vec<u8> {
 }
 
 pub fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, StateSlots), DecodeError> {
+    decode_snapshot_by(bytes).map(|(header, slots, _)| (header, slots))
+}
+
+/// Decodes a snapshot and the run that wrote it (`None` for version 1).
+pub fn decode_snapshot_by(bytes: &[u8]) -> Result<(SnapshotHeader, StateSlots, Option<RunIdentity>), DecodeError> {
     let mut r = Reader::new(bytes);
     if r.take(8)? != SNAPSHOT_MAGIC {
         return Err(r.invalid("snapshot magic", "not a clink snapshot"));
     }
     let version = r.u32()?;
-    if version != SNAPSHOT_VERSION {
-        return Err(r.invalid("snapshot version", format!("this build reads {SNAPSHOT_VERSION}, found {version}")));
+    if !(SNAPSHOT_VERSION_UNIDENTIFIED..=SNAPSHOT_VERSION).contains(&version) {
+        return Err(r.invalid("snapshot version", format!("this build reads 1 to {SNAPSHOT_VERSION}, found {version}")));
     }
     let header = SnapshotHeader { job: r.u64()?, checkpoint: r.u64()?, operator: r.u64()?, subtask: r.u32()? };
+    let run = if version == SNAPSHOT_VERSION {
+        Some(decode_run(&mut r)?.ok_or_else(|| r.invalid("snapshot run", "a version 2 snapshot names its run"))?)
+    } else {
+        None
+    };
     let count = r.count(13)?;
     let mut slots = StateSlots::new();
     for _ in 0..count {
@@ -128,7 +150,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, StateSlots), Dec
         }
     }
     r.finish()?;
-    Ok((header, slots))
+    Ok((header, slots, run))
 }
 
 /// One slot as the sidecar lists it.
@@ -155,13 +177,16 @@ pub struct SnapshotMeta {
     pub size: u64,
     pub sha256: String,
     pub states: Vec<SlotMeta>,
+    /// The run that wrote the snapshot and this sidecar (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunIdentity>,
 }
 
 impl SnapshotMeta {
     pub fn describe(header: &SnapshotHeader, participant: &str, slots: &StateSlots, encoded: &[u8]) -> Self {
         SnapshotMeta {
             format: META_FORMAT.to_string(),
-            version: META_VERSION,
+            version: META_VERSION_UNIDENTIFIED,
             job: header.job.to_string(),
             checkpoint: header.checkpoint,
             participant: participant.to_string(),
@@ -179,7 +204,22 @@ impl SnapshotMeta {
                     bytes: s.bytes.len() as u64,
                 })
                 .collect(),
+            run: None,
         }
+    }
+
+    /// The sidecar as `run` writes it (version 2); unchanged without one.
+    pub fn written_by(mut self, run: Option<RunIdentity>) -> Self {
+        if let Some(run) = run {
+            self.version = META_VERSION;
+            self.run = Some(run);
+        }
+        self
+    }
+
+    /// Whether the sidecar's version and its run agree (version 2 names one).
+    pub fn version_names_run(&self) -> bool {
+        (self.version >= META_VERSION) == self.run.is_some()
     }
 }
 

@@ -31,7 +31,7 @@ use crate::checkpoint::dataset::Dataset;
 use crate::checkpoint::graph::read_graph;
 use crate::checkpoint::layout::parse_participant_name;
 use crate::checkpoint::snapshot::StateSlots;
-use crate::job::{parse_job, JobGraph};
+use crate::job::{parse_job, JobGraph, PlannedOperator};
 use crate::state_map::{map_state, slots_hold_state, CompatError};
 
 mod lister;
@@ -191,6 +191,32 @@ pub fn list(dataset: &Dataset) -> Result<Listing, InspectError> {
     }
     listing.operators = operators.into_values().collect();
     Ok(listing)
+}
+
+/// One participant's state as `state-cat` lists it: the keyed rows it holds
+/// whose key another subtask owns (the key-group rule of `keys.rs`), and
+/// the slots no documented encoding reads. A verifier holds a subtask's
+/// snapshot to its key-group range with this.
+pub fn misplaced_and_undocumented(
+    op: &PlannedOperator,
+    subtask: u32,
+    slots: &StateSlots,
+) -> (Vec<StateRow>, Vec<Undocumented>) {
+    let mut listing = Listing {
+        format: LISTING_FORMAT,
+        version: VERSION,
+        job: String::new(),
+        checkpoint: 0,
+        kind: String::new(),
+        dataset_digest: String::new(),
+        graph_known: true,
+        operators: Vec::new(),
+        rows: Vec::new(),
+        misplaced: Vec::new(),
+        undocumented: Vec::new(),
+    };
+    Lister { listing: &mut listing, id: op.spec.id, subtask, op: Some(op) }.participant(op, slots);
+    (listing.misplaced, listing.undocumented)
 }
 
 /// One participant's slot-by-slot comparison.

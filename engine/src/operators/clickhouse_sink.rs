@@ -286,7 +286,8 @@ impl WriteRules {
 }
 
 /// The token of one subtask's INSERT of one interval: unique per lineage and
-/// incarnation, so that only a resend within this process repeats it.
+/// incarnation, so that only a resend within this process repeats it; what
+/// its evidence's ledger names, and what a verifier recomputes.
 pub fn insert_token(run: &RunIdentity, job: &str, uid: &str, subtask: u32, checkpoint: u64) -> String {
     format!("clink-{}-{}-{job}-{uid}-{subtask}-{checkpoint}", run.lineage, run.incarnation)
 }

@@ -282,7 +282,7 @@ impl Builder<'_> {
             return Ok(None);
         }
         let dir = subtask_dir(&capture.dir, op.spec.id, p.subtask);
-        let spec = OpSpecFile::describe(&self.options.job, op, p.subtask);
+        let spec = OpSpecFile::describe(&self.options.job, op, p.subtask).written_by(self.options.env.run.clone());
         EpochRecorder::create(dir, capture.records_bound, capture.retain_epochs, self.completed.clone(), &spec)
             .map(Some)
             .map_err(|e| RunError::Refused(format!("--capture-dir {}: {e}", capture.dir.display())))

@@ -67,6 +67,9 @@ pub struct RunOptions {
     /// Let a sink write where another lineage's committed output is (its
     /// preflight refuses otherwise).
     pub allow_other_lineage: bool,
+    /// The job manifest to publish in an HA directory once the run holds the
+    /// checkpoint directory, naming the run (`--ha-dir`).
+    pub job_manifest: Option<(PathBuf, crate::job_manifest::JobManifest)>,
 }
 
 /// The default of [`RunOptions::stall_after`], in seconds: longer than any

@@ -101,8 +101,11 @@ pub fn build(
     now_ms: u64,
 ) -> StatusView {
     let acked = |r: &AuditRecord| acknowledged(r, reports.get(&r.id).map(String::as_str), acks);
+    // Coverage is the current lineage's: a retired lineage verified offsets
+    // for output the new one wrote again.
     let spans: Vec<AuditSpan> = ledger
-        .records()
+        .audits
+        .values()
         .filter_map(|r| {
             r.outcome.map(|outcome| AuditSpan {
                 audit: r.id.clone(),
@@ -450,6 +453,8 @@ mod tests {
         let v = build(&config, &ledger, &BTreeMap::new(), &BTreeMap::new(), true, expect, 3_000);
         assert_eq!(v.state, State::Stale, "{}", v.document);
         assert_eq!(v.document["last_verified"], Json::Null);
+        let verified = v.document["coverage"][0]["verified"].clone();
+        assert_eq!(verified, json!([]), "the retired pass's offsets are not the new lineage's coverage");
         assert!(v.document["stale"].as_str().unwrap().contains("current lineage"), "{}", v.document);
     }
 }

@@ -22,6 +22,7 @@ pub mod derive;
 pub mod evidence;
 pub mod graph;
 pub mod manifest;
+pub mod model;
 pub mod paths;
 pub mod vouched;
 

@@ -30,7 +30,11 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_ARTIFACTS: usize = 100_000;
 
 /// The artifact roles a bundle holds.
-pub const ROLES: [&str; 15] = [
+pub const ROLES: [&str; 17] = [
+    // The checkpoint directory's lineage, and each run's record of itself
+    // (its incarnation, its process and its trace files' stamp).
+    "lineage_record",
+    "run_record",
     "completed_marker",
     "confirmed_marker",
     "restored_record",

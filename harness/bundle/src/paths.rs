@@ -88,6 +88,15 @@ pub enum ArtifactKind {
     RestoredRecord {
         job: u64,
     },
+    /// `checkpoint/_jobs/<job>/LINEAGE`: the directory's lineage id.
+    LineageRecord {
+        job: u64,
+    },
+    /// `checkpoint/_jobs/<job>/RUN-<incarnation>`: one run's record of itself.
+    RunRecord {
+        job: u64,
+        incarnation: u64,
+    },
     /// `checkpoint/_jobs/<job>/IMPORTED`: the checkpoint a run imported from
     /// a dataset, whose CONFIRMED marker it vouches for.
     ImportedRecord {
@@ -154,6 +163,8 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { .. } => &["completed_marker"],
             ArtifactKind::ConfirmedMarker { .. } => &["confirmed_marker"],
             ArtifactKind::RestoredRecord { .. } => &["restored_record"],
+            ArtifactKind::LineageRecord { .. } => &["lineage_record"],
+            ArtifactKind::RunRecord { .. } => &["run_record"],
             ArtifactKind::ImportedRecord { .. } => &["imported_record"],
             ArtifactKind::CommitReceipt { .. } => &["commit_receipt"],
             ArtifactKind::UnresolvedMarker { .. } => &["unresolved_marker"],
@@ -174,6 +185,8 @@ impl ArtifactKind {
             ArtifactKind::CompletedMarker { job, .. }
             | ArtifactKind::ConfirmedMarker { job, .. }
             | ArtifactKind::RestoredRecord { job }
+            | ArtifactKind::LineageRecord { job }
+            | ArtifactKind::RunRecord { job, .. }
             | ArtifactKind::ImportedRecord { job }
             | ArtifactKind::CommitReceipt { job, .. }
             | ArtifactKind::UnresolvedMarker { job, .. }
@@ -201,6 +214,10 @@ pub fn kind_of(path: &str) -> Option<ArtifactKind> {
                 Some(ArtifactKind::RestoredRecord { job })
             } else if *name == layout::IMPORTED_NAME {
                 Some(ArtifactKind::ImportedRecord { job })
+            } else if *name == clink_engine::checkpoint::lineage::LINEAGE_NAME {
+                Some(ArtifactKind::LineageRecord { job })
+            } else if let Some(incarnation) = clink_engine::checkpoint::lineage::parse_run_record_name(name) {
+                Some(ArtifactKind::RunRecord { job, incarnation })
             } else {
                 let sha256 = parse_graph_file_name(name)?.to_string();
                 Some(ArtifactKind::JobGraph { job, sha256 })
@@ -313,6 +330,8 @@ mod tests {
             ("checkpoint/_jobs/1/COMPLETED-3", ArtifactKind::CompletedMarker { job: 1, checkpoint: 3 }),
             ("checkpoint/_jobs/1/RESTORED", ArtifactKind::RestoredRecord { job: 1 }),
             ("checkpoint/_jobs/1/IMPORTED", ArtifactKind::ImportedRecord { job: 1 }),
+            ("checkpoint/_jobs/1/LINEAGE", ArtifactKind::LineageRecord { job: 1 }),
+            ("checkpoint/_jobs/1/RUN-2", ArtifactKind::RunRecord { job: 1, incarnation: 2 }),
             (&graph, ArtifactKind::JobGraph { job: 1, sha256: "a".repeat(64) }),
             (
                 "checkpoint/_state/1/v1/op-4-0/checkpoint-2.snap.meta",
@@ -344,6 +363,9 @@ mod tests {
             "checkpoint/_jobs/01/COMPLETED-3",
             "checkpoint/_jobs/1/COMPLETED-03",
             "checkpoint/_jobs/1/notes.txt",
+            "checkpoint/_jobs/1/RUN-0",
+            "checkpoint/_jobs/1/RUN-02",
+            "checkpoint/_jobs/1/EPOCH",
             "checkpoint/_state/1/v01/op-4-0/checkpoint-2.snap",
             "checkpoint/_state/1/v1/op-04-0/checkpoint-2.snap",
             "capture/op-3/subtask-01/epoch-7.cap",

@@ -3,17 +3,14 @@
 //! bundle's copies (the bytes the manifest vouched for) with the engine's
 //! readers and the engine's rule for where an epoch starts.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use clink_basics::ids::OperatorId;
-use clink_basics::ndjson::parse_objects;
-use clink_bundle::{Bundle, EpochEntry, EvidenceError, Markers};
-use clink_engine::capture::spec::Neighbour;
-use clink_engine::capture::{read_capture, Capture, OpSpecFile};
+use clink_bundle::model::{Depth, Evidence, Fact};
+use clink_bundle::{Bundle, EpochEntry, EvidenceError};
+use clink_engine::capture::{read_capture, Capture};
 use clink_engine::checkpoint::{epoch_start_from, participant_name, StartPoint};
 use clink_engine::job::JobGraph;
-use serde_json::Value as Json;
 
 use super::{check_capture_names, replayable, EpochEvidence, EpochRef, ReplayError, StartState, MAX_CAPTURE_BYTES};
 
@@ -22,8 +19,7 @@ pub fn calls_out(type_name: &str) -> bool {
     type_name.contains("lookup") || type_name.contains("predict")
 }
 
-/// A trace file larger than this is refused unread.
-pub const MAX_TRACE_BYTES: u64 = 256 << 20;
+pub use clink_bundle::model::{spec_agrees_with_graph, SpecMismatch, MAX_TRACE_BYTES};
 
 /// The restores a bundle records, and what could not be read to know them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,52 +31,23 @@ pub struct Restores {
     pub unread: Vec<String>,
 }
 
-/// The restores the bundle records: the RESTORED record's, and the Redeploy
-/// events of the bundle's traces (which name restores the RESTORED record
-/// has since been overwritten for). A trace that does not read is listed,
-/// never skipped.
-pub fn known_restores(bundle: &Bundle) -> Restores {
-    let mut known: BTreeSet<(u64, u64)> = BTreeSet::new();
-    let mut unread = Vec::new();
-    if let Some(r) = bundle.manifest.selection.restored {
-        known.insert((r.restored_from, r.next));
-    }
-    let job = bundle.job_id();
-    for a in bundle.trace_artifacts() {
-        let read = bundle.read_vouched(&a.path, MAX_TRACE_BYTES).map_err(|e| e.to_string());
-        let lines = match read.and_then(|bytes| parse_objects(&bytes).map_err(|e| format!("{}: {e}", a.path))) {
-            Ok(lines) => lines,
-            Err(e) => {
-                unread.push(e);
-                continue;
-            }
-        };
-        for (_, v) in lines {
-            if v.get("event").and_then(Json::as_str) == Some("Redeploy")
-                && v.get("job").and_then(Json::as_u64) == Some(job)
-            {
-                match (v.get("restore").and_then(Json::as_u64), v.get("next").and_then(Json::as_u64)) {
-                    (Some(r), Some(n)) => {
-                        known.insert((r, n));
-                    }
-                    _ => unread.push(format!("{}: a Redeploy without restore and next", a.path)),
-                }
-            }
-        }
-    }
-    Restores { known: known.into_iter().collect(), unread }
-}
-
 /// What loading a bundle's epochs reads beyond each epoch's own files, once
-/// for them all (a verification loads hundreds of epochs): the restores and
-/// the markers that place an epoch, and the captures decoded last. A
-/// producer's replay is compared with its consumers' captures of the same
-/// epoch, which their own replays read too; a caller that takes epochs in
-/// epoch order decodes each of them once.
+/// for them all (a verification loads hundreds of epochs), from THE reader's
+/// model of the bundle (`clink_bundle::model::Evidence`): the restores and
+/// markers that place an epoch, each checkpoint's generation and job graph,
+/// and the captures decoded last. A producer's replay is compared with its
+/// consumers' captures of the same epoch, which their own replays read too;
+/// a caller that takes epochs in epoch order decodes each of them once.
 #[derive(Debug)]
 pub struct BundleEpochs {
     pub restores: Restores,
-    markers: Result<Markers, String>,
+    completed: Vec<u64>,
+    restored: Option<clink_engine::checkpoint::RestoredRecord>,
+    generations: std::collections::BTreeMap<u64, u32>,
+    graphs: std::collections::BTreeMap<u64, Arc<JobGraph>>,
+    /// The model refused the bundle (evidence of another lineage): nothing
+    /// of it is replayed.
+    refused: Option<String>,
     recent: Mutex<RecentCaptures>,
 }
 
@@ -91,10 +58,28 @@ type RecentCaptures = VecDeque<(EpochRef, Arc<Capture>)>;
 const RECENT_CAPTURES: usize = 8;
 
 impl BundleEpochs {
+    /// Reads the bundle's evidence (every artifact, THE reader) for its epochs.
     pub fn read(bundle: &Bundle) -> Self {
+        match Evidence::read(bundle, Depth::Contents) {
+            Ok(evidence) => BundleEpochs::of(&evidence),
+            Err(refused) => BundleEpochs { refused: Some(refused.0), ..BundleEpochs::of(&Evidence::default()) },
+        }
+    }
+
+    /// The epochs' placing evidence from a model already read.
+    pub fn of(evidence: &Evidence) -> Self {
+        let unread = evidence
+            .about(Fact::Unread)
+            .filter(|f| f.detail.starts_with("traces/"))
+            .map(|f| f.detail.clone())
+            .collect();
         BundleEpochs {
-            restores: known_restores(bundle),
-            markers: bundle.markers().map_err(|e| e.to_string()),
+            restores: Restores { known: evidence.restores.iter().copied().collect(), unread },
+            completed: evidence.completed.keys().copied().collect(),
+            restored: evidence.restored.clone(),
+            generations: evidence.completed.iter().map(|(c, m)| (*c, m.generation)).collect(),
+            graphs: evidence.graphs.clone(),
+            refused: None,
             recent: Mutex::new(VecDeque::with_capacity(RECENT_CAPTURES)),
         }
     }
@@ -118,51 +103,6 @@ impl BundleEpochs {
         // A thread that panicked holding the lock left a list of whole
         // entries: it is still sound to read.
         self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// How an op.json and the job graph differ.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SpecMismatch(pub String);
-
-/// Whether a captured op.json describes what the job graph says this
-/// operator and subtask are: every field the graph also names, neighbours
-/// compared as sets. `Err` names the first field that differs.
-pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32) -> Result<(), SpecMismatch> {
-    let op = OperatorId(spec.operator_id());
-    let Some(planned) = graph.operator(op) else {
-        return Err(SpecMismatch(format!("the graph has no operator {op}")));
-    };
-    if subtask >= planned.spec.parallelism {
-        return Err(SpecMismatch(format!(
-            "subtask {subtask}, but operator {op} runs at parallelism {}",
-            planned.spec.parallelism
-        )));
-    }
-    let mut expected = OpSpecFile::describe(graph, planned, subtask);
-    clink_basics::redact::redact(&mut expected.params);
-    let sorted = |n: &[Neighbour]| {
-        let mut n = n.to_vec();
-        n.sort_by(|a, b| a.operator.cmp(&b.operator));
-        n
-    };
-    let fields: [(&str, bool); 11] = [
-        ("job", spec.job == expected.job),
-        ("id", spec.id == expected.id),
-        ("uid", spec.uid == expected.uid),
-        ("type", spec.type_name == expected.type_name),
-        ("params", spec.params == expected.params),
-        ("parallelism", spec.parallelism == expected.parallelism),
-        ("subtask", spec.subtask == expected.subtask),
-        ("input_schema", spec.input_schema == expected.input_schema),
-        ("output_schema", spec.output_schema == expected.output_schema),
-        ("inputs", sorted(&spec.inputs) == sorted(&expected.inputs)),
-        ("outputs", sorted(&spec.outputs) == sorted(&expected.outputs)),
-    ];
-    match fields.iter().find(|(_, same)| !same) {
-        Some((field, _)) => Err(SpecMismatch(format!("{field} differs"))),
-        None => Ok(()),
     }
 }
 
@@ -205,10 +145,18 @@ pub fn load_bundle_epoch(
         )));
     }
     replayable(&spec)?;
+    if let Some(why) = &epochs.refused {
+        return Err(ReplayError::Refused(why.clone()));
+    }
+    // The operator that ran the epoch is the one its checkpoint's graph names.
+    if let Some(graph) = epochs.graphs.get(&entry.epoch) {
+        spec_agrees_with_graph(&spec, graph, entry.subtask).map_err(|why| {
+            ReplayError::Refused(format!("{spec_rel} and the job graph COMPLETED-{} names differ: {why}", entry.epoch))
+        })?;
+    }
     let capture = epochs.capture(bundle, &at)?;
-    let markers = epochs.markers.as_ref().map_err(|e| ReplayError::Unavailable(format!("the markers: {e}")))?;
     let restores = &epochs.restores;
-    let start = epoch_start_from(&markers.completed, markers.restored.as_ref(), entry.epoch, &restores.known)
+    let start = epoch_start_from(&epochs.completed, epochs.restored.as_ref(), entry.epoch, &restores.known)
         .map_err(|e| ReplayError::Unavailable(e.to_string()))?;
     let placed_by_a_restore = restores.known.iter().any(|&(_, next)| next == entry.epoch);
     if !restores.unread.is_empty() && !placed_by_a_restore && entry.epoch > 1 {
@@ -221,8 +169,22 @@ pub fn load_bundle_epoch(
     let start = match start {
         StartPoint::Empty => StartState::Empty,
         StartPoint::Checkpoint(c) => {
+            // The starting checkpoint's own marker says its generation and
+            // its job: a state of another generation or of another operator
+            // is never restored into this one.
+            let generation = *epochs.generations.get(&c).ok_or_else(|| {
+                ReplayError::Unavailable(format!(
+                    "the epoch starts from checkpoint {c}, whose COMPLETED marker is not in the bundle"
+                ))
+            })?;
+            if let Some(graph) = epochs.graphs.get(&c) {
+                spec_agrees_with_graph(&spec, graph, entry.subtask).map_err(|why| {
+                    ReplayError::Refused(format!(
+                        "the epoch starts from checkpoint {c}, whose job graph describes operator {op} otherwise than {spec_rel}: {why}"
+                    ))
+                })?;
+            }
             let participant = participant_name(op, entry.subtask);
-            let generation = bundle.manifest.selection.generation;
             let rel =
                 format!("checkpoint/_state/{}/v{generation}/{participant}/checkpoint-{c}.snap", bundle.manifest.job.id);
             let snapshot = bundle.snapshot(generation, &participant, c).map_err(|e| match e {

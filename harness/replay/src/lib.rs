@@ -107,6 +107,9 @@ pub struct ReplayOutcome {
     /// Only a prefix of the epoch was replayed (truncated or cut-short capture).
     pub partial: bool,
     pub notes: Vec<String>,
+    /// The operator's state once every captured event was handed over: what
+    /// its snapshot at the epoch's barrier holds, when the epoch is whole.
+    pub end_state: StateSlots,
 }
 
 /// Reads a capture file, refusing what is not one.
@@ -251,7 +254,8 @@ pub fn replay(evidence: &EpochEvidence) -> Result<ReplayOutcome, ReplayError> {
             header.version
         ));
     }
-    Ok(ReplayOutcome { emissions, partial, notes })
+    let end_state = driver.snapshot().map_err(|e| ReplayError::Failed(format!("the state after the epoch: {e}")))?;
+    Ok(ReplayOutcome { emissions, partial, notes, end_state })
 }
 
 /// Replays twice and compares the emissions byte for byte.

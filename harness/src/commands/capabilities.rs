@@ -66,8 +66,10 @@ const ENCODINGS: &[(&str, u32)] = {
 
 /// The capture format versions this build's replay reads.
 const CAPTURE_FORMATS: &[u32] = {
-    use clink_engine::capture::format::{CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_RECORDS_ONLY};
-    &[CAPTURE_VERSION_RECORDS_ONLY, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION]
+    use clink_engine::capture::format::{
+        CAPTURE_VERSION, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_COMPACT, CAPTURE_VERSION_RECORDS_ONLY,
+    };
+    &[CAPTURE_VERSION_RECORDS_ONLY, CAPTURE_VERSION_CANONICAL, CAPTURE_VERSION_COMPACT, CAPTURE_VERSION]
 };
 
 pub fn main(args: CapabilitiesArgs) -> Exit {

@@ -228,6 +228,8 @@ pub fn main(args: RunArgs) -> Exit {
         allow_non_restored_state: args.allow_non_restored_state,
         stall_after: Duration::from_secs(args.stall_after_s.get()),
         allow_other_lineage: args.allow_other_lineage,
+        // Published by the run once it holds the checkpoint directory, naming it.
+        job_manifest: args.ha_dir.clone().zip(manifest),
     };
     // Every check (the whole input included) before the first write.
     let coordinator = match Coordinator::start(options) {
@@ -240,11 +242,6 @@ pub fn main(args: RunArgs) -> Exit {
     }
     if let Err(e) = std::fs::create_dir_all(&args.output_dir) {
         return out.refuse(format!("--output-dir {}: {e}", args.output_dir.display()));
-    }
-    if let (Some(ha_dir), Some(manifest)) = (&args.ha_dir, &manifest) {
-        if let Err(e) = job_manifest::publish(ha_dir, manifest, job_id) {
-            return out.refuse(format!("--ha-dir {}: {e}", ha_dir.display()));
-        }
     }
     let result = coordinator.run();
     if let Some(ha_dir) = &args.ha_dir {
@@ -320,7 +317,7 @@ fn check_input(args: &RunArgs, job: &JobGraph) -> Result<(), String> {
 fn job_manifest_of(text: &str, job: &JobGraph, trigger: TriggerMode) -> job_manifest::JobManifest {
     job_manifest::JobManifest {
         format: job_manifest::FORMAT.into(),
-        version: job_manifest::VERSION,
+        version: job_manifest::VERSION_UNIDENTIFIED,
         job: job.job_id.to_string(),
         name: job.name.clone(),
         // The bytes parsed as a job above, so they are JSON.
@@ -332,6 +329,7 @@ fn job_manifest_of(text: &str, job: &JobGraph, trigger: TriggerMode) -> job_mani
         },
         requires_commit_confirmation: job.requires_commit_confirmation(),
         started_at_ms: wall_clock_ms() as u64,
+        run: None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use clink_basics::digest::sha256_hex;
-use clink_engine::checkpoint::snapshot::SnapshotHeader;
+use clink_engine::checkpoint::snapshot::{encode_snapshot_by, SnapshotMeta};
 use clink_engine::checkpoint::{CheckpointLayout, FileStateBackend, GENERATION};
 use serde_json::Value as Json;
 
@@ -68,20 +68,23 @@ fn list(dir: &Path, rel: &str, role: &str) {
 }
 
 /// Two participants' snapshots of the selected checkpoint exchanged, each
-/// written back by the engine's own writer under the other's header, so
-/// header, sidecar and path all name where each now sits.
+/// written back in the engine's own encoding under the other's header and
+/// the run that wrote it, with a sidecar that agrees, so header, sidecar,
+/// run and path all name where each now sits.
 fn exchange_state(dir: &Path, action: &Json) {
     let m = manifest(dir);
     let job: u64 = m["job"]["id"].as_str().unwrap().parse().unwrap();
     let checkpoint = m["selection"]["checkpoint"].as_u64().unwrap();
-    let backend = FileStateBackend::new(CheckpointLayout::new(dir.join("checkpoint"), job));
+    let layout = CheckpointLayout::new(dir.join("checkpoint"), job);
+    let backend = FileStateBackend::new(layout.clone());
     let (a, b) = (action["a"].as_str().unwrap(), action["b"].as_str().unwrap());
     let read = |p: &str| backend.read(GENERATION, p, checkpoint).unwrap();
     let (sa, sb) = (read(a), read(b));
-    let header = |h: &SnapshotHeader| SnapshotHeader { ..h.clone() };
-    backend.write(a, &header(&sa.header), &sb.slots).unwrap();
-    backend.write(b, &header(&sb.header), &sa.slots).unwrap();
-    for p in [a, b] {
+    for (p, own, other) in [(a, &sa, &sb), (b, &sb, &sa)] {
+        let bytes = encode_snapshot_by(&own.header, &other.slots, own.run.as_ref());
+        let meta = SnapshotMeta::describe(&own.header, p, &other.slots, &bytes).written_by(own.run.clone());
+        fs::write(layout.snapshot(GENERATION, p, checkpoint), &bytes).unwrap();
+        fs::write(layout.snapshot_meta(GENERATION, p, checkpoint), serde_json::to_vec_pretty(&meta).unwrap()).unwrap();
         let base = format!("checkpoint/_state/{job}/v{GENERATION}/{p}/checkpoint-{checkpoint}.snap");
         revouch(dir, &base);
         revouch(dir, &format!("{base}.meta"));

@@ -24,6 +24,7 @@
 //! std::process::exit(report.exit_code.into());
 //! ```
 
+mod expected;
 pub mod html;
 mod integrity;
 mod parallel;
@@ -39,6 +40,7 @@ use std::path::PathBuf;
 
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
+use clink_bundle::model::{Depth, Evidence};
 use clink_bundle::Bundle;
 use serde::Serialize;
 
@@ -210,13 +212,16 @@ pub struct Report {
     pub job: String,
     pub checkpoint: u64,
     pub profile: Profile,
+    /// What this profile left unexamined (empty under `full`).
+    pub not_examined: Vec<NotExamined>,
     pub checks: Vec<CheckResult>,
     pub result: Conclusion,
     pub exit_code: u8,
 }
 
 pub const REPORT_FORMAT: &str = "clink-verify-report";
-pub const REPORT_VERSION: u64 = 1;
+/// Version 2 lists what the profile did not examine (`not_examined`).
+pub const REPORT_VERSION: u64 = 2;
 
 /// A request the bundle cannot answer (exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -247,11 +252,27 @@ pub fn artifacts_check(bundle: &Bundle) -> CheckResult {
 
 /// The three bundle.* checks, in order (bundle.manifest, bundle.artifacts,
 /// bundle.completeness): what every command that reads a bundle's evidence
-/// runs first. When one fails, nothing else may be read.
+/// runs first. When one fails, nothing else may be read. Once the artifacts
+/// are what the manifest vouches for, completeness judges THE reader's model
+/// of every artifact (a bundle the model refuses fails it, with the reason).
 pub fn integrity_checks(bundle: &Bundle) -> Vec<CheckResult> {
-    let mut checks = vec![integrity::manifest(bundle), integrity::artifacts(bundle), integrity::completeness(bundle)];
+    let artifacts = integrity::artifacts(bundle);
+    let completeness = if artifacts.status == Status::Passed {
+        match read_evidence(bundle, Depth::Contents) {
+            Ok(evidence) => integrity::completeness(bundle, &evidence),
+            Err(refused) => CheckResult::new("bundle.completeness", Status::Failed, refused.0),
+        }
+    } else {
+        integrity::completeness(bundle, &Evidence::default())
+    };
+    let mut checks = vec![integrity::manifest(bundle), artifacts, completeness];
     relativize(&mut checks, &bundle.root);
     checks
+}
+
+/// THE reader's model of the bundle, to `depth` (a refusal names why).
+pub fn read_evidence(bundle: &Bundle, depth: Depth) -> Result<Evidence, UsageError> {
+    Evidence::read(bundle, depth).map_err(|refused| UsageError(format!("the bundle is refused: {refused}")))
 }
 
 /// Whether the manifest's claims (the job, the selection, delivery,
@@ -319,10 +340,22 @@ pub fn verify_observed(
     checks.run("bundle.manifest", || integrity::manifest(bundle));
     checks.run("bundle.artifacts", || integrity::artifacts(bundle));
     let intact = checks.list.last().is_some_and(|a| a.status == Status::Passed);
-    checks.run("bundle.completeness", || integrity::completeness(bundle));
-    if intact && profile.includes(Profile::Consistency) {
-        claims_hold(bundle)?;
-    }
+    // What the profile reads, read once by THE reader: nothing of the
+    // contents for integrity, every artifact from consistency on. The
+    // manifest's claims, a mix of lineages and two files claiming one
+    // process refuse the bundle before any check judges it.
+    let depth = if profile.includes(Profile::Consistency) { Depth::Contents } else { Depth::Listing };
+    let evidence = if intact {
+        if depth == Depth::Contents {
+            claims_hold(bundle)?;
+        }
+        let evidence = read_evidence(bundle, depth)?;
+        protocol::refuse_shared_processes(&evidence)?;
+        evidence
+    } else {
+        Evidence::default()
+    };
+    checks.run("bundle.completeness", || integrity::completeness(bundle, &evidence));
     let behind = |name: &'static str| {
         CheckResult::new(
             name,
@@ -331,11 +364,6 @@ pub fn verify_observed(
         )
         .next("collect the bundle again, or find the copy that matches its manifest")
     };
-    // The traces say where epochs start (replay) and what the protocol did
-    // (full): two files claiming one process would make either a guess.
-    if intact && profile.includes(Profile::Replay) {
-        protocol::refuse_shared_processes(bundle)?;
-    }
     // What the job is, read once; the checks cross-check against it.
     let graph = bundle.job_graph();
     if intact && profile.includes(Profile::Replay) {
@@ -345,10 +373,10 @@ pub fn verify_observed(
     }
     if profile.includes(Profile::Consistency) {
         if intact {
-            checks.run("checkpoint.marker", || state::marker(bundle, &graph));
-            checks.run("checkpoint.restore_rule", || state::restore_rule(bundle));
-            checks.run("checkpoint.participants", || state::participants(bundle, &graph));
-            checks.run("state.decode", || state::decode(bundle, &graph));
+            checks.run("checkpoint.marker", || state::marker(bundle, &evidence, &graph));
+            checks.run("checkpoint.restore_rule", || state::restore_rule(bundle, &evidence));
+            checks.run("checkpoint.participants", || state::participants(bundle, &evidence, &graph));
+            checks.run("state.decode", || state::decode(bundle, &evidence));
         } else {
             for name in ["checkpoint.marker", "checkpoint.restore_rule", "checkpoint.participants", "state.decode"] {
                 checks.push(behind(name));
@@ -360,6 +388,7 @@ pub fn verify_observed(
             checks.progress.started("replay.determinism");
             let results = replay_checks::run_observed(
                 bundle,
+                &evidence,
                 &graph,
                 &options.selection,
                 options.expected.as_deref(),
@@ -378,8 +407,8 @@ pub fn verify_observed(
     }
     if profile.includes(Profile::Full) {
         if intact {
-            checks.run("protocol.trace_structure", || protocol::trace_structure(bundle));
-            checks.run("protocol.conformance", || protocol::conformance(bundle, options.formal.as_ref()));
+            checks.run("protocol.trace_structure", || protocol::trace_structure(bundle, &evidence));
+            checks.run("protocol.conformance", || protocol::conformance(bundle, &evidence, options.formal.as_ref()));
         } else {
             checks.push(behind("protocol.trace_structure"));
             checks.push(behind("protocol.conformance"));
@@ -402,8 +431,45 @@ pub fn verify_observed(
         job: bundle.manifest.job.id.clone(),
         checkpoint: bundle.manifest.selection.checkpoint,
         profile,
+        not_examined: not_examined(bundle, profile),
         checks,
         result,
         exit_code: result.exit_code(),
     })
+}
+
+/// What a profile leaves unexamined of the evidence the manifest vouches
+/// for, and which profile examines it: a profile never passes on evidence
+/// it did not read, and says what it did not. `full` examines everything.
+fn not_examined(bundle: &Bundle, profile: Profile) -> Vec<NotExamined> {
+    let mut out: Vec<NotExamined> = clink_bundle::model::unexamined(bundle, Depth::Listing)
+        .into_iter()
+        .filter(|_| !profile.includes(Profile::Consistency))
+        .map(|(what, count, _)| NotExamined { what, count, examined_by: Profile::Consistency })
+        .collect();
+    let operator_epochs = bundle.manifest.epochs.iter().filter(|e| e.role == "operator").count();
+    if !profile.includes(Profile::Replay) && operator_epochs > 0 {
+        out.push(NotExamined {
+            what: "the events of captured operator epochs, replayed and compared with production's".into(),
+            count: operator_epochs,
+            examined_by: Profile::Replay,
+        });
+    }
+    let traces = bundle.trace_artifacts().len();
+    if !profile.includes(Profile::Full) && traces > 0 {
+        out.push(NotExamined {
+            what: "the traces' events as a behaviour of the protocol's specification (TLC)".into(),
+            count: traces,
+            examined_by: Profile::Full,
+        });
+    }
+    out
+}
+
+/// Evidence a profile did not examine, and the profile that does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotExamined {
+    pub what: String,
+    pub count: usize,
+    pub examined_by: Profile,
 }

@@ -15,22 +15,18 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use clink_basics::ids::OperatorId;
-use clink_basics::multiset::multiset_diff;
 use clink_bundle::graph::{GraphProblem, KnownGraph};
 use clink_bundle::manifest::capture_path;
+use clink_bundle::model::Evidence;
 use clink_bundle::{Bundle, EpochEntry};
 use clink_engine::event::Event;
 use clink_engine::routing::Route;
-use clink_engine::value::{row_bytes, value_from_json, Row};
+use clink_engine::value::Row;
 use clink_replay::bundle::{load_bundle_epoch, BundleEpochs};
 use clink_replay::compare::keyed_order_diff;
-use clink_replay::{verify, EpochEvidence, EpochRef, ReplayError};
-use serde_json::Value as Json;
+use clink_replay::{verify, EpochEvidence, EpochRef, ReplayError, ReplayOutcome};
 
 use super::{CheckResult, Counts, Selection, Status, UsageError};
-
-/// An expectation file larger than this is refused unread.
-const MAX_EXPECTED_BYTES: u64 = 256 << 20;
 
 /// What one epoch came to for one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,22 +48,24 @@ struct EpochResult {
 
 pub fn run(
     bundle: &Bundle,
+    evidence: &Evidence,
     graph: &Result<KnownGraph, GraphProblem>,
     selection: &Selection,
     expected: Option<&Path>,
 ) -> Result<Vec<CheckResult>, UsageError> {
-    run_observed(bundle, graph, selection, expected, &mut crate::progress::Quiet)
+    run_observed(bundle, evidence, graph, selection, expected, &mut crate::progress::Quiet)
 }
 
 /// [`run`], telling `progress` as each selected epoch is checked.
 pub fn run_observed(
     bundle: &Bundle,
+    evidence: &Evidence,
     graph: &Result<KnownGraph, GraphProblem>,
     selection: &Selection,
     expected: Option<&Path>,
     progress: &mut dyn crate::progress::VerifyProgress,
 ) -> Result<Vec<CheckResult>, UsageError> {
-    let completed = match completed_checkpoints(bundle) {
+    let completed = match completed_checkpoints(bundle, evidence) {
         Ok(c) => c,
         Err(why) => return Ok(markers_unreadable(&why, expected.is_some())),
     };
@@ -75,8 +73,8 @@ pub fn run_observed(
     let max = selection.max_replays.get();
     let checked: Vec<&EpochEntry> = selected.iter().copied().take(max).collect();
     let omitted: Vec<String> = selected.iter().skip(max).take(5).map(|e| describe(e)).collect();
-    let epochs = BundleEpochs::read(bundle);
-    let job = JobEvidence { graph, epochs: &epochs, completed: &completed };
+    let epochs = BundleEpochs::of(evidence);
+    let job = JobEvidence { graph, epochs: &epochs, completed: &completed, evidence };
     // Only replay.expected_output reads the replayed rows after an epoch's
     // own checks: without it, an epoch's rows are dropped once checked, so
     // memory holds the epochs being replayed, not the bundle's output.
@@ -98,14 +96,29 @@ pub fn run_observed(
         ),
         conclude(
             "replay.recorded_output",
-            "for every selected epoch, the replay's rows equal what production handed the operator's downstream in the same epoch, each key's in order",
+            "for every selected epoch, the replay's rows equal what production handed the operator's downstream in the same epoch, each key's in order, and the replay ends in the state the bundle's snapshot of the epoch's checkpoint holds, where it holds one",
             counts_base,
             &omitted,
             results.iter().map(|r| (&r.at, &r.recorded)),
         ),
     ];
     if let Some(path) = expected {
-        checks.push(expected_output(path, &selected, &results, counts_base, &omitted, &epochs.restores.known)?);
+        let replayed: Vec<crate::expected::Replayed<'_>> = results
+            .iter()
+            .map(|r| crate::expected::Replayed {
+                at: &r.at,
+                rows: r.rows.as_ref(),
+                output_schema: r.output_schema.as_ref(),
+            })
+            .collect();
+        checks.push(crate::expected::expected_output(
+            path,
+            &selected,
+            &replayed,
+            counts_base,
+            &omitted,
+            &epochs.restores.known,
+        )?);
     }
     for check in &mut checks {
         check.details.extend(cut.iter().cloned());
@@ -118,14 +131,23 @@ fn describe(e: &EpochEntry) -> String {
 }
 
 /// The checkpoints whose COMPLETED marker the bundle holds: an epoch is whole
-/// only when its checkpoint completed.
-/// A listing that fails is never read as "none completed": the caller makes
-/// every replay check unavailable with the reason.
-fn completed_checkpoints(bundle: &Bundle) -> Result<BTreeSet<u64>, String> {
-    bundle
-        .markers()
-        .map(|m| m.completed.into_iter().collect())
-        .map_err(|e| format!("the bundle's markers could not be read: {e}"))
+/// only when its checkpoint completed. A marker that did not read is never
+/// read as "not completed": the caller makes every replay check unavailable
+/// with the reason.
+fn completed_checkpoints(bundle: &Bundle, evidence: &Evidence) -> Result<BTreeSet<u64>, String> {
+    let unread: Vec<String> = bundle
+        .artifacts_of_kind(|k| matches!(k, clink_bundle::paths::ArtifactKind::CompletedMarker { .. }))
+        .filter_map(|(a, k)| match k {
+            clink_bundle::paths::ArtifactKind::CompletedMarker { checkpoint, .. } => {
+                (!evidence.completed.contains_key(&checkpoint)).then(|| a.path.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    if !unread.is_empty() {
+        return Err(format!("the bundle's markers could not be read: {}", unread.join(", ")));
+    }
+    Ok(evidence.completed.keys().copied().collect())
 }
 
 /// Every replay check, unavailable: which epochs are whole is not known.
@@ -191,6 +213,7 @@ struct JobEvidence<'a> {
     graph: &'a Result<KnownGraph, GraphProblem>,
     epochs: &'a BundleEpochs,
     completed: &'a BTreeSet<u64>,
+    evidence: &'a Evidence,
 }
 
 /// Every epoch checked, on as many threads as the machine has cores (epochs
@@ -279,18 +302,46 @@ fn check_epoch(bundle: &Bundle, entry: &EpochEntry, job: &JobEvidence<'_>, keep_
     } else {
         EpochStatus::Passed
     };
-    let rows = verification.outcome.emissions;
     let recorded = match &partial_why {
         Some(why) => EpochStatus::Unavailable(format!("{at}: {why}")),
-        None => compare_downstream(bundle, job.epochs, &evidence, &rows),
+        None => compare_downstream(bundle, job, &evidence, &verification.outcome),
     };
+    let rows = verification.outcome.emissions;
     // The spec planned when the epoch loaded (`replayable`): this cannot fail.
     let output_schema = evidence.spec.plan().ok().map(|p| p.output_schema);
     EpochResult { at, determinism, recorded, rows: (whole && keep_rows).then_some(rows), output_schema }
 }
 
+/// Where the bundle holds the participant's snapshot of the epoch's own
+/// checkpoint (the state production reached at the barrier that closed the
+/// epoch), the replay, whole, must end in exactly that state: why not, if not.
+fn end_state_differs(evidence: &Evidence, at: &EpochRef, end: &clink_engine::checkpoint::StateSlots) -> Option<String> {
+    let participant = clink_engine::checkpoint::participant_name(at.operator, at.subtask);
+    let (_, snapshot) = evidence.snapshots.iter().find(|((_, p, c), _)| *p == participant && *c == at.epoch)?;
+    if &snapshot.slots == end {
+        return None;
+    }
+    let differs: Vec<&String> = snapshot
+        .slots
+        .0
+        .keys()
+        .chain(end.0.keys())
+        .filter(|name| snapshot.slots.0.get(*name) != end.0.get(*name))
+        .collect();
+    Some(format!(
+        "{at}: the replay ends in another state than {participant}'s snapshot of checkpoint {} (slots {differs:?} differ): the snapshot is not what this epoch's events make of its starting state",
+        at.epoch
+    ))
+}
+
 /// Compares the replay's rows with each consumer's capture of the same epoch.
-fn compare_downstream(bundle: &Bundle, epochs: &BundleEpochs, evidence: &EpochEvidence, rows: &[Row]) -> EpochStatus {
+fn compare_downstream(
+    bundle: &Bundle,
+    job: &JobEvidence<'_>,
+    evidence: &EpochEvidence,
+    outcome: &ReplayOutcome,
+) -> EpochStatus {
+    let (epochs, rows) = (job.epochs, &outcome.emissions);
     let spec = &evidence.spec;
     let at = &evidence.at;
     let planned = match spec.plan() {
@@ -302,6 +353,10 @@ fn compare_downstream(bundle: &Bundle, epochs: &BundleEpochs, evidence: &EpochEv
             "{at}: {} reads the clock while handling records, so its replay agrees with other replays, not with production",
             planned.spec.type_name
         ));
+    }
+    // Production's own state at the barrier, where the bundle holds it.
+    if let Some(why) = end_state_differs(job.evidence, at, &outcome.end_state) {
+        return EpochStatus::Failed(why);
     }
     if spec.outputs.is_empty() {
         return EpochStatus::Unsupported(format!("{at}: the operator has no consumer to compare with"));
@@ -451,160 +506,4 @@ fn conclude<'a>(
         counts.omitted
     ));
     result
-}
-
-/// Why an expectation (`--expected`) does not read; `line` counts from 1.
-#[derive(Debug, thiserror::Error)]
-pub enum ExpectedError {
-    #[error("line {line}: not JSON: {error}")]
-    NotJson { line: usize, error: serde_json::Error },
-    #[error("line {line}: expected a JSON array of cells")]
-    NotAnArray { line: usize },
-    #[error("line {line}: {cells} cells, the operator emits {columns} columns")]
-    Width { line: usize, cells: usize, columns: usize },
-    #[error("line {line}: column {column}: {cell} is not a {ty:?}")]
-    WrongType { line: usize, column: String, cell: Json, ty: clink_engine::value::ColumnType },
-}
-
-/// Parses an expectation: one JSON array per line, the operator's output
-/// columns in order (decimals as strings, timestamps as epoch milliseconds).
-pub fn parse_expected(text: &str, schema: &clink_engine::value::Schema) -> Result<Vec<Row>, ExpectedError> {
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let at = i + 1;
-        let v: Json = serde_json::from_str(line).map_err(|error| ExpectedError::NotJson { line: at, error })?;
-        let cells = v.as_array().ok_or(ExpectedError::NotAnArray { line: at })?;
-        if cells.len() != schema.0.len() {
-            return Err(ExpectedError::Width { line: at, cells: cells.len(), columns: schema.0.len() });
-        }
-        let row = cells
-            .iter()
-            .zip(&schema.0)
-            .map(|(cell, col)| {
-                value_from_json(cell, col.ty).ok_or_else(|| ExpectedError::WrongType {
-                    line: at,
-                    column: col.name.clone(),
-                    cell: cell.clone(),
-                    ty: col.ty,
-                })
-            })
-            .collect::<Result<Row, ExpectedError>>()?;
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-fn expected_output(
-    path: &Path,
-    selected: &[&EpochEntry],
-    results: &[EpochResult],
-    mut counts: Counts,
-    omitted: &[String],
-    restores: &[(u64, u64)],
-) -> Result<CheckResult, UsageError> {
-    let name = "replay.expected_output";
-    let ops: BTreeSet<OperatorId> = selected.iter().map(|e| e.operator_id()).collect();
-    if ops.len() != 1 {
-        return Err(UsageError(format!(
-            "replay.expected_output compares one operator's epochs; the selection holds {} operators: narrow it with --op",
-            ops.len()
-        )));
-    }
-    let text = clink_basics::files::read_bounded_text(path, MAX_EXPECTED_BYTES)
-        .map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
-    let Some(schema) = results.iter().find_map(|r| r.output_schema.clone()) else {
-        return Ok(CheckResult::new(
-            name,
-            Status::Unavailable,
-            "no selected epoch could be loaded to learn the operator's columns",
-        ));
-    };
-    let expected =
-        parse_expected(&text, &schema).map_err(|e| UsageError(format!("--expected {}: {e}", path.display())))?;
-    // Epochs a RESTORED record passes over were processed again after the restore.
-    let passed_over = |epoch: u64| restores.iter().any(|&(from, next)| from < epoch && epoch < next);
-    let mut details = Vec::new();
-    let mut replayed = Vec::new();
-    let mut all_whole = counts.omitted == 0;
-    for r in results {
-        if passed_over(r.at.epoch) {
-            details
-                .push(format!("left out: {}: a restore passed over it; its events were processed again after", r.at));
-            continue;
-        }
-        match &r.rows {
-            Some(rows) => {
-                counts.passed += 1;
-                replayed.extend(rows.iter().cloned());
-            }
-            None => {
-                all_whole = false;
-                counts.unavailable += 1;
-                details.push(format!("not replayed whole: {}", r.at));
-            }
-        }
-    }
-    let diff = multiset_diff(expected.iter().map(|r| row_bytes(r)), replayed.iter().map(|r| row_bytes(r)));
-    let show = |bytes: &Vec<u8>| {
-        clink_engine::value::row_from_bytes(bytes).map(|r| format!("{r:?}")).unwrap_or_else(|_| "?".into())
-    };
-    let status = if diff.unexpected_copies() > 0 {
-        for (row, n) in diff.unexpected.iter().take(10) {
-            details.push(format!("emitted but not expected x{n}: {}", show(row)));
-        }
-        Status::Failed
-    } else if diff.missing_copies() > 0 && all_whole {
-        for (row, n) in diff.missing.iter().take(10) {
-            details.push(format!("expected but not emitted x{n}: {}", show(row)));
-        }
-        Status::Failed
-    } else if !all_whole || selected.is_empty() {
-        Status::Unavailable
-    } else {
-        Status::Passed
-    };
-    counts.failed = usize::from(status == Status::Failed);
-    if counts.omitted > 0 {
-        details.push(format!("omitted by --max-replays: {}", omitted.join("; ")));
-    }
-    let reason = match status {
-        Status::Passed => {
-            "every selected epoch was replayed whole, and together they emit exactly the expected rows (as multisets)"
-                .to_string()
-        }
-        Status::Failed => format!(
-            "{} rows emitted that the expectation does not hold, {} expected rows not emitted",
-            diff.unexpected_copies(),
-            diff.missing_copies()
-        ),
-        _ => "not every selected epoch was replayed whole, so a missing row may belong to an epoch not replayed"
-            .to_string(),
-    };
-    let mut result = CheckResult::new(name, status, reason)
-        .evidence([format!("{} expected rows, {} replayed rows", expected.len(), replayed.len())])
-        .details(details);
-    result.counts = Some(counts);
-    Ok(result)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clink_engine::value::{ColumnType, Schema, Value};
-
-    #[test]
-    fn an_expectation_is_refused_by_line_with_what_was_expected() {
-        let schema = Schema::of(&[("key", ColumnType::String), ("count", ColumnType::Int)]);
-        assert_eq!(
-            parse_expected("[\"a\", 1]\n\n[\"b\", 2]\n", &schema).unwrap()[1],
-            vec![Value::Str("b".into()), Value::Int(2)]
-        );
-        assert!(matches!(parse_expected("[\"a\", 1]\n{", &schema), Err(ExpectedError::NotJson { line: 2, .. })));
-        assert!(matches!(parse_expected("{}", &schema), Err(ExpectedError::NotAnArray { line: 1 })));
-        let width = parse_expected("[\"a\"]", &schema).unwrap_err();
-        assert_eq!(width.to_string(), "line 1: 1 cells, the operator emits 2 columns");
-        let typed = parse_expected("[\"a\", \"one\"]", &schema).unwrap_err();
-        assert!(matches!(&typed, ExpectedError::WrongType { line: 1, column, .. } if column == "count"), "{typed}");
-        assert_eq!(typed.to_string(), "line 1: column count: \"one\" is not a Int");
-    }
 }

@@ -1,35 +1,55 @@
 //! The consistency checks: checkpoint.marker, checkpoint.restore_rule,
-//! checkpoint.participants and state.decode, each run on the bundle's copy of
-//! the checkpoint directory with the engine's own readers (the ones its
-//! restore runs). Where two pieces of evidence name the same thing (the
-//! marker and the manifest, a snapshot's header and its path and sidecar, the
-//! marker's participants and the job graph), the check requires them to agree.
-//! Every file is read through the bundle's vouched readers: the bytes decided
-//! on are the bytes the manifest lists, found by their path.
+//! checkpoint.participants and state.decode, each a judgement of THE
+//! reader's model of the bundle (`clink_bundle::model`), which read every
+//! marker, record, receipt, sidecar and snapshot with the engine's own
+//! readers and compared every fact two of them state. A check here fails on
+//! every finding of its facts, and adds the seed's own rules (the restore
+//! choice recomputed, the participants against the graph, every snapshot
+//! restored).
 
-use clink_basics::text::count;
 use std::collections::BTreeSet;
 
 use clink_basics::digest::sha256_hex;
-use clink_basics::ids::OperatorId;
+use clink_basics::text::count;
 use clink_bundle::graph::{GraphProblem, KnownGraph};
-use clink_bundle::paths::ArtifactKind;
+use clink_bundle::model::{Evidence, Fact};
 use clink_bundle::Bundle;
 use clink_engine::checkpoint::layout::{parse_participant_name, participant_name};
 use clink_engine::checkpoint::{restore_point_from, RestoreRule};
-use clink_engine::job::{JobGraph, PlannedOperator};
+use clink_engine::job::JobGraph;
 
 use super::{CheckResult, Status};
 
-pub fn marker(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
+/// The findings of some facts, as a check's details: `None` when there is none.
+pub(crate) fn findings(evidence: &Evidence, facts: &[Fact]) -> Option<Vec<String>> {
+    let found: Vec<String> =
+        evidence.findings.iter().filter(|f| facts.contains(&f.fact)).map(|f| f.detail.clone()).collect();
+    (!found.is_empty()).then_some(found)
+}
+
+fn failed_on(name: &'static str, what: &str, details: Vec<String>) -> CheckResult {
+    // The first disagreement is the reason; every one is in the details.
+    let first = details.first().cloned().unwrap_or_default();
+    let more = match details.len() {
+        0 | 1 => String::new(),
+        n => format!(" (and {} more between {what})", n - 1),
+    };
+    CheckResult::new(name, Status::Failed, format!("{first}{more}"))
+        .next("two artifacts that state the same fact disagree: one was altered, or is another run's; collect again")
+        .details(details.into_iter().take(30))
+}
+
+pub fn marker(bundle: &Bundle, evidence: &Evidence, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let sel = &bundle.manifest.selection;
     let name = "checkpoint.marker";
-    let m = match bundle.completed_marker(sel.checkpoint) {
-        Ok(m) => m,
-        Err(e) => return CheckResult::new(name, Status::Failed, format!("the selected marker is not valid: {e}"))
-            .next(
-            "the checkpoint directory the bundle came from is damaged or the bundle was altered; inspect the marker",
-        ),
+    let Some(m) = evidence.completed.get(&sel.checkpoint) else {
+        return CheckResult::new(
+            name,
+            Status::Failed,
+            "the selected COMPLETED marker is not in the bundle, or does not read",
+        )
+        .next("the checkpoint directory the bundle came from is damaged or the bundle was altered; inspect the marker")
+        .details(findings(evidence, &[Fact::Unread]).unwrap_or_default());
     };
     if m.generation != sel.generation {
         return CheckResult::new(
@@ -38,7 +58,8 @@ pub fn marker(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
             format!("the marker names generation {}, the manifest {}", m.generation, sel.generation),
         );
     }
-    if m.participants.iter().collect::<BTreeSet<_>>() != sel.participants.iter().collect() {
+    let listed: BTreeSet<&String> = sel.participants.iter().collect();
+    if m.participants.iter().collect::<BTreeSet<_>>() != listed || m.participants.len() != sel.participants.len() {
         return CheckResult::new(name, Status::Failed, "the marker's participants differ from the manifest's")
             .details([format!("marker: {:?}", m.participants), format!("manifest: {:?}", sel.participants)]);
     }
@@ -50,29 +71,36 @@ pub fn marker(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
                 .next("the bundle was altered, or the job changed between the marker and the manifest; collect again")
         }
     };
+    if let Some(found) = findings(evidence, &[Fact::Marker]) {
+        return failed_on(name, "the markers, their job graphs and the traces", found);
+    }
     CheckResult::new(
         name,
         Status::Passed,
-        "the selected COMPLETED marker parses and names this job, this checkpoint, the manifest's generation and participants, and a job graph that reads",
+        "the selected COMPLETED marker parses and names this job, this checkpoint, the manifest's generation and participants, and a job graph that reads; every marker agrees with its graph and the traces",
     )
     .evidence([
         format!(
-            "COMPLETED-{}: job {}, generation {}, {} participants, kind {}, marker version {}",
+            "COMPLETED-{}: job {}, generation {}, {} participants, kind {}, marker version {}{}",
             m.checkpoint,
             m.job,
             m.generation,
             m.participants.len(),
             m.kind.as_str(),
-            m.version
+            m.version,
+            m.run.as_ref().map(|r| format!(", written by {r}")).unwrap_or_default()
         ),
         graph_evidence,
+        format!("{} COMPLETED markers read", evidence.completed.len()),
     ])
 }
 
-pub fn restore_rule(bundle: &Bundle) -> CheckResult {
+pub fn restore_rule(bundle: &Bundle, evidence: &Evidence) -> CheckResult {
     let name = "checkpoint.restore_rule";
     let sel = &bundle.manifest.selection;
-    let Some(confirmation) = bundle.manifest.job.requires_commit_confirmation else {
+    // The family the evidence says (the manifest's flag only where no
+    // evidence says one: the claims check holds the two to each other).
+    let Some(confirmation) = evidence.family.or(bundle.manifest.job.requires_commit_confirmation) else {
         return CheckResult::new(
             name,
             Status::Unsupported,
@@ -89,22 +117,25 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
         .next("collect again without --checkpoint, or with the rule known");
     };
     let rule = RestoreRule::for_confirmation(confirmation);
-    let point = match bundle.markers() {
-        Ok(m) => restore_point_from(m.completed, m.confirmed, m.restored, rule),
-        Err(e) => return CheckResult::new(name, Status::Failed, format!("the markers cannot be read: {e}")),
-    };
-    let mut evidence = vec![
+    let completed: Vec<u64> = evidence.completed.keys().copied().collect();
+    let confirmed: Vec<u64> = evidence.confirmed.keys().copied().collect();
+    let point = restore_point_from(completed, confirmed, evidence.restored.clone(), rule);
+    let mut details = Vec::new();
+    let mut evidence_list = vec![
         format!("rule {}", rule.name()),
         format!("markers: completed {:?}, confirmed {:?}", point.completed, point.confirmed),
     ];
     if let Some(r) = &point.restored {
-        evidence.push(format!(
-            "RESTORED: restored_from {}, next {}; passes over {:?}",
-            r.restored_from, r.next, point.passed_over
+        evidence_list.push(format!(
+            "RESTORED: restored_from {}, next {}; passes over {:?}{}",
+            r.restored_from,
+            r.next,
+            point.passed_over,
+            r.run.as_ref().map(|run| format!("; written by {run}")).unwrap_or_default()
         ));
     }
     if let Some(named) = sel.named {
-        evidence.push(format!("the manifest says checkpoint {named} was named; the engine chose {engine_choice}"));
+        evidence_list.push(format!("the manifest says checkpoint {named} was named; the engine chose {engine_choice}"));
     }
     if sel.named.is_none() && sel.checkpoint != point.checkpoint {
         return CheckResult::new(
@@ -115,7 +146,7 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
                 point.checkpoint, sel.checkpoint
             ),
         )
-        .evidence(evidence)
+        .evidence(evidence_list)
         .next("the manifest was altered; collect again");
     }
     if point.checkpoint != engine_choice {
@@ -127,25 +158,33 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
                 point.checkpoint
             ),
         )
-        .evidence(evidence)
+        .evidence(evidence_list)
         .next("the manifest or the markers were altered, or the markers changed after the choice; collect again");
     }
     if confirmation && point.checkpoint > 0 {
-        match confirmed_receipts(bundle, point.checkpoint) {
-            Ok(vouched) => evidence.push(vouched),
-            Err(problem) => {
-                return CheckResult::new(name, Status::Failed, problem)
-                    .evidence(evidence)
-                    .next("a CONFIRMED marker vouches for commits only its sinks' receipts prove; collect again, or find what removed them")
-            }
+        match evidence.confirmed.get(&point.checkpoint) {
+            None => details.push(format!("CONFIRMED-{} is the chosen point and does not read", point.checkpoint)),
+            Some(m) if m.confirmed_by == "import" => evidence_list.push(format!(
+                "CONFIRMED-{}: confirmed by a dataset import, as the bundle's IMPORTED record says, for sinks {:?}; their receipts are the exporting run's",
+                point.checkpoint, m.sinks
+            )),
+            Some(m) => evidence_list.push(format!(
+                "CONFIRMED-{} (by {}): every sink's receipt of it read, each the transaction its snapshot holds: {:?}",
+                point.checkpoint, m.confirmed_by, m.sinks
+            )),
         }
+    }
+    details.extend(findings(evidence, &[Fact::Restore]).unwrap_or_default());
+    if !details.is_empty() {
+        return failed_on(name, "the restore records, the family's evidence and the markers", details)
+            .evidence(evidence_list);
     }
     let mut result = CheckResult::new(
         name,
         Status::Passed,
-        "the engine's restore choice, recomputed over the bundle's markers, is the one recorded",
+        "the engine's restore choice, recomputed over the bundle's markers, is the one recorded, and every restore record, CONFIRMED marker and receipt agrees with the rest of the evidence",
     )
-    .evidence(evidence);
+    .evidence(evidence_list);
     if confirmation {
         result.details.push(
             "a job in the confirmation family runs the in-doubt walk after a takeover, which asks the sinks' systems and can move the point; offline nothing can say how far".into(),
@@ -154,92 +193,12 @@ pub fn restore_rule(bundle: &Bundle) -> CheckResult {
     result
 }
 
-/// The chosen CONFIRMED marker and the receipts it vouches for agree: it
-/// reads and names this job and checkpoint; it names exactly the
-/// commit-confirmed sink subtasks the job graph of that checkpoint deploys
-/// (a marker that leaves a sink out vouches for a commit nothing proves);
-/// each sink's receipt of it is in the bundle, names that sink and
-/// checkpoint, and vouches for the transaction that sink's snapshot of the
-/// checkpoint holds (the handle the engine's walk compares). A marker
-/// confirmed by a dataset import vouches for the exporting run's receipts,
-/// which live with that run; it is said so.
-fn confirmed_receipts(bundle: &Bundle, checkpoint: u64) -> Result<String, String> {
-    let marker =
-        bundle.confirmed_marker(checkpoint).map_err(|e| format!("CONFIRMED-{checkpoint} does not read: {e}"))?;
-    let completed =
-        bundle.completed_marker(checkpoint).map_err(|e| format!("COMPLETED-{checkpoint} does not read: {e}"))?;
-    let graph = bundle
-        .job_graph_at(checkpoint)
-        .map_err(|e| format!("the job graph of checkpoint {checkpoint} is needed to know its sinks: {e}"))?
-        .graph;
-    let sinks = confirmed_sinks(&graph);
-    let named: BTreeSet<String> = marker.sinks.iter().cloned().collect();
-    if named != sinks.keys().cloned().collect::<BTreeSet<_>>() {
-        return Err(format!(
-            "CONFIRMED-{checkpoint} names sinks {:?}; the job graph's commit-confirmed sink subtasks are {:?}",
-            named,
-            sinks.keys().collect::<Vec<_>>()
-        ));
-    }
-    if let Some(stranger) = marker.sinks.iter().find(|s| !completed.participants.contains(s)) {
-        return Err(format!("CONFIRMED-{checkpoint} names {stranger}, which COMPLETED-{checkpoint} does not"));
-    }
-    if marker.confirmed_by == "import" {
-        // The marker's own word is not evidence: the record the engine
-        // writes when it imports a dataset must be in the bundle and name it.
-        let imported = bundle.imported_checkpoint().map_err(|e| format!("the IMPORTED record does not read: {e}"))?;
-        if imported != Some(checkpoint) {
-            return Err(format!(
-                "CONFIRMED-{checkpoint} says a dataset import confirmed it, and the bundle's IMPORTED record names {}",
-                imported.map_or("nothing (there is none)".to_string(), |c| format!("checkpoint {c}"))
-            ));
-        }
-        return Ok(format!(
-            "CONFIRMED-{checkpoint}: confirmed by a dataset import, as the bundle's IMPORTED record says, for sinks {:?}; their receipts are the exporting run's",
-            marker.sinks
-        ));
-    }
-    for (sink, confirmation) in &sinks {
-        let receipt = bundle.receipt(sink, checkpoint).map_err(|e| {
-            format!("CONFIRMED-{checkpoint} names {sink}, and its receipt of checkpoint {checkpoint} is not there to vouch for it: {e}")
-        })?;
-        let snapshot = bundle.snapshot(completed.generation, sink, checkpoint).map_err(|e| {
-            format!("{sink}'s snapshot of checkpoint {checkpoint} is needed to hold its receipt to the transaction it sealed: {e}")
-        })?;
-        let sealed = (confirmation.handle)(&snapshot.slots)
-            .map_err(|e| format!("{sink}'s snapshot of checkpoint {checkpoint}: {e}"))?;
-        if sealed.as_ref() != Some(&receipt.handle) {
-            return Err(format!(
-                "{sink}'s receipt of checkpoint {checkpoint} vouches for {:?}, its snapshot of it holds {:?}: another transaction",
-                receipt.handle, sealed
-            ));
-        }
-    }
-    Ok(format!(
-        "CONFIRMED-{checkpoint} (by {}): every sink's receipt of it read, each the transaction its snapshot holds: {:?}",
-        marker.confirmed_by, marker.sinks
-    ))
-}
-
-/// The commit-confirmed sink subtasks a job graph deploys, with the rule
-/// that reads the handle a snapshot holds.
-fn confirmed_sinks(
-    graph: &JobGraph,
-) -> std::collections::BTreeMap<String, clink_engine::operators::CommitConfirmation> {
-    graph
-        .operators
-        .iter()
-        .filter_map(|o| Some((o, o.spec.descriptor.confirmation?)))
-        .flat_map(|(o, c)| (0..o.spec.parallelism).map(move |s| (participant_name(o.spec.id, s), c)))
-        .collect()
-}
-
 /// The participants a job graph deploys: every operator at its parallelism.
 fn deployed(graph: &JobGraph) -> BTreeSet<String> {
     graph.operators.iter().flat_map(|o| (0..o.spec.parallelism).map(move |s| participant_name(o.spec.id, s))).collect()
 }
 
-pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
+pub fn participants(bundle: &Bundle, evidence: &Evidence, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
     let name = "checkpoint.participants";
     let sel = &bundle.manifest.selection;
     if sel.participants.is_empty() {
@@ -276,22 +235,30 @@ pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -
     }
     let mut verified = 0;
     for p in &sel.participants {
-        // The same rules the engine's restore runs, on the vouched bytes:
-        // every name checked against the path.
-        let read = if bundle.manifest.contents.state {
-            bundle.snapshot(sel.generation, p, sel.checkpoint).map(|_| verified += 1)
-        } else {
-            bundle.snapshot_meta(sel.generation, p, sel.checkpoint).map(|_| ())
-        };
-        if let Err(e) = read {
-            problems.push(format!("{p}: {e}"));
+        let key = (sel.generation, p.clone(), sel.checkpoint);
+        if !evidence.sidecars.contains_key(&key) {
+            problems.push(format!(
+                "{p}: its sidecar of checkpoint {} is not in the bundle, or does not read",
+                sel.checkpoint
+            ));
+        }
+        if bundle.manifest.contents.state {
+            if evidence.snapshots.contains_key(&key) {
+                verified += 1;
+            } else {
+                problems.push(format!(
+                    "{p}: its snapshot of checkpoint {} is not in the bundle, or does not verify",
+                    sel.checkpoint
+                ));
+            }
         }
     }
+    problems.extend(findings(evidence, &[Fact::Participants]).unwrap_or_default());
     if !problems.is_empty() {
         return CheckResult::new(
             name,
             Status::Failed,
-            format!("{} with the selected checkpoint's participants", count(problems.len(), "problem", "problems")),
+            format!("{} with the checkpoints' participants", count(problems.len(), "problem", "problems")),
         )
         .details(problems);
     }
@@ -307,16 +274,7 @@ pub fn participants(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -
     )])
 }
 
-/// The planned operator for a participant: from the job graph, else (a bundle
-/// of version 1 markers without a manifest) from a captured op.json.
-fn operator_for(bundle: &Bundle, graph: Option<&JobGraph>, op: OperatorId, subtask: u32) -> Option<PlannedOperator> {
-    if let Some(graph) = graph {
-        return graph.operator(op).cloned();
-    }
-    bundle.op_spec(op, subtask).ok()?.plan().ok()
-}
-
-pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> CheckResult {
+pub fn decode(bundle: &Bundle, evidence: &Evidence) -> CheckResult {
     let name = "state.decode";
     if !bundle.manifest.contents.state {
         return CheckResult::new(
@@ -326,39 +284,24 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
         )
         .next("collect with --include-state to decode the state");
     }
-    if let Err(GraphProblem::Broken(why)) = graph {
-        return CheckResult::new(name, Status::Failed, format!("the job graph does not hold: {why}"));
-    }
-    let graph = graph.as_ref().ok().map(|k| &k.graph);
     let mut decoded = Vec::new();
-    let mut problems = Vec::new();
-    let mut unknown = Vec::new();
-    for (generation, participant, checkpoint) in snapshots_to_decode(bundle) {
-        let at = bundle.layout().snapshot(generation, &participant, checkpoint);
-        let at = bundle.bundle_path(&at).unwrap_or_else(|_| at.display().to_string());
-        let verified = match bundle.snapshot(generation, &participant, checkpoint) {
-            Ok(v) => v,
-            Err(e) => {
-                problems.push(e.to_string());
-                continue;
-            }
-        };
-        let Some((op, subtask)) = parse_participant_name(&participant) else {
-            problems.push(format!("{at}: participant {participant:?} is not a participant name"));
+    let mut problems = findings(evidence, &[Fact::State]).unwrap_or_default();
+    for ((generation, participant, checkpoint), snapshot) in &evidence.snapshots {
+        let Some((op, subtask)) = parse_participant_name(participant) else {
+            problems.push(format!("{participant:?} is not a participant name"));
             continue;
         };
-        let Some(planned) = operator_for(bundle, graph, op, subtask) else {
-            let why = if graph.is_some() {
-                "the job graph has no operator"
-            } else {
-                "no job graph or op.json says what operator"
-            };
-            unknown.push(format!("{at}: {why} {op}"));
+        let planned = evidence
+            .graph_at(*checkpoint)
+            .and_then(|g| g.operator(op).cloned())
+            .or_else(|| evidence.op_specs.get(&(op, subtask)).and_then(|s| s.plan().ok()));
+        let Some(planned) = planned else {
+            problems.push(format!("{participant}'s snapshot of checkpoint {checkpoint} (v{generation}): no job graph or op.json of the bundle says what operator {op} is"));
             continue;
         };
-        match planned.decode_state(&verified.slots) {
+        match planned.decode_state(&snapshot.slots) {
             Ok(()) => {
-                let slots: Vec<String> = verified
+                let slots: Vec<String> = snapshot
                     .slots
                     .0
                     .iter()
@@ -370,43 +313,30 @@ pub fn decode(bundle: &Bundle, graph: &Result<KnownGraph, GraphProblem>) -> Chec
                     slots.join(", ")
                 ));
             }
-            Err(e) => problems.push(format!("{at}: {} does not restore: {e}", planned.spec.type_name)),
+            Err(e) => problems.push(format!(
+                "{participant}'s snapshot of checkpoint {checkpoint}: {} does not restore it: {e}",
+                planned.spec.type_name
+            )),
         }
     }
     if !problems.is_empty() {
+        problems.sort();
+        problems.dedup();
         return CheckResult::new(
             name,
             Status::Failed,
-            format!("{} restore", count(problems.len(), "snapshot does not", "snapshots do not")),
+            format!("{} with the participants' state", count(problems.len(), "problem", "problems")),
         )
         .details(problems.into_iter().chain(decoded));
     }
-    if decoded.is_empty() && unknown.is_empty() {
+    if decoded.is_empty() {
         return CheckResult::new(name, Status::Unavailable, "the bundle lists no snapshot to decode");
     }
-    if !unknown.is_empty() {
-        let status = if graph.is_some() { Status::Failed } else { Status::Unavailable };
-        return CheckResult::new(name, status, "some snapshots belong to operators the bundle does not describe")
-            .next("collect from a checkpoint directory whose markers name the job graph")
-            .details(unknown.into_iter().chain(decoded));
-    }
-    CheckResult::new(name, Status::Passed, "every included snapshot restores through the production restore path")
-        .evidence([format!("{} snapshots decoded (state names, versions, fingerprints in details)", decoded.len())])
-        .details(decoded)
-}
-
-/// The snapshots state.decode decodes, found by path, whatever their role
-/// says: every participant's snapshot of the selected checkpoint (which the
-/// profile requires, listed or not: one missing is a problem, never a
-/// smaller selection), and every other snapshot the bundle lists.
-fn snapshots_to_decode(bundle: &Bundle) -> BTreeSet<(u32, String, u64)> {
-    let sel = &bundle.manifest.selection;
-    let mut wanted: BTreeSet<(u32, String, u64)> =
-        sel.participants.iter().map(|p| (sel.generation, p.clone(), sel.checkpoint)).collect();
-    for (_, kind) in bundle.artifacts_of_kind(|k| matches!(k, ArtifactKind::Snapshot { .. })) {
-        if let ArtifactKind::Snapshot { generation, participant, checkpoint, .. } = kind {
-            wanted.insert((generation, participant, checkpoint));
-        }
-    }
-    wanted
+    CheckResult::new(
+        name,
+        Status::Passed,
+        "every included snapshot restores through the production restore path, holds only keys of its subtask's key groups, and names the run its checkpoint's marker does",
+    )
+    .evidence([format!("{} snapshots decoded (state names, versions, fingerprints in details)", decoded.len())])
+    .details(decoded)
 }

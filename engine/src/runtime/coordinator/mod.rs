@@ -152,6 +152,11 @@ impl Coordinator {
             other => RunError::Failed(other.to_string()),
         })?;
         self.options.env.run = Some(fence.identity());
+        if let Some((ha_dir, manifest)) = &self.options.job_manifest {
+            let manifest = manifest.clone().published_by(fence.identity());
+            crate::job_manifest::publish(ha_dir, &manifest, self.layout.job())
+                .map_err(|e| RunError::Refused(format!("--ha-dir {}: {e}", ha_dir.display())))?;
+        }
         self.fence = Some(fence);
         self.graph = Some(self.record_graph()?);
         let mut history = history;

@@ -297,14 +297,22 @@ impl Runner<'_> {
             .collect();
         for seen in new {
             let ck = seen.checkpoint;
-            let waiting = self
+            // Waiting from an earlier cycle, or collected early in this one,
+            // whether that collection held or not: a collection that fails
+            // (the job moving faster than it copies) frees no place, or a
+            // cycle would never end while the job runs.
+            let cycle = self.cycle;
+            let early = self
                 .ledger
                 .audits
                 .values()
                 .filter(|r| !self.listed.contains(&r.checkpoint))
-                .filter(|r| r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some()))
+                .filter(|r| {
+                    r.attempted_in(cycle)
+                        || r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some())
+                })
                 .count();
-            if waiting >= MAX_COLLECTED_EARLY {
+            if early >= MAX_COLLECTED_EARLY {
                 return Ok(());
             }
             self.eligible.insert(ck);

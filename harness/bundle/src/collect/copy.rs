@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clink_engine::checkpoint::backend::read_dir_names;
 use clink_engine::checkpoint::layout::{parse_completed_marker_name, parse_confirmed_marker_name, RESTORED_NAME};
+use clink_engine::checkpoint::lineage::parse_run_record_name;
 use clink_engine::checkpoint::CheckpointLayout;
 
 use crate::manifest::{Artifact, Note};
@@ -164,8 +165,10 @@ pub(super) fn list_markers(layout: &CheckpointLayout) -> Result<BTreeMap<String,
     let names = read_dir_names(&dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
     let mut markers = BTreeMap::new();
     for name in names {
+        // A run's record too: a run starting mid-collection changes what is collected.
         let is_marker = parse_completed_marker_name(&name).is_some()
             || parse_confirmed_marker_name(&name).is_some()
+            || parse_run_record_name(&name).is_some()
             || name == RESTORED_NAME;
         if is_marker {
             // Vanished since the listing: the job moved on (changed, worth a

@@ -22,6 +22,7 @@ use std::time::Instant;
 use clink_basics::ids::OperatorId;
 use clink_engine::checkpoint::commits::{list_receipts, list_unresolved};
 use clink_engine::checkpoint::layout::{parse_completed_marker_name, RECEIPT_PREFIX, RESTORED_NAME, UNRESOLVED_PREFIX};
+use clink_engine::checkpoint::lineage::{parse_run_record_name, LINEAGE_NAME};
 use clink_engine::checkpoint::{restore_point_on_disk_by, CheckpointLayout, RestoreRule};
 
 use crate::manifest::{
@@ -220,6 +221,25 @@ fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     fs::rename(from, to)
 }
 
+/// The `<pid>-<start>` of every traced run of the directory's lineage, from
+/// the run records; `None` when the directory records no run (a build
+/// before run identities): every trace file is collected then.
+fn run_trace_stamps(layout: &CheckpointLayout) -> Option<std::collections::BTreeSet<String>> {
+    let names = clink_engine::checkpoint::backend::read_dir_names(&layout.jobs_dir()).ok()?;
+    let mut stamps = std::collections::BTreeSet::new();
+    let mut any = false;
+    for name in names {
+        let Some(n) = parse_run_record_name(&name) else { continue };
+        any = true;
+        let path = layout.jobs_dir().join(&name);
+        let bytes =
+            clink_basics::files::read_bounded(&path, clink_engine::checkpoint::lineage::MAX_RUN_RECORD_BYTES).ok()?;
+        let record = clink_engine::checkpoint::lineage::parse_run_record_bytes(&path, &bytes, layout.job(), n).ok()?;
+        stamps.extend(record.trace);
+    }
+    any.then_some(stamps)
+}
+
 fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Result<IncidentManifest, Refusal> {
     let options = b.options;
     let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job);
@@ -276,10 +296,23 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
             "restored_record"
         } else if name.starts_with("CONFIRMED-") {
             "confirmed_marker"
+        } else if parse_run_record_name(name).is_some() {
+            "run_record"
         } else {
             "completed_marker"
         };
         b.copy(&layout.jobs_dir().join(name), &format!("{jobs_rel}/{name}"), role, Need::Required)?;
+    }
+
+    // The directory's lineage: what every artifact's writer is of.
+    let lineage = layout.jobs_dir().join(LINEAGE_NAME);
+    if lineage.is_file() {
+        b.copy(&lineage, &format!("{jobs_rel}/{LINEAGE_NAME}"), "lineage_record", Need::Required)?;
+    } else {
+        b.absent.push(Note {
+            what: format!("{jobs_rel}/{LINEAGE_NAME}"),
+            why: "the checkpoint directory records no lineage (written by a build before run identities)".into(),
+        });
     }
 
     // The record of a checkpoint the run imported from a dataset: it is what
@@ -387,9 +420,30 @@ fn gather(b: &mut Builder<'_>, markers_before: &BTreeMap<String, Stamp>) -> Resu
         b.progress.phase("traces");
         let listing = clink_basics::files::list_dir(dir)
             .map_err(|e| refusal(RefusalKind::Other, format!("--trace-dir {}: {e}", dir.display())))?;
+        // The files of this lineage's runs, as their records name them: a
+        // trace directory other jobs or checkpoint directories share holds
+        // their processes' files too, which are not this job's evidence.
+        let stamps = run_trace_stamps(&layout);
         let mut traces = false;
         for name in listing.names.iter().filter(|n| n.ends_with(".ndjson") && !n.starts_with('.')) {
+            let stamp = crate::paths::parse_trace_file_name(name).map(|(_, pid, start)| format!("{pid}-{start}"));
+            if let (Some(stamps), Some(stamp)) = (&stamps, &stamp) {
+                if !stamps.contains(stamp) {
+                    continue;
+                }
+            }
             traces |= b.copy(&dir.join(name), &format!("traces/{name}"), "trace", Need::Optional)?;
+        }
+        for stamp in stamps.iter().flatten() {
+            for role in ["coordinator", "worker"] {
+                let name = format!("{role}-{stamp}.ndjson");
+                if !listing.names.contains(&name) {
+                    b.absent.push(Note {
+                        what: format!("traces/{name}"),
+                        why: "a run of this lineage traced (its run record names the file), and the trace directory does not hold it".into(),
+                    });
+                }
+            }
         }
         // A file whose name is not UTF-8 cannot be named in a bundle: say it was there.
         for name in &listing.not_utf8 {

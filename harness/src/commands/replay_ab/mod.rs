@@ -69,7 +69,8 @@ const CONTEXT_ROWS: usize = 20;
 pub struct AbArgs {
     #[command(flatten)]
     source: super::EvidenceArgs,
-    /// The candidate build's clink binary.
+    /// The candidate build's clink binary: an ELF executable for this
+    /// machine (a script is refused: no hash of it names what would run).
     #[arg(long, value_name = "FILE")]
     candidate_clink: PathBuf,
     /// Only this operator (decimal id).

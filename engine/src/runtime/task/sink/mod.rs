@@ -193,6 +193,8 @@ impl SinkTask<'_> {
             },
             sink: sink.evidence(checkpoint),
             watermark: Some(crate::capture::spec::BarrierWatermark { last: self.watermark }),
+            // The recorder names the run that writes it.
+            run: None,
         };
         if let Some(recorder) = &self.cx.recorder {
             if let Err(e) = recorder.write_sink_evidence(&evidence) {
