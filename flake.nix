@@ -55,10 +55,10 @@
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
-        services = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
+        services = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
-        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
+        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
         audit-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
       };
 
