@@ -419,9 +419,20 @@ pub fn last_mark(
         .map_err(|e| TxnError::Config { message: format!("creating the mark's reader: {e}") })?;
     let mut asked = TopicPartitionList::new();
     asked.add_partition(topic, 0);
-    let committed = consumer
-        .committed_offsets(asked, timeout)
-        .map_err(|e| TxnError::Unreachable { at: at(), message: e.to_string() })?;
+    // A broker that just started (or the group's coordinator moving) answers
+    // NotCoordinator or CoordinatorLoadInProgress for a while: asked again
+    // until `timeout`, then unreachable.
+    let deadline = std::time::Instant::now() + timeout;
+    let committed = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match consumer.committed_offsets(asked.clone(), left.max(Duration::from_millis(100))) {
+            Ok(committed) => break committed,
+            Err(e) if e.rdkafka_error_code().is_some_and(is_passing) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(TxnError::Unreachable { at: at(), message: e.to_string() }),
+        }
+    };
     let entry = committed
         .find_partition(topic, 0)
         .ok_or_else(|| TxnError::Malformed { at: at(), message: format!("no answer for {topic:?} partition 0") })?;
@@ -454,6 +465,11 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::Fenced
             | RDKafkaErrorCode::TransactionCoordinatorFenced
     )
+}
+
+/// An answer that says "not yet" rather than "no": worth asking again.
+fn is_passing(code: RDKafkaErrorCode) -> bool {
+    is_transport(code) || matches!(code, RDKafkaErrorCode::CoordinatorLoadInProgress)
 }
 
 fn is_transport(code: RDKafkaErrorCode) -> bool {
