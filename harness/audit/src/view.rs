@@ -259,25 +259,31 @@ fn stale_reason(age: Option<u64>, facts: &Facts) -> Option<String> {
     }
 }
 
-/// The status as a person reads it.
+/// The status as a person reads it: sentences and lists, no JSON (the
+/// same facts as `--json`, which a program reads).
 pub fn text(view: &StatusView) -> String {
     use std::fmt::Write;
     let d = &view.document;
     let mut out = String::new();
-    let s = |v: &Json| v.to_string();
     let _ = writeln!(out, "state: {} (exit {})", view.state.as_str(), view.state.exit_code());
-    let _ = writeln!(out, "conditions: {}", s(&d["conditions"]));
-    let _ = writeln!(out, "last attempted: {}", s(&d["last_attempted"]));
-    let _ = writeln!(out, "last verified: {}", s(&d["last_verified"]));
-    let _ = writeln!(out, "backlog: {}", d["backlog"]);
+    let conditions: Vec<&str> = d["conditions"].as_array().into_iter().flatten().filter_map(Json::as_str).collect();
+    if !conditions.is_empty() {
+        let _ = writeln!(out, "because: {}", conditions.join("; "));
+    }
+    if let Some(why) = d["stale"].as_str() {
+        let _ = writeln!(out, "stale: {why}");
+    }
+    let _ = writeln!(out, "last attempted: {}", audit_line(&d["last_attempted"]));
+    let _ = writeln!(out, "last verified: {}", audit_line(&d["last_verified"]));
+    let _ = writeln!(out, "backlog: {} completed checkpoints not yet attempted", d["backlog"].as_u64().unwrap_or(0));
     for p in d["coverage"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "coverage {}/{}: verified {} gaps {}",
+            "coverage of {} partition {}: verified {}; gaps {}",
             p["topic"].as_str().unwrap_or("?"),
             p["partition"],
-            s(&p["verified"]),
-            s(&p["gaps"])
+            ranges(&p["verified"]),
+            ranges(&p["gaps"])
         );
     }
     for (title, key) in [
@@ -287,17 +293,80 @@ pub fn text(view: &StatusView) -> String {
         ("gap", "gaps"),
     ] {
         for r in d[key].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "{title}: {} checkpoint {} {}",
-                r["audit"].as_str().unwrap_or("?"),
+            let mut line = format!(
+                "{title}: checkpoint {} ({}), {}",
                 r["checkpoint"],
-                s(&r["reason"])
+                r["audit"].as_str().unwrap_or("?"),
+                r["outcome"].as_str().unwrap_or("no outcome yet")
             );
+            if let Some(reason) = r["reason"].as_str() {
+                let _ = write!(line, ": {reason}");
+            }
+            if r["acknowledged"] == true {
+                line.push_str(" (acknowledged)");
+            }
+            let _ = writeln!(out, "{line}");
         }
     }
-    let _ = writeln!(out, "runner: {}", s(&d["runner"]));
+    let _ = writeln!(out, "runner: {}", runner_line(&d["runner"]));
     out
+}
+
+/// `checkpoint 12 (ck12-…), passed, completed 40 s ago`, or `none`.
+fn audit_line(a: &Json) -> String {
+    if a.is_null() {
+        return "none".into();
+    }
+    format!(
+        "checkpoint {} ({}), {}, completed {} s ago",
+        a["checkpoint"],
+        a["audit"].as_str().unwrap_or("?"),
+        a["outcome"].as_str().unwrap_or("no outcome yet"),
+        a["age_s"]
+    )
+}
+
+/// Offset ranges as `[3, 9) [12, 20)`, with a gap's tags; `none` when empty.
+fn ranges(list: &Json) -> String {
+    let shown: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let tags: Vec<&str> = r["tags"].as_array().into_iter().flatten().filter_map(Json::as_str).collect();
+            let range = format!("[{}, {})", r["start"], r["end"]);
+            if tags.is_empty() {
+                range
+            } else {
+                format!("{range} ({})", tags.join(", "))
+            }
+        })
+        .collect();
+    if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join(" ")
+    }
+}
+
+/// Whether a runner holds the state directory, its last cycle's age, and
+/// what stopped or blocks it.
+fn runner_line(r: &Json) -> String {
+    let mut line = if r["running"] == true { "running".to_string() } else { "not running".to_string() };
+    if let Some(pid) = r["pid"].as_u64() {
+        line.push_str(&format!(" (pid {pid})"));
+    }
+    match r["last_cycle_age_s"].as_u64() {
+        Some(age) => line.push_str(&format!(", last cycle ended {age} s ago")),
+        None => line.push_str(", no cycle has ended"),
+    }
+    if let Some(stopped) = r["stopped"].as_str() {
+        line.push_str(&format!(", stopped: {stopped}"));
+    }
+    if let Some(blocked) = r["budget_blocked"].as_str() {
+        line.push_str(&format!("; blocked: {blocked}"));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -364,7 +433,18 @@ mod tests {
         let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, Vec::new())]);
         assert_eq!(v.state, State::Incomplete, "{}", v.document);
         assert_eq!(v.document["coverage_unknown"][0]["checkpoint"], 2);
-        assert!(text(&v).contains("coverage unknown: ck2-test"), "{}", text(&v));
+        assert!(text(&v).contains("coverage unknown: checkpoint 2 (ck2-test)"), "{}", text(&v));
+    }
+
+    /// The text a person reads holds no JSON: no braces, no quoted keys.
+    #[test]
+    fn the_text_reads_as_sentences_not_json() {
+        let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, Vec::new())]);
+        let t = text(&v);
+        assert!(!t.contains('{') && !t.contains("\":"), "{t}");
+        assert!(t.contains("last verified: checkpoint 2 (ck2-test), passed, completed"), "{t}");
+        assert!(t.contains("verified [0, 10); gaps"), "{t}");
+        assert!(t.contains("runner: running (pid 0), last cycle ended"), "{t}");
     }
 
     /// A job that completes a checkpoint every minute for three hours while
