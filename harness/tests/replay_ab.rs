@@ -363,7 +363,7 @@ fn a_bundle_is_replayed_from_its_vouched_bytes_and_a_tampered_one_is_refused_bef
     let scratch = tempfile::tempdir().unwrap();
     let copy = scratch.path().join("bundle");
     common::copy_dir(&good, &copy);
-    let cap = copy.join("capture/op-3/subtask-0/epoch-10.cap");
+    let (cap, _) = latest_capture(&copy, 3, 0);
     let mut bytes = std::fs::read(&cap).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
@@ -414,6 +414,21 @@ fn bundle_copy(scratch: &Path) -> PathBuf {
     copy
 }
 
+/// The newest capture of one subtask in a bundle and its epoch: found, not
+/// named, so the trials keep meaning the same thing when the fixture is re-made.
+fn latest_capture(bundle: &Path, op: u32, subtask: u32) -> (PathBuf, u64) {
+    let dir = bundle.join(format!("capture/op-{op}/subtask-{subtask}"));
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let epoch = name.strip_prefix("epoch-")?.strip_suffix(".cap")?.parse::<u64>().ok()?;
+            Some((dir.join(name), epoch))
+        })
+        .max_by_key(|(_, epoch)| *epoch)
+        .unwrap_or_else(|| panic!("no capture in {}", dir.display()))
+}
+
 /// `replay ab --json` over a bundle, started; the test acts while it runs.
 fn ab_bundle(bundle: &Path, candidate: &Path, extra: &[&str]) -> std::process::Child {
     Command::new(clink_path())
@@ -446,7 +461,7 @@ fn report_of(child: std::process::Child) -> (Option<i32>, Json) {
 fn a_candidate_cannot_alter_the_bundle_it_reads() {
     let scratch = tempfile::tempdir().unwrap();
     let copy = bundle_copy(scratch.path());
-    let victim = copy.join("capture/op-4/subtask-1/epoch-10.cap");
+    let (victim, _) = latest_capture(&copy, 4, 1);
     let before = std::fs::read(&victim).unwrap();
     let cand =
         double(scratch.path(), "alters", serde_json::json!({"on_replay": [{"do": "append", "path": p(&victim)}]}));
@@ -462,11 +477,13 @@ fn a_candidate_cannot_alter_the_bundle_it_reads() {
 fn a_bundle_that_changes_while_the_candidate_reads_it_is_refused() {
     let scratch = tempfile::tempdir().unwrap();
     let copy = bundle_copy(scratch.path());
-    let victim = copy.join("capture/op-4/subtask-1/epoch-10.cap");
+    let (victim, _) = latest_capture(&copy, 4, 1);
+    let (_, epoch) = latest_capture(&copy, 3, 0);
+    let epoch = epoch.to_string();
     // Another process alters a file of the bundle while the candidate runs.
     let cand = double(scratch.path(), "slow", serde_json::json!({"on_replay": [{"do": "sleep_ms", "ms": 2000}]}));
     let keep = scratch.path().join("keep");
-    let child = ab_bundle(&copy, &cand, &["--op", "3", "--subtask", "0", "--epoch", "10", "--keep", p(&keep)]);
+    let child = ab_bundle(&copy, &cand, &["--op", "3", "--subtask", "0", "--epoch", &epoch, "--keep", p(&keep)]);
     await_candidate_started(&keep);
     std::fs::OpenOptions::new().append(true).open(&victim).unwrap().write_all(b"x").unwrap();
     let (code, doc) = report_of(child);
