@@ -143,7 +143,9 @@
           pname = "clink-flake-shape";
           doCheck = true;
           cargoTestFlags = [ "-p" "clink-harness" "--test" "flake_shape" "--test" "flake_eval" ];
-          nativeCheckInputs = [ pkgs.nix ];
+          # python3: flake_eval.rs asks gates/sandbox-build which inputs it
+          # binds, and the gate reads the evaluated flake with python3.
+          nativeCheckInputs = [ pkgs.nix pkgs.python3 ];
           preCheck = "export HOME=$TMPDIR";
         };
       });
