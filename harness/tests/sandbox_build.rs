@@ -9,7 +9,8 @@
 //! reason our package failed (the script's interpreter, /usr/bin/env, does
 //! not exist), builds once postPatch patches the shebang, and the binary
 //! built records that the network and the unnamed tools were out of reach.
-//! The gate refuses a derivation attribute it does not emulate. The full
+//! The gate refuses what it does not emulate (an unknown attribute, a check
+//! phase, another source). The full
 //! build of our package in the same sandbox is CI's (.ci/run), not a trial
 //! here: it takes many minutes.
 //!
@@ -83,21 +84,17 @@ const FLAKE: &str = r#"{
       postPatch = ''
         patchShebangs tools
       '';
-      EXTRA
+      doCheck = false;
     };
   };
 }
 "#;
 
-/// Writes the probe's flake and crate into `dir` as a git repository (a
-/// flake's source is its tracked files), with `postPatch` kept or dropped and
-/// `extra` added to the derivation.
-fn write_probe(dir: &Path, patched: bool, extra: &str, port: u16) -> Result<(), String> {
+/// Writes the probe's flake (with one edit, or none when `from` is empty) and
+/// crate into `dir` as a git repository (a flake's source is its tracked files).
+fn write_probe(dir: &Path, (from, to): Edit, port: u16) -> Result<(), String> {
     let io = |e: std::io::Error| format!("writing the probe: {e}");
-    let mut flake = FLAKE.replace("EXTRA", extra);
-    if !patched {
-        flake = flake.replace("patchShebangs tools", "");
-    }
+    let flake = if from.is_empty() { FLAKE.to_string() } else { FLAKE.replacen(from, to, 1) };
     let files: &[(&str, String)] = &[
         ("flake.nix", flake),
         ("Cargo.toml", "[package]\nname = \"probe\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n".into()),
@@ -125,6 +122,11 @@ fn write_probe(dir: &Path, patched: bool, extra: &str, port: u16) -> Result<(), 
     Ok(())
 }
 
+/// An edit of the probe's flake: (from, to).
+type Edit = (&'static str, &'static str);
+const AS_IS: Edit = ("", "");
+const UNPATCHED: Edit = ("patchShebangs tools", "");
+
 /// What one run of the gate over the probe gave.
 struct Run {
     code: Option<i32>,
@@ -148,13 +150,13 @@ struct Ctx {
 impl Ctx {
     /// Runs the gate with --keep over a probe written with these choices,
     /// while a listener answers on a loopback port outside the sandbox.
-    fn run(&self, patched: bool, extra: &str) -> Result<Run, String> {
+    fn run(&self, edit: Edit) -> Result<Run, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listening on loopback: {e}"))?;
         let port = listener.local_addr().map_err(|e| format!("the listener's port: {e}"))?.port();
         // The control: the port answers outside the sandbox.
         std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("the control connection failed: {e}"))?;
-        write_probe(dir.path(), patched, extra, port)?;
+        write_probe(dir.path(), edit, port)?;
         let out = Command::new(self.root.join(GATE))
             .arg("--keep")
             .env("SANDBOX_FLAKE_DIR", dir.path())
@@ -187,7 +189,7 @@ fn expect_said(run: &Run, needles: &[&str]) -> Result<(), String> {
 /// Unpatched, the build script's ./tools/gen cannot start: its interpreter
 /// is /usr/bin/env, which the sandbox does not have.
 fn env_shebang_fails(ctx: &Ctx) -> Result<(), String> {
-    let run = ctx.run(false, "")?;
+    let run = ctx.run(UNPATCHED)?;
     expect_code(&run, 1)?;
     expect_said(&run, &["sandbox: no /usr/bin/env", "./tools/gen: No such file or directory", "FAILED"])
 }
@@ -195,7 +197,7 @@ fn env_shebang_fails(ctx: &Ctx) -> Result<(), String> {
 /// Patched, it builds: the script ran, cc and ar worked, the loopback port
 /// that answers outside was unreachable inside, perl and python3 were absent.
 fn patched_probe_builds_isolated(ctx: &Ctx) -> Result<(), String> {
-    let run = ctx.run(true, "")?;
+    let run = ctx.run(AS_IS)?;
     expect_code(&run, 0)?;
     expect_said(&run, &["network interfaces: lo ", "-> #!/tools/bin/bash", "probe: probe 0.1.0", "PASSED"])?;
     let work = run.work.as_ref().ok_or_else(|| format!("the gate named no work directory:\n{}", run.output))?;
@@ -209,12 +211,21 @@ fn patched_probe_builds_isolated(ctx: &Ctx) -> Result<(), String> {
     }
 }
 
-/// An attribute that would change a Nix build but that the gate does not
-/// emulate is refused, never ignored.
-fn unknown_attribute_refused(ctx: &Ctx) -> Result<(), String> {
-    let run = ctx.run(true, "buildInputs = [ ];")?;
-    expect_code(&run, 2)?;
-    expect_said(&run, &["['buildInputs']", "does not emulate"])
+/// What would change a Nix build but the gate does not emulate is refused
+/// (exit 2), never ignored: an attribute it does not know, a check phase,
+/// another source than the flake's.
+fn unemulated_refused(ctx: &Ctx) -> Result<(), String> {
+    let cases: [(Edit, &[&str]); 3] = [
+        (("doCheck = false;", "doCheck = false; buildInputs = [ ];"), &["['buildInputs']", "does not emulate"]),
+        (("doCheck = false;", "doCheck = true;"), &["doCheck is not false"]),
+        (("src = self;", "src = ./src;"), &["src is", "not the flake's own source"]),
+    ];
+    for (edit, needles) in cases {
+        let run = ctx.run(edit)?;
+        expect_code(&run, 2)?;
+        expect_said(&run, needles)?;
+    }
+    Ok(())
 }
 
 fn main() {
@@ -226,7 +237,7 @@ fn main() {
     let checks: [(&str, Check); 3] = [
         ("sandbox::a_script_through_usr_bin_env_fails", env_shebang_fails),
         ("sandbox::patched_probe_builds_with_no_network_and_no_unnamed_tools", patched_probe_builds_isolated),
-        ("sandbox::an_attribute_it_does_not_emulate_is_refused", unknown_attribute_refused),
+        ("sandbox::what_it_does_not_emulate_is_refused", unemulated_refused),
     ];
     let ctx = root.map(|root| Arc::new(Ctx { root }));
     let trials = checks
