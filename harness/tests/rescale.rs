@@ -11,6 +11,12 @@
 //!
 //! The source runs at parallelism 1 (the engine allows no other), so its
 //! position is restored as it was: no segment is read twice or skipped.
+//!
+//! Built with the engine's `defect-rescale-orphans` variant (old subtasks
+//! past the new parallelism get no successor: the formal mutant
+//! `rescale_orphans`), the suite runs one trial instead, which must see the
+//! harm: `cargo test -p clink-harness --features
+//! clink-engine/defect-rescale-orphans --test rescale`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -336,8 +342,46 @@ fn refusal_trial() -> Trial {
     })
 }
 
+/// The variant's trial: 3 -> 1 after a kill that leaves every old sink
+/// subtask's staged file of checkpoint 2 held and uncommitted. Without a
+/// successor, old subtasks 1 and 2's rows are never published: the output
+/// misses rows (and has none twice), and their staged files stay.
+fn orphans_variant_trial() -> Trial {
+    Trial::test("rescale::variant::defect-rescale-orphans::rows-lost", || {
+        let s = Scenario::new();
+        let killed_run = s.run(3, Some("coordinator.after_completed_marker@2"), &[]);
+        if !killed(&killed_run) {
+            return Err(format!("not killed: {}", stderr(&killed_run)).into());
+        }
+        let out = s.run(1, None, &[]);
+        if !out.status.success() {
+            return Err(format!("the rescaled resume failed: {}", stderr(&out)).into());
+        }
+        let reference = &shared().reference;
+        let (mut missing, mut unexpected) = (0, 0);
+        for (uid, expected) in [("windows-out", &reference.windows), ("idle-out", &reference.idle)] {
+            let actual = read_output_lines(&s.output().join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+            let diff = multiset_diff(expected.iter().cloned(), actual);
+            missing += diff.missing_copies();
+            unexpected += diff.unexpected_copies();
+        }
+        let judged = s.check_output();
+        match judged {
+            Err(problems) if missing > 0 && unexpected == 0 && problems.contains("left staged") => Ok(()),
+            other => Err(format!(
+                "the orphaned prepared work was not caught as lost rows with staged files left: \
+                 {missing} missing, {unexpected} unexpected, {other:?}"
+            )
+            .into()),
+        }
+    })
+}
+
 fn main() {
     let args = Arguments::from_args();
+    if clink_engine::defects::variant_features().contains(&"defect-rescale-orphans") {
+        libtest_mimic::run(&args, vec![orphans_variant_trial()]).exit();
+    }
     use Before::{Killed, Savepoint};
     let trials = vec![
         rescale_trial(2, 3, Savepoint, None),
