@@ -109,6 +109,10 @@ impl Scenario {
     }
 
     fn run(&self, parallelism: u32, fault: Option<&str>, args: &[&str]) -> Output {
+        self.command(parallelism, fault, args).output().expect("clink run starts")
+    }
+
+    fn command(&self, parallelism: u32, fault: Option<&str>, args: &[&str]) -> Command {
         let mut cmd = Command::new(clink());
         cmd.arg("run")
             .arg("--quiet")
@@ -128,7 +132,7 @@ impl Scenario {
         if let Some(fault) = fault {
             cmd.env("CLINK_FAULT", fault);
         }
-        cmd.output().expect("clink run starts")
+        cmd
     }
 
     /// The committed output against the reference, and nothing left staged.
@@ -286,6 +290,114 @@ fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'stat
     })
 }
 
+/// A rescaled run's protocol trace is skipped and counted by trace
+/// validation, never judged: `clink trace-validate` exits 3 naming the
+/// Rescale scope markers (one per re-divided operator); the same job's trace
+/// without a rescale is judged (accepted).
+fn trace_scope_trial() -> Trial {
+    Trial::test("rescale::trace-validate::skipped-and-counted", || {
+        let s = Scenario::new();
+        let traces = s.dir.path().join("traces");
+        let traced = |parallelism: u32, fault: Option<&str>| {
+            s.command(parallelism, fault, &[]).env("CLINK_PROTOCOL_TRACE_DIR", &traces).output().unwrap()
+        };
+        let validate =
+            || Command::new(clink()).args(["trace-validate", "--json", "--trace"]).arg(&traces).output().unwrap();
+        if !killed(&traced(2, Some("coordinator.after_completed_marker@2"))) {
+            return Err("the traced run was not killed".into());
+        }
+        let judged = validate();
+        if judged.status.code() != Some(0) {
+            return Err(format!(
+                "the run without a rescale was not accepted: {:?}\n{}{}",
+                judged.status,
+                String::from_utf8_lossy(&judged.stdout),
+                stderr(&judged)
+            )
+            .into());
+        }
+        let out = traced(3, None);
+        if !out.status.success() {
+            return Err(format!("the rescaled resume failed: {}", stderr(&out)).into());
+        }
+        let skipped = validate();
+        let said = format!("{}{}", String::from_utf8_lossy(&skipped.stdout), stderr(&skipped));
+        if skipped.status.code() != Some(3) || !said.contains("skipped") || !said.contains("4 Rescale scope marker") {
+            return Err(format!(
+                "expected exit 3, skipped with 4 Rescale markers counted: {:?}\n{said}",
+                skipped.status
+            )
+            .into());
+        }
+        s.check_output().map_err(Failed::from)
+    })
+}
+
+/// The incident tooling over a rescaled run: collected whole (state,
+/// captures, traces), the bundle verifies with replay (the markers' two
+/// generations accepted because the graphs show the parallelism changed and
+/// every old subtask has one successor), and the full profile says the
+/// protocol conformance is unsupported for it, never passed.
+fn incident_trial() -> Trial {
+    Trial::test("rescale::incident::collect-and-verify", || {
+        let s = Scenario::new();
+        let d = s.dir.path();
+        let evidence = |parallelism: u32, fault: Option<&str>| {
+            let mut cmd = s.command(parallelism, fault, &[]);
+            cmd.env("CLINK_PROTOCOL_TRACE_DIR", d.join("traces")).arg("--ha-dir").arg(d.join("ha"));
+            cmd.arg("--capture-dir").arg(d.join("capture"));
+            cmd.output().unwrap()
+        };
+        if !killed(&evidence(2, Some("sink.before_commit@2"))) {
+            return Err("the first run was not killed".into());
+        }
+        let out = evidence(3, None);
+        if !out.status.success() {
+            return Err(format!("the rescaled resume failed: {}", stderr(&out)).into());
+        }
+        s.check_output()?;
+        let collect = Command::new(clink())
+            .args(["incident-collect", "--include-state", "--include-captures"])
+            .arg("--checkpoint-dir")
+            .arg(d.join("ck"))
+            .arg("--ha-dir")
+            .arg(d.join("ha"))
+            .arg("--capture-dir")
+            .arg(d.join("capture"))
+            .arg("--trace-dir")
+            .arg(d.join("traces"))
+            .arg("--out")
+            .arg(d.join("bundle"))
+            .output()
+            .unwrap();
+        if !collect.status.success() {
+            return Err(format!("incident-collect: {:?}\n{}", collect.status, stderr(&collect)).into());
+        }
+        let verify = |profile: &str| {
+            let out = Command::new(clink())
+                .arg("incident-verify")
+                .arg(d.join("bundle"))
+                .args(["--profile", profile])
+                .output()
+                .unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out))
+        };
+        let (code, report) = verify("replay");
+        if code != Some(0) {
+            return Err(format!("incident-verify --profile replay: {code:?}\n{report}").into());
+        }
+        let (code, report) = verify("full");
+        let unsupported = report.lines().any(|l| l.contains("unsupported") && l.contains("protocol.conformance"));
+        if code != Some(3) || !unsupported || !report.contains("Rescale scope marker") {
+            return Err(format!(
+                "incident-verify --profile full: expected 3, conformance unsupported: {code:?}\n{report}"
+            )
+            .into());
+        }
+        Ok(())
+    })
+}
+
 /// A rescale whose state cannot be re-divided is refused, exit 2, before
 /// anything is written; the same job at its old parallelism resumes.
 fn refusal_trial() -> Trial {
@@ -400,6 +512,8 @@ fn main() {
         rescale_trial(3, 1, Killed("sink.before_commit@2"), Some(("coordinator.after_completed_marker", true))),
         rescale_trial(4, 3, Killed("sink.before_commit@3"), Some(("sink.before_commit", false))),
         refusal_trial(),
+        trace_scope_trial(),
+        incident_trial(),
     ];
     libtest_mimic::run(&args, trials).exit();
 }

@@ -107,6 +107,16 @@ impl Coordinator {
         }
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
         for (op, rescale) in state.iter().flat_map(|s| &s.rescaled) {
+            // A scope marker: the specification keys a sink by its index and
+            // fixes the set for a run; a rescale changes both.
+            trace_event!(
+                Rescale,
+                job = self.layout.job(),
+                op = op.0,
+                from = rescale.from,
+                to = rescale.to,
+                mode = "restore"
+            );
             eprintln!(
                 "clink: job {}: operator {op} restored at parallelism {} from {} (state re-divided; layout generation {generation})",
                 self.layout.job(),
