@@ -398,6 +398,61 @@ fn incident_trial() -> Trial {
     })
 }
 
+/// A rescaled run killed before its first checkpoint completed: the job
+/// manifest (published at its start) runs the job at the new parallelism,
+/// the newest marker holds the old one. The bundle's job graph is the
+/// marker's, the RESTORED record restores from it, and it verifies.
+fn incident_mid_rescale_trial() -> Trial {
+    Trial::test("rescale::incident::killed-before-the-first-rescaled-checkpoint", || {
+        let s = Scenario::new();
+        let d = s.dir.path();
+        let run = |parallelism: u32, fault: &str| {
+            let mut cmd = s.command(parallelism, Some(fault), &[]);
+            cmd.arg("--ha-dir").arg(d.join("ha"));
+            cmd.output().unwrap()
+        };
+        if !killed(&run(2, "coordinator.after_completed_marker@2")) {
+            return Err("the first run was not killed".into());
+        }
+        let fault = format!("sink.after_prepare@{}", s.next_id());
+        let out = run(3, &fault);
+        if !killed(&out) {
+            return Err(format!("the rescaled run was not killed at {fault}: {}", stderr(&out)).into());
+        }
+        if s.newest_marker("5")?.2 != 2 {
+            return Err("a checkpoint of the rescaled run completed: the trial needs none".into());
+        }
+        let collect = Command::new(clink())
+            .args(["incident-collect", "--include-state", "--checkpoint-dir"])
+            .arg(d.join("ck"))
+            .arg("--ha-dir")
+            .arg(d.join("ha"))
+            .arg("--out")
+            .arg(d.join("bundle"))
+            .output()
+            .unwrap();
+        if !collect.status.success() {
+            return Err(format!("incident-collect: {:?}\n{}", collect.status, stderr(&collect)).into());
+        }
+        let verify = Command::new(clink())
+            .arg("incident-verify")
+            .arg(d.join("bundle"))
+            .args(["--profile", "consistency"])
+            .output()
+            .unwrap();
+        if verify.status.code() != Some(0) {
+            return Err(format!(
+                "incident-verify: {:?}\n{}{}",
+                verify.status,
+                String::from_utf8_lossy(&verify.stdout),
+                stderr(&verify)
+            )
+            .into());
+        }
+        Ok(())
+    })
+}
+
 /// A rescale whose state cannot be re-divided is refused, exit 2, before
 /// anything is written; the same job at its old parallelism resumes.
 fn refusal_trial() -> Trial {
@@ -514,6 +569,7 @@ fn main() {
         refusal_trial(),
         trace_scope_trial(),
         incident_trial(),
+        incident_mid_rescale_trial(),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
