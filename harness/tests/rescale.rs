@@ -560,6 +560,9 @@ fn main() {
         rescale_trial(3, 2, Killed("sink.before_commit@3"), None),
         rescale_trial(4, 2, Killed("coordinator.before_commit_broadcast@2"), None),
         rescale_trial(3, 1, Killed("sink.after_prepare@6"), None),
+        rescale_trial(2, 3, Killed("sink.before_prepare@3"), None),
+        rescale_trial(3, 1, Killed("sink.after_commit@2"), None),
+        rescale_trial(2, 4, Killed("coordinator.before_completed_marker@3"), None),
         // Killed again inside the rescaled run: before its first checkpoint
         // completed (the resume re-divides the same restore point again), and
         // after (the resume restores the new generation as it is).

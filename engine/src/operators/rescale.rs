@@ -179,4 +179,19 @@ mod tests {
             assert_eq!((0..3).filter(|&s| r.owns_key(s, &key)).count(), 1);
         }
     }
+
+    #[test]
+    fn only_the_operators_that_opt_in_re_divide_and_the_others_say_why() {
+        let params = serde_json::json!({});
+        for descriptor in [&super::super::kafka_sink::DESCRIPTOR, &super::super::segment_source::DESCRIPTOR] {
+            let why = refusal(descriptor, &params).unwrap();
+            assert!(why.contains(descriptor.type_name) && why.contains("cannot re-divide"), "{why}");
+        }
+        for descriptor in [&super::super::window::DESCRIPTOR, &super::super::staged_sink::DESCRIPTOR] {
+            assert_eq!(refusal(descriptor, &params), None);
+        }
+        let text_keys = serde_json::json!({"timer_key": "text"});
+        assert!(refusal(&super::super::idle::DESCRIPTOR, &text_keys).is_some_and(|w| w.contains("text")));
+        assert_eq!(refusal(&super::super::idle::DESCRIPTOR, &params), None);
+    }
 }
