@@ -453,6 +453,69 @@ fn incident_mid_rescale_trial() -> Trial {
     })
 }
 
+/// A savepoint exported as a dataset, checked against the job at 3
+/// (`check-savepoint`: every old subtask's snapshot accepted, re-divided),
+/// and restored at 3 into a new checkpoint directory and output: the old
+/// run's committed output and the new one's together are the reference's,
+/// each row once.
+fn dataset_trial() -> Trial {
+    Trial::test("rescale::savepoint-dataset::checked-and-restored-at-3", || {
+        let s = Scenario::new();
+        let d = s.dir.path();
+        let at = shared().middle_watermark.to_string();
+        let out = s.run(2, None, &["--stop-with-savepoint-at", &at]);
+        if !out.status.success() {
+            return Err(format!("the savepoint run: {}", stderr(&out)).into());
+        }
+        let (savepoint, _, _) = s.newest_marker("5")?;
+        let clink_in = |args: &[&str]| Command::new(clink()).current_dir(d).args(args).output().unwrap();
+        let export = clink_in(&[
+            "checkpoint",
+            "export",
+            "--checkpoint-dir",
+            "ck",
+            "--job-id",
+            "1",
+            "--checkpoint",
+            "latest",
+            "--out",
+            "ds",
+        ]);
+        if !export.status.success() {
+            return Err(format!("export: {}", stderr(&export)).into());
+        }
+        let job3 = job_at(d, 3);
+        let check = clink_in(&["check-savepoint", "--dataset", "ds", "--expected", job3.to_str().unwrap(), "--json"]);
+        let said = String::from_utf8_lossy(&check.stdout).into_owned();
+        if check.status.code() != Some(0) || !said.contains("re-divided from 2 to 3 subtasks") {
+            return Err(format!("check-savepoint at 3: {:?}\n{said}{}", check.status, stderr(&check)).into());
+        }
+        let restored = Command::new(clink())
+            .current_dir(d)
+            .args(["run", "--quiet", "--job"])
+            .arg(&job3)
+            .arg("--input-dir")
+            .arg(&shared().input)
+            .args(["--output-dir", "out2", "--checkpoint-dir", "ck2", "--checkpoint-every-records", EVERY])
+            .args(["--restore-from-dir", "ds", "--restore-from-checkpoint-id", &savepoint.to_string()])
+            .output()
+            .unwrap();
+        if !restored.status.success() || !stderr(&restored).contains("restored at parallelism 3 from 2") {
+            return Err(format!("the restore at 3: {:?}\n{}", restored.status, stderr(&restored)).into());
+        }
+        let reference = &shared().reference;
+        for (uid, expected) in [("windows-out", &reference.windows), ("idle-out", &reference.idle)] {
+            let mut actual = read_output_lines(&d.join("out").join(uid)).map_err(|e| format!("{uid}: {e}"))?;
+            actual.extend(read_output_lines(&d.join("out2").join(uid)).map_err(|e| format!("{uid}: {e}"))?);
+            let diff = multiset_diff(expected.iter().cloned(), actual);
+            if !diff.is_equal() {
+                return Err(format!("{uid}, both runs' output together: {}", describe(&diff, 3)).into());
+            }
+        }
+        Ok(())
+    })
+}
+
 /// A rescale whose state cannot be re-divided is refused, exit 2, before
 /// anything is written; the same job at its old parallelism resumes.
 fn refusal_trial() -> Trial {
@@ -573,6 +636,7 @@ fn main() {
         trace_scope_trial(),
         incident_trial(),
         incident_mid_rescale_trial(),
+        dataset_trial(),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
