@@ -120,7 +120,8 @@ impl StateMap {
     /// checkpoint's when state was re-divided, so no directory of the old
     /// layout is ever written again.
     pub fn next_generation(&self) -> u32 {
-        self.generation + u32::from(!self.rescaled.is_empty())
+        // map_state refuses a rescale past the last generation.
+        self.generation.saturating_add(u32::from(!self.rescaled.is_empty()))
     }
 }
 
@@ -254,6 +255,12 @@ pub fn map_state(
     if !rescaled.is_empty() {
         return Err(CompatError::Rescaled { checkpoint, unmapped: rescaled });
     }
+    if !redivided.is_empty() && generation == u32::MAX {
+        return Err(CompatError::GraphInvalid {
+            checkpoint,
+            reason: format!("its marker names layout generation {generation}, which a rescale cannot follow"),
+        });
+    }
     if !unmapped.is_empty() && !allow_non_restored {
         return Err(CompatError::Refused { checkpoint, unmapped });
     }
@@ -377,5 +384,25 @@ mod tests {
         let err = map_state(&layout, 1, &rescaled, true).unwrap_err().to_string();
         assert!(err.contains("operator 4 (uid \"idle\"") && err.contains("keyed by the key's text"), "{err}");
         assert!(!err.contains("operator 6"), "the sink's handles re-divide: {err}");
+    }
+
+    #[test]
+    fn a_rescale_past_the_last_layout_generation_is_refused_not_wrapped() {
+        let (_dir, layout) = checkpoint_of(EXAMPLE);
+        std::fs::rename(layout.generation_dir(1), layout.generation_dir(u32::MAX)).unwrap();
+        let mut marker = read_completed(&layout, 1).unwrap();
+        marker.generation = u32::MAX;
+        std::fs::remove_file(layout.jobs_dir().join("COMPLETED-1")).unwrap();
+        write_completed(&layout, &marker).unwrap();
+        let same = map_state(&layout, 1, &parse_job(EXAMPLE).unwrap(), false).unwrap();
+        assert_eq!(same.next_generation(), u32::MAX);
+        let text = EXAMPLE
+            .replace("\"size_ms\": 10000}, \"parallelism\": 2", "\"size_ms\": 10000}, \"parallelism\": 1")
+            .replace(
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 2",
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 1",
+            );
+        let err = map_state(&layout, 1, &parse_job(&text).unwrap(), false).unwrap_err().to_string();
+        assert!(err.contains("cannot follow"), "{err}");
     }
 }
