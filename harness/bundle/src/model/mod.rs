@@ -22,6 +22,7 @@
 
 mod captures;
 mod checkpoints;
+mod rescale;
 mod runs;
 mod sinks;
 mod state;
