@@ -427,6 +427,35 @@ impl Sink for ClickHouseSink {
     }
 }
 
+/// What an interval's evidence must say of itself, recomputed from what it
+/// states with the sink's own rules (its plan, its cell plan, its rendering):
+/// the destination it describes is the table the plan names and can take
+/// the job's columns; `rows` rendered make an INSERT body of the returned
+/// size; and the table deduplicates a resend (the token supported) or not.
+pub fn recompute_interval(
+    params: &Json,
+    columns: &Schema,
+    destination: &Json,
+    rows: &[&Row],
+) -> Result<(u64, bool), String> {
+    let plan = plan(params).map_err(|e| e.to_string())?;
+    let destination: Destination =
+        serde_json::from_value(destination.clone()).map_err(|e| format!("the destination it describes: {e}"))?;
+    if (destination.database.as_str(), destination.table.as_str()) != (plan.database.as_str(), plan.table.as_str()) {
+        return Err(format!(
+            "it describes table {}.{}; the sink writes {}.{}",
+            destination.database, destination.table, plan.database, plan.table
+        ));
+    }
+    let cells = cell_plan(columns, &destination).map_err(|e| format!("the table it describes cannot take the job's columns: {e}"))?;
+    let mut body = Vec::new();
+    for row in rows {
+        render_row(&mut body, row, &cells).map_err(|e| e.to_string())?;
+    }
+    let deduplicates = destination.deduplicates_resends() && destination.setting("insert_deduplication_token").is_some();
+    Ok((body.len() as u64, deduplicates))
+}
+
 /// The deduplication token of a subtask's INSERT of a checkpoint interval:
 /// what its evidence's ledger names, and what a verifier recomputes.
 pub fn insert_token(job: &str, uid: &str, subtask: u32, checkpoint: u64) -> String {

@@ -90,7 +90,12 @@ fn watermark(
     place: &str,
     found: &mut Vec<String>,
 ) {
-    let Some(said) = &doc.watermark else { return };
+    let Some(said) = &doc.watermark else {
+        if doc.run.is_some() {
+            found.push(format!("{place}: it says no watermark; evidence a run names always says the last it held"));
+        }
+        return;
+    };
     let last =
         events.iter().rev().find_map(|ev| if let Event::Watermark { time, .. } = ev { Some(*time) } else { None });
     let expected = match last {
@@ -150,10 +155,13 @@ fn staged(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, 
     Ok(())
 }
 
-/// A ClickHouse sink's interval: its rows, their digest, the INSERT ledger.
+/// A ClickHouse sink's interval: its rows, their digest, the INSERT ledger
+/// (recomputed with the sink's own plan, cell plan and rendering), the
+/// destination it describes (the table its plan names, able to take the
+/// job's columns).
 fn clickhouse(
     e: &Evidence,
-    (_, s, n): (OperatorId, u32, u64),
+    (op, s, n): (OperatorId, u32, u64),
     doc: &SinkEvidence,
     rows: &[&Row],
 ) -> Result<(), String> {
@@ -190,6 +198,44 @@ fn clickhouse(
             other.get("token").unwrap_or(&Json::Null)
         ));
     }
+    // The sink's own rules over what the evidence states.
+    let planned =
+        e.graph_at(n).or_else(|| e.graphs.values().next_back().map(|g| g.as_ref())).and_then(|g| g.operator(op));
+    let Some(planned) = planned else { return Ok(()) };
+    let input = planned.input_schema.clone().unwrap_or_default();
+    if doc.sink.get("columns") != Some(&serde_json::to_value(&input.0).unwrap_or_default()) {
+        return Err("the columns it says it writes are not the sink's input columns".into());
+    }
+    let destination = doc.sink.get("destination").ok_or("its account describes no destination")?;
+    let (bytes, deduplicates) = clickhouse_sink::recompute_interval(&planned.spec.params, &input, destination, rows)?;
+    for insert in inserts {
+        let field = |k: &str| insert.get(k).cloned().unwrap_or(Json::Null);
+        let attempts = field("attempts").as_u64().unwrap_or(0);
+        let errors = field("errors").as_array().map_or(usize::MAX, Vec::len) as u64;
+        let in_doubt = field("resent_in_doubt") == Json::Bool(true);
+        let expected = (
+            Json::from(bytes),
+            attempts == errors + 1,
+            field("resend_deduplicated") == Json::Bool(in_doubt && deduplicates),
+            field("may_land_twice") == Json::Bool(in_doubt && !deduplicates),
+            !in_doubt || attempts > 1,
+        );
+        if expected != (field("bytes"), true, true, true, true) {
+            return Err(format!(
+                "its INSERT {insert} does not hold together: {bytes} bytes for its rows, one attempt per error and one more, a resend in doubt deduplicated exactly when the table it describes deduplicates ({deduplicates})"
+            ));
+        }
+    }
+    // Every interval of the same run describes the same destination.
+    let run = doc.run.as_ref();
+    if let Some(other) = e.sink_evidence.iter().find(|((o, _, m), d)| {
+        *o == op && *m != n && d.run.as_ref() == run && d.sink.get("destination") != Some(destination)
+    }) {
+        return Err(format!(
+            "it describes another destination than operator {op}'s evidence of epoch {} by the same run",
+            other.0 .2
+        ));
+    }
     Ok(())
 }
 
@@ -201,8 +247,27 @@ fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, r
     if sent.zip(suppressed).map(|(a, b)| a + b) != Some(rows.len() as u64) {
         return Err(format!("it sent {sent:?} rows and swallowed {suppressed:?}; its capture recorded {}", rows.len()));
     }
+    // One transactional id and topic per subtask: every interval of the run says the same.
+    let same = |k: &str, d: &SinkEvidence| d.sink.get(k) == doc.sink.get(k);
+    if let Some(((_, _, m), _)) = e.sink_evidence.iter().find(|((o, t, m), d)| {
+        *o == op && *t == s && *m != n && d.run == doc.run && (!same("topic", d) || !same("transactional_id", d))
+    }) {
+        return Err(format!(
+            "its topic or transactional id is not what its evidence of epoch {m} by the same run says"
+        ));
+    }
+    if let Some(topic) = e.graph_at(n).and_then(|g| g.operator(op)).and_then(|o| o.spec.params.get("topic")) {
+        if doc.sink.get("topic") != Some(topic) {
+            return Err(format!(
+                "it writes topic {}; the job graph's sink writes {topic}",
+                doc.sink.get("topic").unwrap_or(&Json::Null)
+            ));
+        }
+    }
     let participant = participant_name(op, s);
-    let handle = e.receipts.get(&(participant.clone(), n)).map(|r| &r.handle);
+    // The handle its receipt names, else the one its snapshot of the checkpoint holds.
+    let held = held_handle(e, op, &participant, n);
+    let handle = e.receipts.get(&(participant.clone(), n)).map(|r| &r.handle).or(held.as_ref());
     if let Some(h) = handle {
         let said = (
             doc.sink.get("transactional_id").and_then(Json::as_str),
@@ -226,6 +291,13 @@ fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, r
         }
     }
     Ok(())
+}
+
+/// The transaction a confirmed sink's snapshot of a checkpoint holds.
+fn held_handle(e: &Evidence, op: OperatorId, participant: &str, checkpoint: u64) -> Option<TxnHandle> {
+    let snapshot = e.snapshots.iter().find(|((_, p, c), _)| p == participant && *c == checkpoint).map(|(_, v)| v)?;
+    let confirmation = e.graph_at(checkpoint)?.operator(op)?.spec.descriptor.confirmation?;
+    (confirmation.handle)(&snapshot.slots).ok().flatten()
 }
 
 /// The rows a Kafka sink's transaction carries, by digest, are its capture's.
