@@ -109,7 +109,12 @@ pub(crate) fn mutants(base: &Base, out: &mut Vec<Mutant>) {
                     swapped[at].insert("seq".into(), seq);
                     swapped[at].insert("ts".into(), t);
                 }
-                push(event.clone(), "swapped_with_next", swapped);
+                // Named by what it exchanged with: whose order carries meaning
+                // is then plain from the name.
+                let next_event = original[i + 1].get("event").and_then(Json::as_str).unwrap_or_default();
+                let whose =
+                    if original[i].get("sub") != original[i + 1].get("sub") { "_of_another_subtask" } else { "" };
+                push(event.clone(), &format!("swapped_with_{next_event}{whose}"), swapped);
             }
         }
     }

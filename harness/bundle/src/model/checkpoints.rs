@@ -372,6 +372,24 @@ fn commit_evidence_agrees(e: &Evidence, found: &mut Vec<(Fact, String)>) {
                 }
             }
         }
+        // A producer's epoch only grows: each run's init fences the one before.
+        let earlier = e.receipts.range(..(p.clone(), *c)).rev().find(|((q, _), _)| q == p).map(|(_, r)| r);
+        if let Some(before) = earlier.filter(|b| b.proven_by == "sink" && r.proven_by == "sink") {
+            let new_run = before.run.as_ref().map(|x| x.incarnation) != wrote;
+            let grows =
+                if new_run { r.handle.epoch > before.handle.epoch } else { r.handle.epoch >= before.handle.epoch };
+            if !grows {
+                found.push((
+                    Fact::Restore,
+                    format!(
+                        "{p}'s receipt of checkpoint {c} names producer epoch {}, after {} of an earlier checkpoint{}",
+                        r.handle.epoch,
+                        before.handle.epoch,
+                        if new_run { " by an earlier run (a new run's init raises it)" } else { "" }
+                    ),
+                ));
+            }
+        }
         if let Some(g) = e.graphs.get(c) {
             if !confirmed_sinks(g).contains(p) {
                 found.push((Fact::Restore, format!("{p}'s receipt of checkpoint {c}: the job graph of checkpoint {c} has no commit-confirmed sink subtask {p}")));

@@ -21,7 +21,8 @@ use serde_json::Value as Json;
 use super::{Evidence, Fact};
 
 /// Steps a process takes at most once per checkpoint (and subtask).
-const ONCE: [&str; 12] = [
+const ONCE: [&str; 13] = [
+    "CoordRecovers",
     "Trigger",
     "DeliverBarrier",
     "SinkPrepare",
@@ -35,6 +36,9 @@ const ONCE: [&str; 12] = [
     "SinkReceipt",
     "SinkConfirm",
 ];
+
+/// A trace line's fields.
+type Object = serde_json::Map<String, Json>;
 
 /// One process's steps: (event, checkpoint, subtask) → the stamps it took them at.
 type Steps = BTreeMap<(String, u64, String), Vec<u64>>;
@@ -132,9 +136,169 @@ pub(super) fn compare(e: &mut Evidence) {
             }
         }
     }
+    deployments(e, &by_stamp, &processes, &mut found);
+    confirmations(e, &processes, &mut found);
     for detail in found {
         e.find(Fact::Trace, detail);
     }
+}
+
+/// Each process's deployments against themselves: a run that found
+/// history recovered first; every deployment placed every subtask of the
+/// job once, and opened each sink once, from the checkpoint it restored;
+/// one worker stamped on every placement and barrier; a commit taken only
+/// after it was delivered, and delivered only after its broadcast.
+fn deployments(
+    e: &Evidence,
+    by_stamp: &BTreeMap<String, u64>,
+    processes: &BTreeMap<u64, (Steps, BTreeSet<String>)>,
+    found: &mut Vec<String>,
+) {
+    let deployed: BTreeSet<String> = e.graphs.values().flat_map(|g| super::checkpoints::deployed(g)).collect();
+    let sinks: BTreeSet<&String> = deployed
+        .iter()
+        .filter(|p| {
+            e.graphs.values().any(|g| {
+                parse_participant_name(p)
+                    .and_then(|(op, _)| g.operator(op))
+                    .is_some_and(|o| o.spec.descriptor.kind() == OperatorKind::Sink)
+            })
+        })
+        .collect();
+    let mut lines: BTreeMap<u64, Vec<(u64, &Object)>> = BTreeMap::new();
+    for file in &e.traces {
+        if let Some(&run) = by_stamp.get(&file.stamp()) {
+            lines
+                .entry(run)
+                .or_default()
+                .extend(file.lines.iter().map(|(_, v)| (v.get("ts").and_then(Json::as_u64).unwrap_or(0), v)));
+        }
+    }
+    for (run, mut events) in lines {
+        // A process's history is judged whole or not at all: with one of its
+        // files unread or left out, what is missing is that file's finding.
+        let whole =
+            processes.get(&run).is_some_and(|(_, roles)| roles.contains("coordinator") && roles.contains("worker"));
+        if !whole {
+            continue;
+        }
+        events.sort_by_key(|(ts, _)| *ts);
+        let name = |v: &Object| v.get("event").and_then(Json::as_str).unwrap_or_default().to_string();
+        let earlier_markers = e.completed.values().any(|m| m.run.as_ref().is_some_and(|r| r.incarnation < run));
+        let recovers: Vec<u64> = events.iter().filter(|(_, v)| name(v) == "CoordRecovers").map(|(t, _)| *t).collect();
+        let redeploys: Vec<(u64, u64)> = events
+            .iter()
+            .filter(|(_, v)| name(v) == "Redeploy")
+            .map(|(t, v)| (*t, v.get("restore").and_then(Json::as_u64).unwrap_or(0)))
+            .collect();
+        // A job whose sinks confirm nothing has nothing confirmed (formal/trace/events.txt).
+        if e.family == Some(false)
+            && events
+                .iter()
+                .any(|(_, v)| name(v) == "CoordRecovers" && v.get("confirmed").and_then(Json::as_u64) != Some(0))
+        {
+            found.push(format!("the trace of incarnation {run}: its recovery found a confirmed checkpoint, in a job whose sinks confirm nothing"));
+        }
+        if earlier_markers && recovers.len() != 1 {
+            found.push(format!(
+                "the trace of incarnation {run} shows {} recoveries; a run over earlier runs' markers recovers once",
+                recovers.len()
+            ));
+        }
+        if let (Some(r), Some((d, _))) = (recovers.first(), redeploys.first()) {
+            if r > d {
+                found.push(format!("the trace of incarnation {run} redeploys before it recovers"));
+            }
+        }
+        let deployments = redeploys.len() + usize::from(recovers.is_empty());
+        let mut placed: BTreeMap<String, usize> = BTreeMap::new();
+        let mut opened: BTreeMap<String, usize> = BTreeMap::new();
+        let mut workers = BTreeSet::new();
+        let mut delivered = BTreeSet::new();
+        let mut broadcast = BTreeSet::new();
+        for (ts, v) in &events {
+            let sub = v.get("sub").and_then(Json::as_str).unwrap_or_default().to_string();
+            let ckpt = v.get("ckpt").and_then(Json::as_u64).unwrap_or(0);
+            if let Some(w) = v.get("worker").and_then(Json::as_u64) {
+                workers.insert(w);
+            }
+            match name(v).as_str() {
+                "Placement" => *placed.entry(sub).or_default() += 1,
+                "SinkOpens" => {
+                    // Restored from what the deployment it belongs to restored.
+                    let restore = redeploys.iter().rev().find(|(t, _)| t < ts).map_or(0, |(_, r)| *r);
+                    if v.get("restore").and_then(Json::as_u64) != Some(restore) {
+                        found.push(format!("the trace of incarnation {run}: {sub} opened from {:?}; its deployment restored from {restore}", v.get("restore")));
+                    }
+                    *opened.entry(sub).or_default() += 1;
+                }
+                "Broadcast" => {
+                    broadcast.insert(ckpt);
+                }
+                "DeliverCommit" => {
+                    if !broadcast.contains(&ckpt) {
+                        found.push(format!("the trace of incarnation {run}: {sub} took a commit of checkpoint {ckpt} no broadcast of its process sent"));
+                    }
+                    delivered.insert((sub, ckpt));
+                }
+                "SinkCommit" if !delivered.contains(&(sub.clone(), ckpt)) => {
+                    found.push(format!("the trace of incarnation {run}: {sub} committed checkpoint {ckpt} before any commit of it was delivered"));
+                }
+                _ => {}
+            }
+        }
+        if workers.len() > 1 {
+            found.push(format!("the trace of incarnation {run} names workers {workers:?}: one process is one worker"));
+        }
+        if !placed.is_empty() {
+            for p in &deployed {
+                if placed.get(p).copied().unwrap_or(0) != deployments {
+                    found.push(format!(
+                        "the trace of incarnation {run} places {p} {} times in {deployments} deployments",
+                        placed.get(p).copied().unwrap_or(0)
+                    ));
+                }
+            }
+            for p in placed.keys().filter(|p| !deployed.contains(*p)) {
+                found.push(format!("the trace of incarnation {run} places {p}, which no job graph deploys"));
+            }
+            for s in &sinks {
+                if opened.get(*s).copied().unwrap_or(0) != deployments {
+                    found.push(format!(
+                        "the trace of incarnation {run} opens {s} {} times in {deployments} deployments",
+                        opened.get(*s).copied().unwrap_or(0)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Every CONFIRMED marker a traced run wrote is in its trace, by that run,
+/// confirmed as the marker says (each sink's confirmation, or the walk's decision).
+fn confirmations(e: &Evidence, processes: &BTreeMap<u64, (Steps, BTreeSet<String>)>, found: &mut Vec<String>) {
+    for (c, m) in &e.confirmed {
+        let Some(run) = m.run.as_ref().map(|r| r.incarnation) else { continue };
+        let Some((steps, roles)) = processes.get(&run) else { continue };
+        if !(roles.contains("coordinator") && roles.contains("worker")) {
+            continue;
+        }
+        let has = |event: &str, sub: &str| steps.contains_key(&(event.to_string(), *c, sub.to_string()));
+        let by_sinks = m.sinks.iter().all(|s| has("SinkConfirm", s)) && has("WriteConfirmed", "");
+        match m.confirmed_by.as_str() {
+            "sinks" if !by_sinks => found.push(format!("CONFIRMED-{c} says its sinks confirmed it; the trace of incarnation {run} shows no WriteConfirmed after each sink's confirmation")),
+            "walk" if by_sinks || !walked(e, run, *c) => found.push(format!("CONFIRMED-{c} says the walk confirmed it; the trace of incarnation {run} shows {}", if by_sinks { "its sinks confirming it" } else { "no walk deciding it" })),
+            _ => {}
+        }
+    }
+}
+
+/// Whether the walk of incarnation `run` decided checkpoint `c` committed.
+fn walked(e: &Evidence, run: u64, c: u64) -> bool {
+    let stamp = e.runs.get(&run).and_then(|r| r.trace.clone());
+    e.traces.iter().filter(|f| Some(f.stamp()) == stamp).flat_map(|f| f.lines.iter()).any(|(_, v)| {
+        v.get("event").and_then(Json::as_str) == Some("WalkDecides") && v.get("ckpt").and_then(Json::as_u64) == Some(c)
+    })
 }
 
 fn at(sub: &str) -> String {
