@@ -6,9 +6,11 @@
   # build sandbox.
   #
   # What has run here (README, "With Nix"): CI parses this file
-  # (harness/tests/flake_shape.rs) and evaluates `outputs` against a stand-in
-  # package set (harness/tests/flake_eval.rs). Nothing in it has been built
-  # or run against the real nixpkgs. Every gate also runs without Nix.
+  # (harness/tests/flake_shape.rs), evaluates `outputs` against a stand-in
+  # package set (harness/tests/flake_eval.rs), and builds the package in a
+  # stand-in of Nix's build sandbox (gates/sandbox-build: only what the
+  # derivation names, no /usr/bin/env, no network). Nothing in it has been
+  # built or run against the real nixpkgs. Every gate also runs without Nix.
   #
   # The TLA+ jar is not taken from nixpkgs (its tlaplus is another TLC):
   # apps with `fetch = true` run gates/fetch-tools first, which installs the
@@ -56,10 +58,10 @@
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };
-        services = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
+        services = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
         bench = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         upgrade-gate = { fetch = false; tools = [ python3 util-linux ]; };
-        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip ]; };
+        reconcile-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
         audit-gate = { fetch = false; tools = [ clickhouse apacheKafka jdk17_headless seaweedfs python3 python3Packages.pip util-linux ]; };
       };
 
@@ -100,6 +102,24 @@
           "-p" "clink-harness" "--bin" "clink"
           "-p" "clink-reference-audit" "--bin" "clink-reference-audit"
         ];
+        # The native builds in Cargo.lock's tree (rdkafka-sys's bundled
+        # librdkafka: ./configure and make; libz-sys, libmimalloc-sys and
+        # aws-lc-sys: cc) need nothing beyond stdenv (bash, make, coreutils,
+        # sed, grep, awk...) and its C compiler, so nothing is named here.
+        # gates/sandbox-build, run by CI, builds this package in a sandbox
+        # made of exactly that and reads this list from here; a tool added
+        # here must get a line in its table, and
+        # harness/tests/flake_eval.rs holds the two equal.
+        nativeBuildInputs = [ ];
+        # librdkafka's ./configure starts with `#!/usr/bin/env bash`, and the
+        # build sandbox has no /usr/bin/env: the build script's
+        # `./configure` fails with "No such file or directory". cargoSetupHook
+        # has made the vendored crates a writable copy by now ($cargoDepsCopy,
+        # one directory per crate with cargoLock), so point the scripts at
+        # stdenv's bash, as nixpkgs' own librdkafka package does.
+        postPatch = ''
+          patchShebangs $cargoDepsCopy/rdkafka-sys-*/librdkafka
+        '';
         doCheck = false;
         meta.mainProgram = "clink";
       } // extra);
@@ -124,7 +144,9 @@
           pname = "clink-flake-shape";
           doCheck = true;
           cargoTestFlags = [ "-p" "clink-harness" "--test" "flake_shape" "--test" "flake_eval" ];
-          nativeCheckInputs = [ pkgs.nix ];
+          # python3: flake_eval.rs asks gates/sandbox-build which inputs it
+          # binds, and the gate reads the evaluated flake with python3.
+          nativeCheckInputs = [ pkgs.nix pkgs.python3 ];
           preCheck = "export HOME=$TMPDIR";
         };
       });

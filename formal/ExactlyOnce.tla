@@ -94,7 +94,9 @@ Bugs == {"none",
          "advance_before_confirmed_put",   \* memory's confirmed point advances before the CONFIRMED put
          "no_fencing",                     \* a worker acts on frames of a superseded coordinator
          "confirm_before_commit",          \* CommitConfirmed is sent when the commit frame is taken
-         "refused_commit_ignored"}         \* a commit the broker refused is taken as done
+         "refused_commit_ignored",         \* a commit the broker refused is taken as done
+         \* progress:
+         "drop_request_at_bound"}          \* a request at the in-flight bound is dropped, not held
 
 \* The guards an accepted mutant may name (mutants/expected.txt), each the
 \* invariant of the same name and the rule that establishes it:
@@ -170,6 +172,9 @@ VARIABLES
     pipeStage,   \* "none" | "decided" | "marked" | "broadcast" (the last for one mutant)
     srcNext,     \* the next barrier id the source will deliver
     srcPos,      \* the source's position (the last position it cut)
+    srcWait,     \* the source asked for a checkpoint and waits for its trigger, reading
+                 \*   no further (engine/src/runtime/task/source.rs, request_checkpoint)
+    asked,       \* the coordinator holds the source's request, not yet answered by a trigger
     sinkUp,      \* [Sinks -> {"opening", "open"}]
     lastBar,     \* [Sinks -> Nat]: the last barrier the sink prepared in this deploy
     prepC,       \* [Sinks -> Nat]: prepared, not yet acked (fault point sink.after_prepare)
@@ -222,7 +227,7 @@ VARIABLES
 disk   == <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored>>
 coord  == <<phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
             failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage>>
-tasks  == <<srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC>>
+tasks  == <<srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC>>
 faults == <<deaths, supersessions, snapFails, taskErrors>>
 kdisk  == <<receipt, confMarks, unres>>
 broker == <<curTxn, txnSt, hollow>>
@@ -401,6 +406,8 @@ Init ==
     /\ pipeStage = "none"
     /\ srcNext = 1
     /\ srcPos = 0
+    /\ srcWait = FALSE
+    /\ asked = FALSE
     /\ sinkUp = [s \in Sinks |-> "open"]
     /\ lastBar = [s \in Sinks |-> 0]
     /\ prepC = [s \in Sinks |-> 0]
@@ -417,20 +424,67 @@ Init ==
 -----------------------------------------------------------------------------
 (* Checkpoint steps 1-9 (PROTOCOL.md "Steps of a checkpoint c")            *)
 
-\* Step 1, Trigger.  engine/src/runtime/coordinator.rs, Coordinator::trigger:
-\* allocates nextId and sends TriggerCheckpoint(c) to the source subtask.
-\* Not while a restart is due (the coordinator thread goes from a failed
-\* decision or a Failed frame straight to RestartOnError).
+\* Step 0, the source asks.  engine/src/runtime/task/source.rs,
+\* SourceTask::request_checkpoint: after its N records the source sends
+\* RequestCheckpoint and waits for a trigger (it reads ahead a bounded
+\* number of records meanwhile, then reads nothing more), and asks nothing
+\* more until one reaches it.  It asks while it has input (the model's
+\* input: one interval per id); a trigger already on its way (another's)
+\* answers it too.  No trace event of its own (a hidden step before the
+\* Trigger line).
+SourceAsks ==
+    /\ phase = "running"
+    /\ ~srcWait
+    /\ nextId <= MaxCkpt
+    /\ srcWait' = TRUE
+    /\ asked' = TRUE
+    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, sinkUp, lastBar, prepC, comC,
+                   pending, commitQ, committedC, faults, kvars>>
+
+\* Another request: the coordinator's interval timer ticks, or another
+\* source subtask asks.  Nobody waits on it, and it is not the engine's to
+\* take (no fairness): a job whose only requester is a waiting source gets
+\* no trigger from it.  No trace event (a hidden step before a Trigger line).
+OtherAsks ==
+    /\ phase = "running"
+    /\ ~asked
+    /\ nextId <= MaxCkpt
+    /\ asked' = TRUE
+    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, srcWait, sinkUp, lastBar, prepC,
+                   comC, pending, commitQ, committedC, faults, kvars>>
+
+\* MUTANT drop_request_at_bound: a request that comes while MaxInFlight
+\* checkpoints are in flight is dropped rather than held for the next
+\* decision; the source, which waits for its trigger, is never answered.
+DropRequest ==
+    /\ Bug = "drop_request_at_bound"
+    /\ phase = "running"
+    /\ asked
+    /\ Cardinality(inflight) >= MaxInFlight
+    /\ asked' = FALSE
+    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, srcWait, sinkUp, lastBar, prepC,
+                   comC, pending, commitQ, committedC, faults, kvars>>
+
+\* Step 1, Trigger.  engine/src/runtime/coordinator.rs, Coordinator::trigger
+\* (runtime/protocol/mod.rs, Protocol::request): answers the source's request:
+\* allocates nextId and sends TriggerCheckpoint(c) to the source subtask.  A
+\* request that comes at the bound (MaxInFlight in flight) is held and
+\* answered by the first trigger a decision makes room for.  Not while a
+\* restart is due (the coordinator thread goes from a failed decision or a
+\* Failed frame straight to RestartOnError).
 Trigger ==
     /\ phase = "running"
     /\ ~RestartDue
     /\ nextId <= MaxCkpt
     /\ Cardinality(inflight) < MaxInFlight
+    /\ asked
+    /\ asked' = FALSE
     /\ inflight' = inflight \cup {nextId}
     /\ nextId' = nextId + 1
     /\ lastTrig' = nextId
     /\ UNCHANGED <<disk, input, zPuts, phase, runBase, runRestore, restoreTo, restarts,
-                   failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, tasks,
+                   failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
+                   srcPos, srcWait, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    faults, kvars>>
 
 \* Step 2, DeliverBarrier.  engine/src/runtime/task.rs, SourceTask::checkpoint,
@@ -448,8 +502,9 @@ DeliverBarrier ==
     /\ dlv' = [dlv EXCEPT ![srcNext] = IF @ < 2 THEN @ + 1 ELSE 2]
     /\ srcPos' = srcPos + 1
     /\ srcNext' = srcNext + 1
+    /\ srcWait' = FALSE            \* the trigger it waited for has come
     /\ UNCHANGED <<snapV, snapHold, staged, published, markV, restored,
-                   input, zPuts, coord, sinkUp, lastBar, prepC, comC, pending, commitQ,
+                   input, zPuts, coord, asked, sinkUp, lastBar, prepC, comC, pending, commitQ,
                    committedC, faults, kvars>>
 
 \* A sink subtask's thread is free: open, and not between a prepare and its
@@ -488,7 +543,7 @@ RSinkPrepare(s) ==
               /\ pending' = [pending EXCEPT ![s] = @ \cup {c}]
               /\ UNCHANGED published
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, zPuts, coord, srcNext,
-                   srcPos, sinkUp, comC, commitQ, committedC, faults, kvars>>
+                   srcPos, srcWait, asked, sinkUp, comC, commitQ, committedC, faults, kvars>>
 
 \* Step 4, empty prepare.  engine/src/operators/staged_sink.rs,
 \* StagedFileSink::prepare returning Prepared::EMPTY: interval c brought the
@@ -505,7 +560,7 @@ SinkPrepareEmpty(s) ==
     /\ input' = [input EXCEPT ![s][p] = "empty"]
     /\ lastBar' = [lastBar EXCEPT ![s] = c]
     /\ prepC' = [prepC EXCEPT ![s] = c]
-    /\ UNCHANGED <<disk, zPuts, coord, srcNext, srcPos, sinkUp, comC, pending, commitQ,
+    /\ UNCHANGED <<disk, zPuts, coord, srcNext, srcPos, srcWait, asked, sinkUp, comC, pending, commitQ,
                    committedC, faults, kvars>>
 
 \* Record an ack at the coordinator; acks of a checkpoint already decided
@@ -527,7 +582,7 @@ SinkAck(s) ==
     /\ prepC' = [prepC EXCEPT ![s] = 0]
     /\ UNCHANGED <<cutOf, dlv, staged, published, markV, restored, input, zPuts, phase,
                    runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
-                   failedAt, errorDue, discarded, nacked, pipeC, pipeStage, srcNext, srcPos,
+                   failedAt, errorDue, discarded, nacked, pipeC, pipeStage, srcNext, srcPos, srcWait, asked,
                    sinkUp, lastBar, comC, pending, commitQ, committedC, faults, kvars>>
 
 \* Step 5 when the snapshot write fails (an I/O error, or fault point
@@ -547,7 +602,7 @@ RSinkPrepareFails(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, published, markV, restored, input, zPuts,
                    phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, pipeC, pipeStage, srcNext,
-                   srcPos, sinkUp, lastBar, comC, commitQ, committedC, deaths,
+                   srcPos, srcWait, asked, sinkUp, lastBar, comC, commitQ, committedC, deaths,
                    supersessions, taskErrors, kvars>>
 
 \* Step 6 applies to the lowest checkpoint in flight once its last ack is in
@@ -640,7 +695,7 @@ Broadcast ==
     /\ commitQ' = [s \in Sinks |-> Append(commitQ[s], pipeC)]
     /\ UNCHANGED <<disk, input, zPuts, phase, runBase, nextId, lastTrig, runRestore,
                    restoreTo, restarts, inflight, failedAt, errorDue, discarded, acked,
-                   nacked, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   nacked, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    committedC, faults, kvars>>
 
 \* Step 9, DeliverCommit.  engine/src/runtime/task.rs, SinkTask::commit: the
@@ -655,7 +710,7 @@ DeliverCommit(s) ==
     /\ Family = "confirmed" => confirmDue[s] = 0 /\ rcptDue[s] = 0
     /\ comC' = [comC EXCEPT ![s] = Head(commitQ[s])]
     /\ commitQ' = [commitQ EXCEPT ![s] = Tail(@)]
-    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, sinkUp, lastBar, prepC,
+    /\ UNCHANGED <<disk, input, zPuts, coord, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC,
                    pending, committedC, faults, kvars>>
 
 \* The handles a CommitCheckpoint(c) publishes: those the sink holds in
@@ -683,7 +738,7 @@ RSinkCommit(s) ==
                         THEN [committedC EXCEPT ![c] = @ \cup {s}]
                         ELSE committedC
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, coord,
-                   srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, faults, kvars>>
+                   srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, commitQ, faults, kvars>>
 
 -----------------------------------------------------------------------------
 (* Failure of a checkpoint, recovery and redeploy                          *)
@@ -700,6 +755,8 @@ ResetDeploy ==
     /\ pipeStage' = "none"
     /\ srcNext' = 0
     /\ srcPos' = 0
+    /\ srcWait' = FALSE
+    /\ asked' = FALSE
     /\ sinkUp' = [s \in Sinks |-> "opening"]
     /\ lastBar' = [s \in Sinks |-> 0]
     /\ prepC' = [s \in Sinks |-> 0]
@@ -908,8 +965,8 @@ Redeploy ==
     /\ lastBar' = [s \in Sinks |-> N - 1]
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, input, zPuts,
                    lastTrig, restoreTo, restarts, inflight, failedAt, errorDue, discarded,
-                   acked, nacked, pipeC, pipeStage, sinkUp, prepC, comC, pending,
-                   commitQ, committedC, faults, kvars>>
+                   acked, nacked, pipeC, pipeStage, srcWait, asked, sinkUp, prepC, comC,
+                   pending, commitQ, committedC, faults, kvars>>
 
 \* Recovery step 5, SinkOpens.  engine/src/operators/staged_sink.rs,
 \* StagedFileSink::open, from SinkTask::run: re-commits every handle the
@@ -944,7 +1001,7 @@ RSinkOpens(s) ==
     /\ sinkUp' = [sinkUp EXCEPT ![s] = "open"]
     /\ RecoverableOpen(s)
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, coord,
-                   srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
+                   srcNext, srcPos, srcWait, asked, lastBar, prepC, comC, commitQ, committedC,
                    faults, kvars>>
 
 -----------------------------------------------------------------------------
@@ -986,7 +1043,7 @@ KSinkPrepare(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, comC, commitQ, committedC, deaths,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, comC, commitQ, committedC, deaths,
                    supersessions, snapFails, taskErrors, receipt, confMarks, unres, confPt,
                    confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt,
                    lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1006,7 +1063,7 @@ KSinkPrepareFails(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, comC, commitQ, committedC,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, comC, commitQ, committedC,
                    deaths, supersessions, taskErrors, receipt, confMarks, unres, curTxn,
                    hollow, confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue,
                    confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1027,7 +1084,7 @@ KSinkCommit(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, markV, restored, input, zPuts,
                    phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1047,7 +1104,7 @@ SinkReceipt(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1072,7 +1129,7 @@ SinkFinish(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, rcptDue,
                    supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1094,7 +1151,7 @@ SinkConfirm(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1120,7 +1177,7 @@ WriteConfirmed ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, deaths, supersessions, snapFails, taskErrors, receipt, unres,
                    curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
                    supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1141,7 +1198,7 @@ AdvanceConfirmed ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, unres, curTxn, txnSt, hollow, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1187,7 +1244,7 @@ KCoordRecovers ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPut, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt,
@@ -1216,7 +1273,7 @@ WalkSkips ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
@@ -1241,7 +1298,7 @@ WalkProbes(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1291,7 +1348,7 @@ WalkDecides ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, runBase, nextId, lastTrig, runRestore, restarts, inflight,
                    failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
-                   srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
+                   srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, curTxn, txnSt,
                    hollow, confPut, kst, rcptDue, confirmDue, supp, openSt, lostQ,
                    lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1307,7 +1364,7 @@ WalkFinishes ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, runBase, nextId, lastTrig, runRestore, restarts, inflight,
                    failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
-                   srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
+                   srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkOk, walkBad, kst, rcptDue,
                    confirmDue, supp, openSt, lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1323,7 +1380,7 @@ WalkCancelled ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, runBase, nextId, lastTrig, runRestore, restarts, inflight,
                    failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
-                   srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
+                   srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks,
                    curTxn, txnSt, hollow, confPt, confPut, kst, rcptDue, confirmDue, supp,
                    openSt, lostQ, lostRcpt, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1351,7 +1408,7 @@ SinkDescribes(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, txnSt, hollow, confPt, confPut,
                    walkC, walkOk, walkBad, kst, rcptDue, confirmDue, supp, lostQ, lostRcpt,
@@ -1385,7 +1442,7 @@ KSinkOpens(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, lastBar, prepC, comC, commitQ, committedC,
+                   pipeStage, srcNext, srcPos, srcWait, asked, lastBar, prepC, comC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, confMarks, curTxn, hollow,
                    confPt, confPut, walkC, walkOk, walkBad, kst, rcptDue, confirmDue,
                    lostQ, lostRcpt, walkStops, lostRunning, zTrig, staleActed, lostPend, expiries>>
@@ -1439,7 +1496,7 @@ KLostSinkCommit(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, markV, restored, input, zPuts,
                    phase, runBase, nextId, lastTrig, runRestore, restoreTo, restarts,
                    inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, walkStops,
@@ -1456,7 +1513,7 @@ LostSinkReceipt(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    confMarks, unres, curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk,
                    walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ, walkStops,
@@ -1486,7 +1543,7 @@ StaleTrigger(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, commitQ,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, commitQ,
                    committedC, deaths, supersessions, snapFails, taskErrors, receipt,
                    confMarks, unres, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1533,7 +1590,7 @@ RLostSinkCommit(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, markV, restored, input, zPuts, phase,
                    runBase, nextId, lastTrig, runRestore, restoreTo, restarts, inflight,
                    failedAt, errorDue, discarded, acked, nacked, pipeC, pipeStage, srcNext,
-                   srcPos, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
+                   srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad, kst,
                    rcptDue, confirmDue, supp, openSt, lostRcpt, walkStops, lostRunning,
@@ -1554,7 +1611,7 @@ TxnExpires(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, errorDue, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, comC, pending,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, comC, pending,
                    commitQ, committedC, deaths, supersessions, snapFails, taskErrors,
                    receipt, confMarks, unres, curTxn, hollow, confPt, confPut, walkC,
                    walkOk, walkBad, kst, rcptDue, confirmDue, supp, openSt, lostQ,
@@ -1582,7 +1639,7 @@ KSinkCommitFails(s) ==
     /\ UNCHANGED <<cutOf, dlv, snapV, snapHold, staged, published, markV, restored, input,
                    zPuts, phase, runBase, nextId, lastTrig, runRestore, restoreTo,
                    restarts, inflight, failedAt, discarded, acked, nacked, pipeC,
-                   pipeStage, srcNext, srcPos, sinkUp, lastBar, prepC, commitQ, committedC,
+                   pipeStage, srcNext, srcPos, srcWait, asked, sinkUp, lastBar, prepC, commitQ, committedC,
                    deaths, supersessions, snapFails, taskErrors, receipt, confMarks, unres,
                    curTxn, txnSt, hollow, confPt, confPut, walkC, walkOk, walkBad,
                    confirmDue, supp, openSt, lostQ, lostRcpt, walkStops,
@@ -1628,6 +1685,8 @@ Done == Finished /\ UNCHANGED vars
 -----------------------------------------------------------------------------
 
 Progress ==
+    \/ SourceAsks
+    \/ DropRequest
     \/ Trigger
     \/ DeliverBarrier
     \/ \E s \in Sinks : \/ SinkPrepare(s)
@@ -1668,7 +1727,7 @@ Faults ==
     \/ \E s \in Sinks : LostSinkCommit(s) \/ LostSinkReceipt(s) \/ StaleTrigger(s)
     \/ \E s \in Sinks : TxnExpires(s)
 
-Next == Progress \/ Faults \/ Done
+Next == Progress \/ OtherAsks \/ Faults \/ Done
 
 Spec == Init /\ [][Next]_vars
 
@@ -1690,6 +1749,7 @@ TypeOK ==
     /\ inflight \subseteq Ids
     /\ pipeStage \in {"none", "decided", "marked", "broadcast"}
     /\ sinkUp \in [Sinks -> {"opening", "open"}]
+    /\ srcWait \in BOOLEAN /\ asked \in BOOLEAN
     /\ errorDue \in BOOLEAN
     /\ deaths <= MaxDeaths /\ supersessions <= MaxSupersede
     /\ snapFails <= MaxSnapFails /\ taskErrors <= MaxTaskErrors
@@ -1821,5 +1881,15 @@ Settled ==
 
 \* Liveness: with bounded faults and fair progress the job settles for good.
 EventuallySettled == <>[]Settled
+
+\* Progress: a source that asked for a checkpoint is eventually answered
+\* (its trigger delivered, or its deployment torn down by a restart, a death
+\* or the job's failure, which all end its wait).  With MaxInFlight reached
+\* this is the rule that a request at the bound is held, not dropped.
+SourceAnswered == srcWait ~> ~srcWait
+
+\* Progress: every triggered checkpoint is eventually decided (completed,
+\* failed or discarded) or lost with its process.
+CheckpointsDecided == \A c \in Ids : (c \in inflight) ~> (c \notin inflight)
 
 =============================================================================

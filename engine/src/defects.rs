@@ -155,10 +155,14 @@ pub enum Defect {
     /// incarnation's init fences nothing an old one (a worker given up while
     /// still running) holds: the old one's late produce and commit go through.
     NoFencing,
+    /// A source's periodic request that comes while the most checkpoints are
+    /// in flight is dropped (not held until one is decided): the source,
+    /// which waits for the trigger it asked for, waits forever.
+    DropRequestAtBound,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 32] = [
+    pub const ALL: [Defect; 33] = [
         Defect::BroadcastBeforeMarker,
         Defect::NoRecommitAtOpen,
         Defect::AckBeforeDurable,
@@ -191,6 +195,7 @@ impl Defect {
         Defect::AdvanceBeforeConfirmedPut,
         Defect::ConfirmBeforeCommit,
         Defect::NoFencing,
+        Defect::DropRequestAtBound,
     ];
 
     pub fn name(self) -> &'static str {
@@ -227,6 +232,7 @@ impl Defect {
             Defect::AdvanceBeforeConfirmedPut => "advance_before_confirmed_put",
             Defect::ConfirmBeforeCommit => "confirm_before_commit",
             Defect::NoFencing => "no_fencing",
+            Defect::DropRequestAtBound => "drop_request_at_bound",
         }
     }
 

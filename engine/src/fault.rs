@@ -13,6 +13,12 @@
 //! appears there (or the process is killed). A test uses it to order what
 //! two processes, or a process and a broker, do around that step: the
 //! step's effect has not happened while the thread is held.
+//!
+//! A kill point armed as `<point>@*=slow:<ms>` kills nothing: every thread
+//! that passes it, at every checkpoint, sleeps that long there (a slow disk
+//! or a slow destination at that step). A test uses it to make one stage of a
+//! job slower than the others, as a loaded machine does, and see the job
+//! still finish. `*` is accepted only with `slow`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -133,13 +139,22 @@ pub enum Action {
     Kill,
     /// Pause there until released, reporting and waiting in this directory.
     Hold(std::path::PathBuf),
+    /// Sleep there this long, every time (armed at every checkpoint).
+    Slow(std::time::Duration),
+}
+
+/// The checkpoint an armed point fires at: one, or (slow only) every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiresAt {
+    Checkpoint(u64),
+    Every,
 }
 
 /// One armed point: where, at which checkpoint, what it does, and whether it has fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArmedFault {
     pub point: FaultPoint,
-    pub checkpoint: u64,
+    pub at: FiresAt,
     pub action: Action,
     fired: bool,
 }
@@ -185,9 +200,28 @@ pub fn parse_spec_with(spec: &str, hold_dir: Option<&std::path::Path>) -> Result
                 .map(|p| p.name())
                 .collect(),
         })?;
-        let checkpoint = clink_basics::ids::parse_decimal_u64(id)
-            .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?;
+        let at = match id {
+            "*" => FiresAt::Every,
+            id => FiresAt::Checkpoint(
+                clink_basics::ids::parse_decimal_u64(id)
+                    .ok_or_else(|| FaultSpecError::NotACheckpointId { id: id.to_string() })?,
+            ),
+        };
+        let bad = |why: String| FaultSpecError::BadAction { item: item.to_string(), why };
         let action = match action {
+            Some(slow) if slow.starts_with("slow:") => {
+                let ms = clink_basics::ids::parse_decimal_u64(&slow["slow:".len()..])
+                    .filter(|ms| (1..=60_000).contains(ms))
+                    .ok_or_else(|| bad(format!("{slow:?}: slow takes milliseconds, 1 to 60000")))?;
+                if !point.kills() {
+                    return Err(bad(format!(
+                        "{} fails a step rather than pass through it: it cannot be slow",
+                        point.name()
+                    )));
+                }
+                Action::Slow(std::time::Duration::from_millis(ms))
+            }
+            _ if at == FiresAt::Every => return Err(bad("`@*` (every checkpoint) is for slow:<ms> only".into())),
             None => Action::Kill,
             Some("hold") if point.kills() => match hold_dir {
                 Some(dir) => Action::Hold(dir.to_path_buf()),
@@ -202,11 +236,11 @@ pub fn parse_spec_with(spec: &str, hold_dir: Option<&std::path::Path>) -> Result
             Some(other) => {
                 return Err(FaultSpecError::BadAction {
                     item: item.to_string(),
-                    why: format!("unknown action {other:?} (the one action is hold)"),
+                    why: format!("unknown action {other:?} (the actions are hold and slow:<ms>)"),
                 })
             }
         };
-        armed.push(ArmedFault { point, checkpoint, action, fired: false });
+        armed.push(ArmedFault { point, at, action, fired: false });
     }
     Ok(armed)
 }
@@ -236,12 +270,22 @@ pub fn arm(faults: Vec<ArmedFault>) {
     ARMED.store(any, Ordering::Relaxed);
 }
 
-/// Takes the fault armed at this point and checkpoint, once: its action.
+impl ArmedFault {
+    fn fires_at(&self, checkpoint: u64) -> bool {
+        match self.at {
+            FiresAt::Every => true,
+            FiresAt::Checkpoint(c) => c == checkpoint && !self.fired,
+        }
+    }
+}
+
+/// Takes the fault armed at this point and checkpoint, once (a slow one,
+/// every time): its action.
 fn take(point: FaultPoint, checkpoint: u64) -> Option<Action> {
     let slot = FAULTS.get()?;
     let mut guard = slot.lock().ok()?;
-    let f = guard.iter_mut().find(|f| f.point == point && f.checkpoint == checkpoint && !f.fired)?;
-    f.fired = true;
+    let f = guard.iter_mut().find(|f| f.point == point && f.fires_at(checkpoint))?;
+    f.fired = f.at != FiresAt::Every;
     Some(f.action.clone())
 }
 
@@ -253,6 +297,7 @@ pub fn kill_point(point: FaultPoint, checkpoint: u64) {
         match take(point, checkpoint) {
             Some(Action::Kill) => die(point, checkpoint),
             Some(Action::Hold(dir)) => hold(&dir, point, checkpoint),
+            Some(Action::Slow(pause)) => std::thread::sleep(pause),
             None => {}
         }
     }
@@ -344,7 +389,7 @@ mod tests {
         let armed = parse_spec("sink.before_commit@2, checkpoint.snapshot_fails@3").unwrap();
         assert_eq!(armed.len(), 2);
         assert_eq!(armed[0].point, FaultPoint::SinkBeforeCommit);
-        assert_eq!(armed[1].checkpoint, 3);
+        assert_eq!(armed[1].at, FiresAt::Checkpoint(3));
         assert_eq!(
             parse_spec("sink.before_commit"),
             Err(FaultSpecError::NotPointAtCheckpoint { item: "sink.before_commit".into() })
@@ -357,11 +402,37 @@ mod tests {
         let held = parse_spec_with("sink.before_commit@3=hold", Some(dir)).unwrap();
         assert_eq!(held[0].action, Action::Hold(dir.to_path_buf()));
         assert!(matches!(parse_spec("sink.before_commit@3=hold"), Err(FaultSpecError::NoHoldDir { .. })));
-        for bad in ["sink.before_commit@3=pause", "checkpoint.snapshot_fails@3=hold"] {
+        let slow = parse_spec("sink.before_prepare@*=slow:25").unwrap();
+        assert_eq!(
+            (slow[0].at, &slow[0].action),
+            (FiresAt::Every, &Action::Slow(std::time::Duration::from_millis(25)))
+        );
+        for bad in [
+            "sink.before_commit@3=pause",
+            "checkpoint.snapshot_fails@3=hold",
+            "sink.before_commit@*",
+            "sink.before_commit@*=hold",
+            "sink.before_commit@*=slow:0",
+            "sink.before_commit@*=slow:x",
+            "sink.before_commit@*=slow:60001",
+            "checkpoint.snapshot_fails@*=slow:5",
+        ] {
             assert!(matches!(parse_spec_with(bad, Some(dir)), Err(FaultSpecError::BadAction { .. })), "{bad}");
         }
         for p in FaultPoint::ALL.into_iter().chain(FaultPoint::CONNECTORS) {
             assert_eq!(FaultPoint::parse(p.name()), Some(p));
         }
+    }
+
+    #[test]
+    fn a_slow_point_fires_at_every_checkpoint_and_a_kill_once_at_its_own() {
+        let mut slow = parse_spec("sink.before_prepare@*=slow:1").unwrap().remove(0);
+        let mut kill = parse_spec("sink.before_prepare@2").unwrap().remove(0);
+        assert!(slow.fires_at(1) && slow.fires_at(7));
+        assert!(!kill.fires_at(1) && kill.fires_at(2));
+        slow.fired = slow.at != FiresAt::Every;
+        kill.fired = kill.at != FiresAt::Every;
+        assert!(slow.fires_at(2), "a slow point is never spent");
+        assert!(!kill.fires_at(2), "a kill fires once");
     }
 }

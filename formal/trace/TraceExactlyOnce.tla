@@ -4,9 +4,10 @@
 (* specification.  The next-state relation is ExactlyOnce's, constrained   *)
 (* so that every step either produces the next recorded event (and moves   *)
 (* pos on by one) or is a hidden step the engine cannot record (the        *)
-(* process dying, a COMPLETED marker whose line the death cut off, the end *)
-(* of a recoverable restart's drain, a subtask's Failed frame, a Kafka     *)
-(* sink's SinkFinish and its open's describe, a broker's expiry).          *)
+(* source's request for a checkpoint, the process dying, a COMPLETED       *)
+(* marker whose line the death cut off, the end of a recoverable restart's *)
+(* drain, a subtask's Failed frame, a Kafka sink's SinkFinish and its      *)
+(* open's describe, a broker's expiry).                                    *)
 (*                                                                         *)
 (* Both families of the specification are followed; which one is read off *)
 (* the trace (TraceFamily: the family the sinks' SinkPrepare and SinkOpens *)
@@ -486,6 +487,10 @@ Produce(e) ==
        \* large set into nested calls (a stack overflow at 10,000 events)
        /\ (CASE e.outcome \in {"finished", "savepoint"} -> EndsSettled
                [] e.outcome = "failed" -> phase = "failed"
+               \* the specification has no stalled state: its models are
+               \* checked for deadlock and for SourceAnswered and
+               \* CheckpointsDecided, so a stalled run is no behaviour of it
+               [] e.outcome = "stalled" -> FALSE
                [] OTHER -> FALSE) = TRUE
        /\ UNCHANGED <<vars, traceOnly>>
     \/ KafkaProduce(e)
@@ -494,6 +499,11 @@ Produce(e) ==
 (* where the next event witnesses it, so a branch that takes one the run   *)
 (* did not need dies at once.                                              *)
 Hidden(e) ==
+    \* The request a trigger answers (the source's, or an interval's) has no
+    \* line: the Trigger line witnesses it.
+    \/ /\ e.event = "Trigger"
+       /\ LiveEpoch(e)
+       /\ SourceAsks \/ OtherAsks
     \/ /\ e.event = "CoordRecovers"
        /\ \/ Die                           \* the previous process died (or exited)
           \/ /\ ~ended                     \* (lines a death cut off: not after JobEnds)

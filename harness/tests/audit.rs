@@ -1043,7 +1043,12 @@ fn unset_credential(services: &BTreeMap<String, String>) -> Result<(), Failed> {
 fn collected_early_bounded(services: &BTreeMap<String, String>) -> Result<(), Failed> {
     // Retention longer than the trial: what waits beyond the four is
     // audited later, never purged first (that is the retention trial's).
-    let mut live = Live::prepare(Kind::Records, services, 600, 300)?;
+    // A checkpoint a second: a collection that takes longer than the gap
+    // between two checkpoints is refused as racing one, and on a loaded
+    // machine (CI's tests side by side) a copy took more than 300 ms, so
+    // nothing was ever collected early. The slow reference's 3 s per audit
+    // still lets more than four complete during the cycle.
+    let mut live = Live::prepare(Kind::Records, services, 600, 1000)?;
     live.capture_retain = 600;
     live.run(None)?;
     let mark = live.dir.join("reference-slow.on");
@@ -1052,7 +1057,7 @@ fn collected_early_bounded(services: &BTreeMap<String, String>) -> Result<(), Fa
         &live,
         Overrides { reference_program: Some(slow_reference(&live, &mark)?), ..Overrides::default() },
     )?;
-    live.wait_checkpoints(1)?;
+    live.wait_checkpoints(2)?;
     live.produce(200)?;
     let out = audit.run()?;
     expect_code(&out, &[0], "a cycle while the job checkpoints every 300 ms")?;

@@ -43,6 +43,16 @@ m=ok
 echo "$sub $ck since=$since $m" >> "$CTL/calls"
 case "$sub" in
   incident-collect)
+    if [ "$m" = moving ]; then
+      # The job completes another checkpoint during every collection; only
+      # checkpoint 1's is copied before it moves on.
+      n=$(ls "$ckdir/_jobs/$job" | sed -n 's/^COMPLETED-//p' | sort -n | tail -1); n=$((n + 1))
+      echo "{\"job\":\"$job\",\"checkpoint\":$n}" > "$ckdir/_jobs/$job/COMPLETED-$n"
+      if [ "$ck" != 1 ]; then
+        echo '{"format":"clink-command-result","result":"refused","kind":"changed","reason":"the markers changed"}'
+        exit 2
+      fi
+    fi
     if [ "$m" = missing ]; then
       echo '{"format":"clink-command-result","result":"refused","kind":"missing","reason":"the state is gone"}'
       exit 2
@@ -56,6 +66,11 @@ case "$sub" in
     echo '{"format":"clink-command-result","result":"published","files":1,"bytes":7}';;
   incident-scope)
     if [ "$m" = unsupported ]; then echo "scope: not a job the audit supports" >&2; exit 3; fi
+    if [ "$m" = not-whole ]; then
+      echo '{"format":"clink-scope","version":1,"sources":[]}' > "$out"
+      echo "{\"incomplete\":[\"interval $ck: its evidence is not in the bundle\"]}"
+      exit 3
+    fi
     v=1; from=$(( (ck - 1) * 10 ))
     if [ -f "$CTL/windowed" ]; then v=2; from=0; fi
     if [ -n "$since" ]; then v=3; from=$(( since * 10 )); fi
@@ -485,11 +500,11 @@ fn a_version_1_ledger_is_read_and_its_audits_kept() {
     s.run();
     assert_eq!(s.calls(), before, "the same checkpoints were audited again");
     let ledger = s.ledger();
-    assert_eq!(ledger["version"], 2);
+    assert_eq!(ledger["version"], 3);
     assert!(ledger["audits"]["1"]["marker_sha256"].is_string(), "{}", ledger["audits"]["1"]);
     // A newer ledger than this runner knows is refused, not misread.
     let mut newer = ledger.clone();
-    newer["version"] = json!(3);
+    newer["version"] = json!(4);
     std::fs::write(s.state.join("ledger.json"), serde_json::to_vec(&newer).unwrap()).unwrap();
     let out = s.command("run").output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", said(&out));
@@ -613,4 +628,235 @@ fn the_ledger_and_reports_survive_a_kill_between_any_two_writes() {
     }
     assert!(k > 30, "only {k} write points in a cycle of three audits");
     assert!(failures.is_empty(), "{} of {k} kills:\n{}", failures.len(), failures.join("\n"));
+}
+
+// ---- 7. Never healthy before the current lineage has a passed audit.
+
+#[test]
+fn a_runner_that_has_verified_nothing_is_never_healthy() {
+    let s = Setup::new("nothing-verified", "sequential", false);
+    s.steer("incident-scope", None, "unsupported");
+    s.complete(1);
+    s.run();
+    assert_eq!(outcome(&s.audit(1)), "unsupported");
+    // The job's checkpoint is seconds old, the limit an hour: still not healthy.
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (3, Some("stale")), "{status}");
+    assert!(status["stale"].as_str().unwrap_or_default().contains("current lineage"), "{status}");
+    // The control: one audit passes, and the same runner reads healthy.
+    s.unsteer("incident-scope", None);
+    s.complete(2);
+    s.run();
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (0, Some("healthy")), "{status}");
+}
+
+// ---- 8. An acknowledgement is bound to the report it was made for.
+
+#[test]
+fn an_acknowledgement_made_before_its_discrepancy_silences_nothing() {
+    let s = Setup::new("ack-early", "sequential", false);
+    s.complete(1);
+    s.steer("incident-verify", None, "error");
+    s.run();
+    let id = s.audit(1)["id"].as_str().unwrap().to_string();
+    // Written ahead, for the attempt that has not run yet.
+    let acks = s.state.join("acks");
+    std::fs::create_dir_all(&acks).unwrap();
+    let early = json!({"audit": id, "attempt": 2, "note": "whatever it finds", "at_ms": 1, "by": "op"});
+    std::fs::write(acks.join("early.json"), serde_json::to_vec(&early).unwrap()).unwrap();
+    s.unsteer("incident-verify", None);
+    s.steer("incident-reconcile", None, "discrepancy");
+    after_backoff();
+    s.run();
+    assert_eq!(attempt_outcomes(&s.audit(1)), ["error", "discrepancy"]);
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (1, Some("discrepancy")), "{status}");
+    assert_eq!(status["discrepancies"][0]["acknowledged"], false, "{status}");
+}
+
+#[test]
+fn an_acknowledgement_silences_the_report_it_read_and_no_other() {
+    let s = Setup::new("ack-report", "sequential", false);
+    s.complete(1);
+    s.steer("incident-reconcile", None, "discrepancy");
+    s.run();
+    let id = s.audit(1)["id"].as_str().unwrap().to_string();
+    let report = s.state.join("reports").join(format!("{id}.json"));
+    let read = clink_basics::digest::sha256_hex(&std::fs::read(&report).unwrap());
+    let (_, status) = s.status(3600);
+    assert_eq!(status["discrepancies"][0]["report_sha256"], read.as_str(), "{status}");
+    // Naming a report that is not the published one is refused.
+    let other = "0".repeat(64);
+    let out =
+        s.command("acknowledge").args(["--audit", &id, "--note", "n", "--report-sha256", &other]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&read), "{}", said(&out));
+    let out =
+        s.command("acknowledge").args(["--audit", &id, "--note", "known", "--report-sha256", &read]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let (code, _) = s.status(3600);
+    assert_ne!(code, 1);
+    // Another report in its place (another finding): the acknowledgement
+    // was of the one before, and the discrepancy stands again.
+    let mut doc: Json = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    doc["findings"][0]["summary"] = json!("a row missing");
+    std::fs::write(&report, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (1, Some("discrepancy")), "{status}");
+}
+
+// ---- 9. A retired lineage's passes verify nothing of the new one.
+
+const LINEAGE_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const LINEAGE_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+impl Setup {
+    /// The job directory records `lineage` (as the engine writes it).
+    fn lineage(&self, lineage: &str) {
+        std::fs::write(self.dir.join("ck/_jobs/9/LINEAGE"), lineage).unwrap();
+    }
+}
+
+#[test]
+fn a_new_lineage_is_not_verified_by_the_old_ones_passes() {
+    let s = Setup::new("lineage", "sequential", false);
+    s.lineage(&format!("{LINEAGE_A}\n"));
+    s.complete(1);
+    s.run();
+    assert_eq!(outcome(&s.audit(1)), "passed");
+    assert_eq!(s.audit(1)["lineage"], LINEAGE_A);
+    let old = s.audit(1)["id"].as_str().unwrap().to_string();
+    let report: Json =
+        serde_json::from_slice(&std::fs::read(s.state.join(format!("reports/{old}.json"))).unwrap()).unwrap();
+    assert_eq!(report["lineage"], LINEAGE_A, "the report says which run it is of");
+    let (code, _) = s.status(3600);
+    assert_eq!(code, 0);
+    // A fresh checkpoint directory: a new lineage, nothing completed yet.
+    std::fs::remove_dir_all(s.dir.join("ck")).unwrap();
+    std::fs::create_dir_all(s.dir.join("ck/_jobs/9")).unwrap();
+    s.lineage(&format!("{LINEAGE_B}\n"));
+    s.run();
+    let ledger = s.ledger();
+    assert_eq!(ledger["lineage"], LINEAGE_B);
+    assert_eq!(ledger["retired"][0]["id"], old.as_str(), "{ledger}");
+    let (code, status) = s.status(3600);
+    assert_ne!(code, 0, "healthy on the old lineage's pass: {status}");
+    assert_eq!(status["last_verified"], Json::Null, "{status}");
+    // Its first checkpoint cannot be verified: stale, whatever the old one passed.
+    s.steer("incident-scope", None, "unsupported");
+    s.complete(1);
+    s.run();
+    assert_eq!(s.audit(1)["lineage"], LINEAGE_B);
+    let (code, status) = s.status(3600);
+    assert_eq!((code, status["state"].as_str()), (3, Some("stale")), "{status}");
+    assert_eq!(status["last_verified"], Json::Null, "{status}");
+}
+
+#[test]
+fn a_lineage_record_that_does_not_read_is_refused() {
+    let s = Setup::new("lineage-bad", "sequential", false);
+    s.complete(1);
+    for bad in ["", "not a lineage\n", &LINEAGE_A.to_uppercase(), &format!("{LINEAGE_A}\n\n")] {
+        s.lineage(bad);
+        let out = s.command("run").output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", said(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("LINEAGE"), "{bad:?}: {}", said(&out));
+    }
+    assert!(s.calls().is_empty(), "a child ran: {}", s.calls());
+    s.lineage(LINEAGE_A);
+    s.run();
+    assert_eq!(outcome(&s.audit(1)), "passed");
+}
+
+// ---- 10. acknowledge checks the configuration as run does.
+
+#[test]
+fn acknowledge_refuses_a_configuration_run_refuses() {
+    let s = Setup::new("ack-config", "sequential", false);
+    s.complete(1);
+    s.steer("incident-reconcile", None, "discrepancy");
+    s.run();
+    let id = s.audit(1)["id"].as_str().unwrap().to_string();
+    // The same state directory under another configuration.
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("\"retain_passed\": 50", "\"retain_passed\": 51");
+    std::fs::write(&s.config, text).unwrap();
+    let run = s.command("run").output().unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", said(&run));
+    let ack = s.acknowledge(&id);
+    assert_eq!(ack.status.code(), Some(2), "{}", said(&ack));
+    for out in [&run, &ack] {
+        assert!(String::from_utf8_lossy(&out.stderr).contains("another configuration"), "{}", said(out));
+    }
+    assert!(!s.state.join("acks").exists(), "an acknowledgement was written");
+}
+
+// ---- 11. What the runner prints says why, and what to change when nothing will.
+
+#[test]
+fn the_runner_prints_each_outcomes_reason() {
+    let s = Setup::new("printed", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-verify", Some(2), "error");
+    let out = s.command("run").output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("cycle 1: checkpoint 1: passed\n"), "{printed}");
+    assert!(printed.contains("cycle 1: checkpoint 2: error: verify: "), "the reason, not only `error`: {printed}");
+}
+
+#[test]
+fn an_audit_whose_captures_retention_removed_says_so_and_what_to_change() {
+    let s = Setup::new("retention", "sequential", false);
+    s.complete(1);
+    s.complete(2);
+    s.steer("incident-scope", None, "not-whole");
+    // The recorder keeps epochs from 2 on: interval 1's captures are gone.
+    let kept = s.dir.join("capture/op-4/subtask-0");
+    std::fs::create_dir_all(&kept).unwrap();
+    for name in ["epoch-2.cap", "epoch-2.sink.json"] {
+        std::fs::write(kept.join(name), b"").unwrap();
+    }
+    let out = s.command("run").output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(outcome(&s.audit(1)), "expired", "{printed}");
+    assert!(printed.contains("checkpoint 1: expired: scope: the job's capture retention"), "{printed}");
+    assert!(printed.contains("--capture-retain-epochs"), "what to change: {printed}");
+    // Its own captures kept, interval 2's evidence is only not whole yet: tried again.
+    assert_eq!(outcome(&s.audit(2)), "partial", "{printed}");
+    after_backoff();
+    s.run();
+    assert_eq!(attempt_outcomes(&s.audit(1)), ["expired"], "an audit that can never be complete is not retried");
+    assert_eq!(attempt_outcomes(&s.audit(2)), ["partial", "partial"]);
+}
+
+// ---- 12. A cycle ends while the job outruns every collection.
+
+#[test]
+fn a_cycle_ends_when_the_job_moves_during_every_collection() {
+    let s = Setup::new("moving", "sequential", false);
+    s.complete(1);
+    s.steer("incident-collect", None, "moving");
+    let mut child = s.command("run").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the cycle did not end in 60 s; collections: {}", s.calls().lines().count());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let collected_early: std::collections::BTreeSet<String> = s
+        .calls()
+        .lines()
+        .filter_map(|l| l.strip_prefix("incident-collect "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|ck| ck != "1")
+        .collect();
+    assert!(
+        !collected_early.is_empty() && collected_early.len() <= 4,
+        "checkpoints collected early in one cycle: {collected_early:?}"
+    );
+    assert_eq!(outcome(&s.audit(1)), "passed");
 }

@@ -38,13 +38,39 @@ impl Drop for Job {
 }
 
 fn start(dir: &Path) -> Job {
+    start_with(dir, &[])
+}
+
+fn start_with(dir: &Path, more: &[&str]) -> Job {
     let child = clink()
         .current_dir(dir)
         .args(["run", "--quiet", "--follow-input", "--job", "job.json", "--input-dir", "in"])
         .args(["--output-dir", "out", "--checkpoint-dir", "ck", "--ha-dir", "ha"])
+        .args(more)
         .spawn()
         .unwrap();
     Job(child)
+}
+
+/// A job that has read all its input and waits for more is idle, not
+/// stalled: with a stall bound of 1 s it is still running after 4 s of
+/// waiting (and a savepoint it is asked for still completes), and it stops
+/// cleanly on request.
+#[test]
+fn a_job_waiting_for_input_is_never_stalled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("job.json"), JOB).unwrap();
+    std::fs::create_dir(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/segment-0000.txt"), "E,1000,a,1.50\nE,2000,b,2\nW,3000\n").unwrap();
+    let mut job = start_with(dir, &["--stall-after-s", "1"]);
+    savepoint_when_running(dir);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(job.0.try_wait().unwrap().is_none(), "the idle job ended: {:?}", job.0.try_wait());
+    savepoint_when_running(dir);
+    let stop = run_in(dir, &["stop", "--checkpoint-dir", "ck", "--job-id", "1", "--json"]);
+    assert_eq!(code(&stop), 0, "{}", String::from_utf8_lossy(&stop.stderr));
+    assert_eq!(job.0.wait().unwrap().code(), Some(0));
 }
 
 fn savepoint_when_running(dir: &Path) -> u64 {

@@ -283,15 +283,27 @@ impl Scenario {
         }
     }
 
-    /// The table's rows, rendered as the reference renders its lines.
+    /// The table's rows as the reference writes its lines, read as values
+    /// (a server that prints `12.5` for the `12.50` written holds the same
+    /// decimal: `cells::engine_text`).
     fn table_rows(&self) -> Result<Vec<String>, Failed> {
+        let connection = self.connection();
+        let described = clink_connectors::clickhouse::destination::describe(&connection, "default", &self.table)?;
+        let mut types = Vec::new();
+        for c in self.job.columns() {
+            let column = described.column(c).ok_or_else(|| format!("the table has no column {c}"))?;
+            types.push(clink_connectors::clickhouse::types::ChType::parse(&column.type_name));
+        }
         let columns: Vec<String> = self.job.columns().iter().map(|c| sql::identifier(c)).collect();
         let statement = format!("SELECT {} FROM {}", columns.join(", "), sql::qualified("default", &self.table));
-        let rows = self.connection().select("reading the table back", &statement, &[("readonly", "2".into())])?;
-        Ok(rows
-            .into_iter()
-            .map(|r| r.into_iter().map(|c| c.unwrap_or_else(|| "NULL".into())).collect::<Vec<_>>().join(","))
-            .collect())
+        let rows = connection.select("reading the table back", &statement, &[("readonly", "2".into())])?;
+        rows.into_iter()
+            .map(|r| {
+                let cells: Result<Vec<String>, _> =
+                    r.iter().zip(&types).map(|(c, ty)| clink_reconcile::cells::engine_text(c.as_deref(), ty)).collect();
+                Ok(cells?.join(","))
+            })
+            .collect()
     }
 
     /// The sink's recorded input, per epoch (every subtask's), as lines.
@@ -495,6 +507,37 @@ fn missing_topic(env: &BTreeMap<String, String>) -> Result<(), Failed> {
     Ok(())
 }
 
+/// `clink produce` into a topic an earlier run made with another partition
+/// count is refused, saying what to do; with its count it appends, and says so.
+fn topic_with_other_partitions(env: &BTreeMap<String, String>) -> Result<(), Failed> {
+    let topic = unique("produce-partitions");
+    let produce = |partitions: &str| {
+        Command::new(clink())
+            .args(["produce", "--topic", &topic, "--partitions", partitions, "--events", "10", "--bootstrap"])
+            .arg(&env["CLINK_KAFKA_BOOTSTRAP"])
+            .output()
+    };
+    let first = produce("3")?;
+    if !first.status.success() || String::from_utf8_lossy(&first.stdout).contains("existed") {
+        return Err(format!("the first publish: {:?}\n{}", first.status, stderr(&first)).into());
+    }
+    let other = produce("4")?;
+    let said = stderr(&other);
+    if other.status.code() != Some(2)
+        || !said.contains("exists with 3 partitions, not 4")
+        || !said.contains("a topic of its own (--topic)")
+        || !said.contains("--partitions 3")
+    {
+        return Err(format!("expected exit 2 saying what to do: {:?}\n{said}", other.status).into());
+    }
+    let again = produce("3")?;
+    let printed = String::from_utf8_lossy(&again.stdout);
+    if !again.status.success() || !printed.contains("the topic existed: they follow what it held") {
+        return Err(format!("appending says so: {:?}\n{printed}{}", again.status, stderr(&again)).into());
+    }
+    Ok(())
+}
+
 /// A table whose columns do not hold the job's rows exactly refuses the run
 /// before anything is written, naming the column.
 fn table_schema_differs(env: &BTreeMap<String, String>) -> Result<(), Failed> {
@@ -631,6 +674,7 @@ fn main() {
     checks.push(("bad-input::malformed-message".into(), Box::new(malformed_message)));
     checks.push(("bad-input::missing-topic".into(), Box::new(missing_topic)));
     checks.push(("bad-input::table-schema-differs".into(), Box::new(table_schema_differs)));
+    checks.push(("bad-input::topic-with-other-partitions".into(), Box::new(topic_with_other_partitions)));
     checks.push(("bad-input::broker-goes-away".into(), Box::new(broker_goes_away)));
     checks.push(("evidence::conformance-unsupported".into(), Box::new(conformance_unsupported)));
     let env = services();

@@ -22,6 +22,9 @@ use clink_reference::example::{compute, ReferenceOutput, ReferenceParams};
 use clink_reference::output::read_output_lines;
 use libtest_mimic::{Arguments, Failed, Trial};
 
+#[path = "support/in_flight.rs"]
+mod in_flight;
+
 const EVENTS: &str = "6000";
 const EVERY: &str = "500";
 
@@ -90,6 +93,15 @@ impl Scenario {
 
     /// A run with more arguments (a paced source, a restart budget).
     fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        self.run_every(EVERY, env, args)
+    }
+
+    /// A run with a checkpoint every `every` records.
+    fn run_every(&self, every: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
+        run_bounded(&mut self.command(every, env, args), self.dir.path())
+    }
+
+    fn command(&self, every: &str, env: &[(&str, &str)], args: &[&str]) -> Command {
         let mut cmd = Command::new(clink());
         cmd.arg("run")
             .arg("--quiet")
@@ -101,7 +113,8 @@ impl Scenario {
             .arg(self.output())
             .arg("--checkpoint-dir")
             .arg(self.dir.path().join("ck"))
-            .args(["--checkpoint-every-records", EVERY])
+            .args(["--checkpoint-every-records", every])
+            .args(["--stall-after-s", STALL_AFTER_S])
             .args(args)
             .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
             .env_remove("CLINK_FAULT")
@@ -109,7 +122,7 @@ impl Scenario {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        run_bounded(&mut cmd, self.dir.path())
+        cmd
     }
 
     /// The committed output compared with the reference; `Err` names the difference.
@@ -238,10 +251,32 @@ impl Scenario {
     }
 }
 
-/// A run may not hang the suite: past the bound it is killed and reported.
-const RUN_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+/// Every run's stall bound: a run that stops moving fails, saying on what
+/// each subtask waits, well before the suite's own bound kills it.
+const STALL_AFTER_S: &str = "10";
+
+/// A run may not hang the suite: past a bound derived from a clean run of
+/// the same job over the same input (timed once per process), it is killed
+/// and the trial fails.
+fn run_bound() -> std::time::Duration {
+    static BOUND: OnceLock<std::time::Duration> = OnceLock::new();
+    *BOUND.get_or_init(|| {
+        let s = Scenario::new("clean-run-timing");
+        let started = std::time::Instant::now();
+        let out = run_bounded_by(&mut s.command(EVERY, &[], &[]), s.dir.path(), std::time::Duration::from_secs(300));
+        assert!(out.status.success(), "the clean run that times the bound failed: {}", stderr(&out));
+        let clean = started.elapsed();
+        // Generous: the trials run side by side on a loaded machine, a kill
+        // means two runs, and the slowed-sink trials sleep on purpose.
+        (clean * 30).max(std::time::Duration::from_secs(60))
+    })
+}
 
 fn run_bounded(cmd: &mut Command, scratch: &Path) -> Output {
+    run_bounded_by(cmd, scratch, run_bound())
+}
+
+fn run_bounded_by(cmd: &mut Command, scratch: &Path, bound: std::time::Duration) -> Output {
     let (out_path, err_path) = (scratch.join("stdout.log"), scratch.join("stderr.log"));
     let mut child = cmd
         .stdout(std::fs::File::create(&out_path).expect("stdout log"))
@@ -253,10 +288,10 @@ fn run_bounded(cmd: &mut Command, scratch: &Path) -> Output {
         if let Some(status) = child.try_wait().expect("wait for clink run") {
             break status;
         }
-        if started.elapsed() > RUN_BOUND {
+        if started.elapsed() > bound {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("clink run did not finish within {RUN_BOUND:?}: {cmd:?}");
+            panic!("clink run did not finish within {bound:?} (derived from a clean run): {cmd:?}");
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
@@ -375,6 +410,9 @@ enum Symptom {
     /// The resume succeeds with the right output, but staged files are left
     /// that no handle owns.
     StagedLeftOver,
+    /// The run stalls: the stall watch fails it (exit 1) saying that the
+    /// source waits for the trigger it asked for.
+    Stalled,
 }
 
 /// How a defect is exposed.
@@ -391,6 +429,11 @@ enum Exposure {
     /// COMPLETED-3 planted; a third run, whose first checkpoint fails when
     /// `restart` (so its in-process restart chooses the restore point).
     PlantedMarker { restart: bool },
+    /// One run with a checkpoint every `every` records and every sink slowed
+    /// by `slow` at each prepare (`sink.before_prepare@*=slow:<ms>`), so the
+    /// source runs ahead and the checkpoints in flight reach the engine's
+    /// bound (16) again and again.
+    SlowSink { every: &'static str, slow: &'static str },
 }
 
 const PACED: [&str; 2] = ["--source-rate", "20000"];
@@ -411,6 +454,10 @@ fn expose(s: &Scenario, exposure: Exposure, defect: Option<&str>) -> Result<Outp
                 args.extend(["--restart-budget", budget]);
             }
             Ok(s.run_with(&with(&defect_env, fault), &args))
+        }
+        Exposure::SlowSink { every, slow } => {
+            let fault = format!("sink.before_prepare@*={slow}");
+            Ok(s.run_every(every, &with(&defect_env, &fault), &[]))
         }
         Exposure::PlantedMarker { restart } => {
             let first = s.run_with(&with(&defect_env, "coordinator.before_completed_marker@3"), &PACED);
@@ -436,6 +483,37 @@ fn expose(s: &Scenario, exposure: Exposure, defect: Option<&str>) -> Result<Outp
         }
     }
 }
+
+/// A sink slower than its source, far more checkpoints than the in-flight
+/// bound: the correct engine holds the source's request at the bound and
+/// runs to the end with the right output. (Today's main before the fix
+/// dropped it: the same run with `drop_request_at_bound` stalls, which
+/// `defect::drop_request_at_bound` shows.)
+fn slow_sink_trial() -> Trial {
+    let name = "liveness::slow_sink_past_the_in_flight_bound".to_string();
+    Trial::test(name.clone(), move || {
+        let s = Scenario::new(&name);
+        let out = expose(&s, SLOW_SINK, None)?;
+        if !out.status.success() {
+            return Err(format!("the run with a slow sink did not finish: {:?}\n{}", out.status, stderr(&out)).into());
+        }
+        s.check_traces()?;
+        let most = in_flight::most_in_flight(&s.traces)?;
+        let completed = s.last_completed();
+        // Positive evidence that the bound was reached, and passed many times.
+        if most < clink_engine::runtime::protocol::MAX_IN_FLIGHT || completed < 3 * most as u64 {
+            return Err(
+                format!("the run never tested the bound: at most {most} in flight, {completed} completed").into()
+            );
+        }
+        s.check_output().map_err(Failed::from)
+    })
+}
+
+/// The slow sink's exposure: 76 checkpoints, each sink 40 ms slow at each
+/// prepare, while the source cuts a checkpoint in a few milliseconds even
+/// on a loaded machine: the backlog reaches the bound after about 17.
+const SLOW_SINK: Exposure = Exposure::SlowSink { every: "80", slow: "slow:40" };
 
 /// The exposure of a planted marker run by the correct engine: the RESTORED
 /// record passes over the late marker, and the output is right.
@@ -466,6 +544,12 @@ fn defect_trial(defect: &'static str, exposure: Exposure, symptom: Symptom) -> T
             Symptom::FailedResume(message) => resumed.status.code() == Some(1) && stderr(&resumed).contains(message),
             Symptom::StagedLeftOver => {
                 resumed.status.success() && missing == 0 && unexpected == 0 && s.nothing_staged().is_err()
+            }
+            Symptom::Stalled => {
+                let err = stderr(&resumed);
+                resumed.status.code() == Some(1)
+                    && err.contains("the job stalled: nothing moved for")
+                    && err.contains("op-1-0 waits for the trigger of the periodic checkpoint it asked for")
             }
         };
         s.check_traces()?;
@@ -509,6 +593,8 @@ fn main() {
     let failed_snapshot = |fault, paced, budget| OneRun { fault, paced, budget };
     trials.push(planted_control_trial(false));
     trials.push(planted_control_trial(true));
+    trials.push(slow_sink_trial());
+    trials.push(defect_trial("drop_request_at_bound", SLOW_SINK, Symptom::Stalled));
     for (defect, exposure, symptom) in [
         ("broadcast_before_marker", KillThenResume("coordinator.before_completed_marker@2"), Duplicates),
         ("no_recommit_at_open", KillThenResume("coordinator.after_completed_marker@2"), Loss),

@@ -34,6 +34,11 @@ const OUTPUTS: &[&str] = &["apps", "checks", "devShells", "packages"];
 const STANDIN_STORE: &str = "/nix/store/standin-";
 /// How Nix prints a stand-in trace on stderr.
 const TRACE: &str = "trace: clink-standin ";
+/// What the package's postPatch must be: the vendored librdkafka's scripts
+/// pointed at stdenv's bash (gates/sandbox-build shows the build fails without).
+const PATCH_SHEBANGS: &str = "patchShebangs $cargoDepsCopy/rdkafka-sys-*/librdkafka";
+/// The gate that builds the package in a stand-in of Nix's build sandbox.
+const SANDBOX_GATE: &str = "gates/sandbox-build";
 /// The tests checks.flake-shape must run.
 const CHECK_TESTS: &[&str] = &["flake_shape", "flake_eval"];
 
@@ -198,6 +203,12 @@ fn rust_package_problems(ev: &Evaluated, drv: &Json, pname: &str, what: &str) ->
     want(&["cargoLock", "lockFile"], &format!("{dir}/Cargo.lock"));
     want(&["src"], &dir);
     want(&["meta", "mainProgram"], "clink");
+    if text_at(drv, &["postPatch"]).map(str::trim) != Ok(PATCH_SHEBANGS) {
+        problems.push(format!(
+            "{what}: postPatch is not `{PATCH_SHEBANGS}` (librdkafka's ./configure runs /usr/bin/env, which the build \
+             sandbox lacks)"
+        ));
+    }
     let flags = strings(at(drv, &["cargoBuildFlags"])?, "cargoBuildFlags")?;
     for bin in ["clink", "clink-reference-audit"] {
         if !flags.windows(2).any(|w| w[0] == "--bin" && w[1] == bin) {
@@ -370,6 +381,65 @@ fn check_dev_shell(ev: &Evaluated) -> Result<(), String> {
     all_or_problems(problems)
 }
 
+/// The names gates/sandbox-build prints, one per line up to a colon, for one mode.
+fn sandbox_gate_names(ev: &Evaluated, mode: &str) -> Result<BTreeSet<String>, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("no repository root")?;
+    // Through bash: Nix's build sandbox, where checks.flake-shape runs this,
+    // has no /usr/bin/env for the gate's shebang.
+    let out = Command::new("bash")
+        .arg(root.join(SANDBOX_GATE))
+        .arg(mode)
+        .env("SANDBOX_FLAKE_DIR", &ev.dir)
+        .output()
+        .map_err(|e| format!("cannot run {SANDBOX_GATE}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{SANDBOX_GATE} {mode} refused the flake ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|_| format!("{SANDBOX_GATE} {mode}: output not UTF-8"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// The sandboxed build binds exactly the package's nativeBuildInputs: the
+/// gate reads them from flake.nix (`--inputs`), and its table of Debian
+/// packages (`--table`) has a line for each and for nothing else, so the
+/// flake's list is the one list.
+fn check_sandbox_inputs(ev: &Evaluated) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let mut named = BTreeMap::new();
+    for system in SYSTEMS {
+        let what = format!("packages.{system}.default");
+        let drv = derivation(&ev.outputs["packages"][*system]["default"], &what)?;
+        let inputs = package_names(at(drv, &["nativeBuildInputs"])?, system, &format!("{what}.nativeBuildInputs"))?;
+        named.insert(*system, inputs.into_iter().collect::<BTreeSet<String>>());
+    }
+    let flake = named.get("x86_64-linux").cloned().unwrap_or_default();
+    if named.values().any(|n| *n != flake) {
+        problems.push(format!("the systems' nativeBuildInputs differ: {named:?}"));
+    }
+    let bound = sandbox_gate_names(ev, "--inputs")?;
+    if bound != flake {
+        problems.push(format!("{SANDBOX_GATE} binds {bound:?}, but the flake's nativeBuildInputs are {flake:?}"));
+    }
+    let table = sandbox_gate_names(ev, "--table")?;
+    if table != flake {
+        problems.push(format!(
+            "{SANDBOX_GATE}'s table maps {table:?}, but the flake's nativeBuildInputs are {flake:?} (one line per \
+             input, no more)"
+        ));
+    }
+    all_or_problems(problems)
+}
+
 /// checks.<system>.flake-shape builds clink with its tests on and runs the flake tests, with nix.
 fn check_check(ev: &Evaluated) -> Result<(), String> {
     let mut problems = Vec::new();
@@ -388,9 +458,11 @@ fn check_check(ev: &Evaluated) -> Result<(), String> {
             }
         }
         let inputs = package_names(at(drv, &["nativeCheckInputs"])?, system, &what)?;
-        if inputs != ["nix"] {
-            problems
-                .push(format!("{what}: nativeCheckInputs are {inputs:?}, not [nix] (the tests run nix-instantiate)"));
+        if inputs != ["nix", "python3"] {
+            problems.push(format!(
+                "{what}: nativeCheckInputs are {inputs:?}, not [nix, python3] (the tests run nix-instantiate, and \
+                 {SANDBOX_GATE}, which reads the evaluation with python3)"
+            ));
         }
     }
     all_or_problems(problems)
@@ -588,6 +660,22 @@ const SELF_TESTS: &[SelfTest] = &[
         &["devShells.x86_64-linux.default has", "jdk17_headless"],
     ),
     (
+        "package_without_shebang_patch",
+        "patchShebangs $cargoDepsCopy/rdkafka-sys-*/librdkafka",
+        "",
+        &[],
+        check_package,
+        &["postPatch is not", "/usr/bin/env"],
+    ),
+    (
+        "input_the_sandbox_lacks",
+        "nativeBuildInputs = [ ];",
+        "nativeBuildInputs = [ pkgs.git ];",
+        &[],
+        check_sandbox_inputs,
+        &["sandbox-build --inputs refused", "names git, which the table"],
+    ),
+    (
         "check_runs_another_test",
         r#""--test" "flake_eval""#,
         r#""--test" "formal""#,
@@ -606,6 +694,7 @@ fn trials(ctx: &Option<Result<Arc<Ctx>, String>>) -> Vec<Trial> {
         ("eval::every_user_gate_has_an_app".into(), Box::new(real(check_gates_have_apps))),
         ("eval::dev_shell_carries_every_apps_tools".into(), Box::new(real(check_dev_shell))),
         ("eval::check_runs_the_flake_tests".into(), Box::new(real(check_check))),
+        ("eval::sandbox_binds_the_flakes_native_build_inputs".into(), Box::new(real(check_sandbox_inputs))),
     ];
     for &(name, from, to, gates, check, needles) in SELF_TESTS {
         let run = move |ctx: &Ctx| ctx.expect(from, to, gates, check, needles);

@@ -755,11 +755,19 @@ fn a_directory_named_to_collect_from_must_exist_and_an_empty_part_is_said_absent
         swapped.output().unwrap()
     };
     // A mistyped directory is bad usage, named, with nothing published.
-    for (flag, dir) in [("--capture-dir", "capture"), ("--trace-dir", "traces"), ("--checkpoint-dir", "ck")] {
+    // It says what makes the directory, and that a job run without one is
+    // collected without the flag.
+    for (flag, dir, what_to_do) in [
+        ("--capture-dir", "capture", "leave --capture-dir out for a job run without it"),
+        ("--trace-dir", "traces", "only where CLINK_PROTOCOL_TRACE_DIR pointed"),
+        ("--ha-dir", "ha", "leave --ha-dir out for a job run without it"),
+        ("--checkpoint-dir", "ck", "the job's clink run was given as --checkpoint-dir"),
+    ] {
         let refused = swap(dir, &live.path("no-such"));
         assert_eq!(refused.status.code(), Some(2), "{flag}: {}", String::from_utf8_lossy(&refused.stdout));
         let said = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
         assert!(said.contains(flag) && said.contains("no such directory"), "{flag}: {said}");
+        assert!(said.contains(what_to_do), "{flag}: {said}");
         assert!(!out.exists(), "{flag}: a refused collection published {}", out.display());
     }
     // An existing, empty capture directory: the bundle says captures are absent, and why.
@@ -884,4 +892,42 @@ fn traces_of_another_lineage_are_refused() {
         .unwrap();
     // Before run identities this passed (exit 0): TLC accepts another run's history.
     refused_naming(&verified, "which no run record of the bundle's lineage names");
+}
+
+#[test]
+fn epochs_all_collects_every_captured_epoch_and_a_malformed_selection_is_refused() {
+    let live = Live::new("3000");
+    let args = ["--checkpoint-every-records", "500", "--capture-retain-epochs", "100"];
+    assert!(live.run("example", &args).output().unwrap().status.success());
+    let mut on_disk = std::collections::BTreeSet::new();
+    for op in std::fs::read_dir(live.path("capture")).unwrap() {
+        for subtask in std::fs::read_dir(op.unwrap().path()).unwrap() {
+            for file in std::fs::read_dir(subtask.unwrap().path()).unwrap() {
+                let name = file.unwrap().file_name().into_string().unwrap();
+                if let Some(epoch) = name.strip_prefix("epoch-").and_then(|n| n.strip_suffix(".cap")) {
+                    on_disk.insert(epoch.parse::<u64>().unwrap());
+                }
+            }
+        }
+    }
+    let all = live.collect(&live.path("all"), &["--epochs", "all"]).output().unwrap();
+    assert!(all.status.success(), "{}", String::from_utf8_lossy(&all.stdout));
+    let manifest: Json =
+        serde_json::from_slice(&std::fs::read(live.path("all").join("manifest.json")).unwrap()).unwrap();
+    let got: std::collections::BTreeSet<u64> =
+        manifest["epochs"].as_array().unwrap().iter().map(|e| e["epoch"].as_u64().unwrap()).collect();
+    assert!(on_disk.len() > 3, "the run kept more epochs than a default collection takes: {on_disk:?}");
+    assert_eq!(got, on_disk, "--epochs all collects every epoch the capture directory holds");
+    let default = live.collect(&live.path("default"), &[]).output().unwrap();
+    assert!(default.status.success());
+    let manifest: Json =
+        serde_json::from_slice(&std::fs::read(live.path("default").join("manifest.json")).unwrap()).unwrap();
+    let narrower: std::collections::BTreeSet<u64> =
+        manifest["epochs"].as_array().unwrap().iter().map(|e| e["epoch"].as_u64().unwrap()).collect();
+    assert!(narrower.len() < on_disk.len(), "the default selection is narrower: {narrower:?}");
+    for bad in ["al", "1,,2", "all,1", ""] {
+        let refused = live.collect(&live.path("bad"), &["--epochs", bad]).output().unwrap();
+        assert_eq!(refused.status.code(), Some(2), "--epochs {bad:?}");
+        assert!(!live.path("bad").exists());
+    }
 }

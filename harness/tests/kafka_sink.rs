@@ -38,6 +38,10 @@ mod services;
 use services::{killed, run_bounded, services, stderr};
 #[path = "kafka_sink/broker.rs"]
 mod broker;
+#[path = "kafka_sink/chaos.rs"]
+mod chaos;
+#[path = "support/in_flight.rs"]
+mod in_flight;
 #[path = "kafka_sink/incarnations.rs"]
 mod incarnations;
 #[path = "kafka_sink/steer.rs"]
@@ -255,6 +259,9 @@ impl Scenario {
             .arg(self.dir.path().join(ck))
             .args(extra)
             .args(["--checkpoint-every-records", &self.every, "--kafka-bootstrap", &self.bootstrap])
+            // A stall fails the run, naming each subtask's wait, long before
+            // the suite's bound; longer than a broker's restart (about 13 s).
+            .args(["--stall-after-s", "60"])
             .env("CLINK_PROTOCOL_TRACE_DIR", &self.traces)
             .env_remove("CLINK_FAULT")
             .env_remove("CLINK_TEST_DEFECT")
@@ -457,6 +464,66 @@ fn exactly_once(drive: Drive, broker: &Broker) -> Result<(), Failed> {
         "{name}: read_committed holds exactly the {} reference rows ({replayed} records sent in transactions that were aborted)",
         reference().len()
     );
+    Ok(())
+}
+
+/// A sink slower than its source (every sink's prepare slowed by 40 ms, on
+/// top of the broker's commit), 100 checkpoints, more than six times the
+/// in-flight bound: the run reaches the bound (its trace shows 16 in
+/// flight), is never stalled, and its output read `read_committed` is the
+/// reference. With the source's request dropped at the bound (today's main
+/// before the fix), the same run stalled after about 16 checkpoints.
+fn slow_sink_past_the_in_flight_bound(bootstrap: &str) -> Result<(), Failed> {
+    let s = Scenario::new("liveness-slow_sink", bootstrap)?.with_every("30");
+    let out = s.run(Some("sink.before_prepare@*=slow:40"));
+    if !out.status.success() {
+        return Err(format!("the run with a slow sink did not finish: {:?}\n{}", out.status, stderr(&out)).into());
+    }
+    let most = in_flight::most_in_flight(&s.traces)?;
+    if most < clink_engine::runtime::protocol::MAX_IN_FLIGHT {
+        return Err(format!("the run never reached the bound: at most {most} checkpoints in flight").into());
+    }
+    let said = committed_exactly(&s)?;
+    println!("{}: {most} checkpoints in flight at most; {said}", s.output);
+    Ok(())
+}
+
+/// The same job file run again over a fresh checkpoint directory: its sinks'
+/// transactional ids committed the first run's transactions, so the new
+/// lineage is refused before it writes anything (exit 2), naming the lineage
+/// it found; with --allow-other-lineage it runs, and the output then holds
+/// every row twice, which is what the refusal kept from happening unnoticed.
+fn a_new_lineage_into_another_lineages_output_is_refused(bootstrap: &str) -> Result<(), Failed> {
+    let s = Scenario::private(bootstrap)?;
+    let first = s.run(None);
+    if !first.status.success() {
+        return Err(format!("the first run failed:\n{}", stderr(&first)).into());
+    }
+    let lineage = std::fs::read_to_string(s.dir.path().join("ck/_jobs/23/LINEAGE"))?;
+    let again = s.run_in("ck-again", None, &[]);
+    let said = stderr(&again);
+    let named = said.contains("already holds transactions committed under transactional id")
+        && said.contains(&format!("by lineage {}", lineage.trim()))
+        && said.contains("--allow-other-lineage");
+    if again.status.code() != Some(2) || !named {
+        return Err(
+            format!("a new lineage into the first run's output was not refused: {:?}\n{said}", again.status).into()
+        );
+    }
+    let exact = committed_exactly(&s)?;
+    let forced = s.run_in("ck-forced", None, &["--allow-other-lineage"]);
+    if !forced.status.success() {
+        return Err(format!("the run with --allow-other-lineage failed:\n{}", stderr(&forced)).into());
+    }
+    let committed = read_topic(&s.bootstrap, &s.output, "read_committed")?;
+    let twice: Vec<String> = reference().iter().chain(reference()).cloned().collect();
+    let diff = multiset_diff(twice.iter().cloned(), committed.iter().cloned());
+    if !diff.is_equal() {
+        return Err(
+            format!("with --allow-other-lineage the output is not every row twice: {}", describe(&diff, 3)).into()
+        );
+    }
+    println!("refused with exit 2 ({exact} after the refusal); allowed, every row twice");
     Ok(())
 }
 
@@ -863,7 +930,13 @@ fn main() {
         trials.push(Trial::test(names[1].clone(), move || exactly_once(d, &broker)));
     }
     type Check = fn(&str) -> Result<(), Failed>;
-    let more: [(&str, Check); 14] = [
+    let more: [(&str, Check); 17] = [
+        (
+            "kafka_sink::lineage::a_new_lineage_into_another_lineages_output_is_refused",
+            a_new_lineage_into_another_lineages_output_is_refused,
+        ),
+        ("kafka_sink::chaos::random_kills_of_job_and_broker", chaos::random_kills_of_job_and_broker),
+        ("kafka_sink::liveness::slow_sink_past_the_in_flight_bound", slow_sink_past_the_in_flight_bound),
         ("kafka_sink::restore_from_dataset", restore_from_dataset),
         ("kafka_sink::imported_confirmation_is_vouched", imported_confirmation_is_vouched),
         ("kafka_sink::bundle_verifies", bundle_verifies),

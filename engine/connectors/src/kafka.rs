@@ -31,6 +31,8 @@ pub enum KafkaClientError {
     NoSuchTopic { bootstrap: String, topic: String, why: String },
     #[error("kafka at {bootstrap}: no broker has answered for {seconds} s ({last_error})")]
     BrokerGone { bootstrap: String, seconds: u64, last_error: String },
+    #[error("kafka at {bootstrap}: topic {topic:?} exists with {existing} partitions, not {asked}")]
+    OtherPartitionCount { bootstrap: String, topic: String, existing: u32, asked: u32 },
 }
 
 /// How a reader sees transactional writes.
@@ -537,10 +539,11 @@ impl LogWriter {
             if existing == partitions {
                 return Ok(false);
             }
-            return Err(KafkaClientError::Client {
+            return Err(KafkaClientError::OtherPartitionCount {
                 bootstrap: self.bootstrap.clone(),
-                what: format!("topic {topic:?}"),
-                message: format!("it exists with {existing} partitions, not {partitions}"),
+                topic: topic.to_string(),
+                existing,
+                asked: partitions,
             });
         }
         // The policy is named, not left to the broker's default: a reader

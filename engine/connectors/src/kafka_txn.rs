@@ -329,14 +329,17 @@ impl TxnProducer {
     /// the transaction before it. Kafka's own exactly-once stream
     /// processors commit offsets in every transaction the same way. The
     /// group is used for nothing else; its committed offset is the mark of
-    /// the newest transaction the broker committed.
-    pub fn mark(&self, topic: &str, mark: u64) -> Result<(), TxnError> {
+    /// the newest transaction the broker committed, and the offset's
+    /// metadata is `note` (who wrote it: [`last_mark`] reads it back).
+    pub fn mark(&self, topic: &str, mark: u64, note: &str) -> Result<(), TxnError> {
         let offset =
             i64::try_from(mark).map_err(|_| TxnError::Config { message: format!("mark {mark} is not an offset") })?;
         let mut offsets = TopicPartitionList::new();
-        offsets
-            .add_partition_offset(topic, 0, Offset::Offset(offset))
+        let mut entry = offsets.add_partition(topic, 0);
+        entry
+            .set_offset(Offset::Offset(offset))
             .map_err(|e| TxnError::Config { message: format!("the mark's offset for {topic:?}: {e}") })?;
+        entry.set_metadata(note);
         self.producer
             .send_offsets_to_transaction(&offsets, &self.group, self.config.request_timeout)
             .map_err(|e| self.classify("send_offsets_to_transaction (the mark)", e, Effect::None))
@@ -393,6 +396,53 @@ impl TxnProducer {
     }
 }
 
+/// The newest committed mark of a transactional id on `topic` (see
+/// [`TxnProducer::mark`]): its offset (a checkpoint id) and its note, or
+/// `None` when no transaction of the id ever committed one. Read with
+/// OffsetFetch by a consumer that joins nothing, without asking for stable
+/// offsets: a transaction left open (its process killed) holds a pending
+/// mark the broker would otherwise make the reader wait on until the
+/// transaction ends; the committed mark is what is asked for.
+pub fn last_mark(
+    bootstrap: &str,
+    transactional_id: &str,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<(i64, String)>, TxnError> {
+    let at = || site(bootstrap, transactional_id, "reading the committed mark (OffsetFetch)");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", transactional_id)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .map_err(|e| TxnError::Config { message: format!("creating the mark's reader: {e}") })?;
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition(topic, 0);
+    // A broker that just started (or the group's coordinator moving) answers
+    // NotCoordinator or CoordinatorLoadInProgress for a while: asked again
+    // until `timeout`, then unreachable.
+    let deadline = std::time::Instant::now() + timeout;
+    let committed = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match consumer.committed_offsets(asked.clone(), left.max(Duration::from_millis(100))) {
+            Ok(committed) => break committed,
+            Err(e) if e.rdkafka_error_code().is_some_and(is_passing) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(TxnError::Unreachable { at: at(), message: e.to_string() }),
+        }
+    };
+    let entry = committed
+        .find_partition(topic, 0)
+        .ok_or_else(|| TxnError::Malformed { at: at(), message: format!("no answer for {topic:?} partition 0") })?;
+    match entry.offset() {
+        Offset::Offset(offset) => Ok(Some((offset, entry.metadata().to_string()))),
+        Offset::Invalid => Ok(None),
+        other => Err(TxnError::Malformed { at: at(), message: format!("the committed mark is {other:?}") }),
+    }
+}
+
 /// The group metadata of the consumer group named as the transactional id,
 /// taken from a consumer that joins nothing and is dropped at once.
 fn group_metadata(config: &TxnConfig) -> Result<ConsumerGroupMetadata, TxnError> {
@@ -415,6 +465,11 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::Fenced
             | RDKafkaErrorCode::TransactionCoordinatorFenced
     )
+}
+
+/// An answer that says "not yet" rather than "no": worth asking again.
+fn is_passing(code: RDKafkaErrorCode) -> bool {
+    is_transport(code) || matches!(code, RDKafkaErrorCode::CoordinatorLoadInProgress)
 }
 
 fn is_transport(code: RDKafkaErrorCode) -> bool {

@@ -53,7 +53,10 @@ fn a_table_is_described_written_and_read_back(env: &BTreeMap<String, String>) ->
     );
     assert!(d.server.version.starts_with(env["CLINK_CLICKHOUSE_VERSION"].split('.').next().unwrap()));
     assert!(!d.has_ttl());
-    assert!(!d.deduplicates_resends(), "a plain MergeTree does not deduplicate");
+    assert!(
+        !clink_connectors::clickhouse::inserts::deduplication(&d, true).holds,
+        "a plain MergeTree does not deduplicate"
+    );
     if d.server.version.starts_with("18.") {
         assert!(matches!(d.table_uuid, Known::Unavailable(_)), "18.16 has no table UUIDs: {:?}", d.table_uuid);
     }

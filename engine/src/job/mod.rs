@@ -127,7 +127,14 @@ impl PlannedOperator {
 
     /// What the operator's constructor is given for one subtask.
     pub fn setup<'a>(&'a self, subtask: u32, env: &'a Environment) -> Setup<'a> {
-        Setup { uid: &self.spec.uid, params: &self.spec.params, input: self.input_schema.as_ref(), subtask, env }
+        Setup {
+            uid: &self.spec.uid,
+            params: &self.spec.params,
+            input: self.input_schema.as_ref(),
+            subtask,
+            parallelism: self.spec.parallelism,
+            env,
+        }
     }
 
     pub fn build_source(&self, env: &Environment) -> Result<Box<dyn Source>, OperatorError> {

@@ -7,13 +7,28 @@
 //!
 //! At open it describes the destination as the server defines it (server
 //! version and identity, table engine, definition, identity, columns,
-//! deduplication and async-insert settings) and refuses, by name, what it
-//! cannot write exactly: a missing table, a replicated, distributed, TTL or
-//! row-merging table, a column whose type does not hold the job's values
-//! exactly, a column the job does not write that has no default. Each
-//! interval's evidence holds that description, the rows' count and digest,
-//! and the ledger of its INSERTs: token, rows, attempts, and whether a resend
-//! after an answer that never came may have landed twice.
+//! partitions, dependent views, and the settings that decide deduplication
+//! and blocks) and refuses, by name, what it cannot write exactly: a missing
+//! table, a replicated, distributed, TTL or row-merging table, a column whose
+//! type does not hold the job's values exactly, a column the job does not
+//! write that has no default.
+//!
+//! Each INSERT carries a deduplication token unique to the run's lineage and
+//! incarnation (`Environment::run`), its interval's checkpoint and the
+//! subtask, so a resend within the process is recognisable and no other
+//! run's INSERT ever is: a second run of the same job file over a fresh
+//! checkpoint directory counts its checkpoints from 1 again, and a token
+//! built from those alone would have the server drop its rows as
+//! duplicates. Without a run identity it carries none, and deduplication is
+//! off. What the server then does with the INSERT is decided by THE insert
+//! rules ([`clink_connectors::clickhouse::inserts`]), recorded once per
+//! interval: whether a resend is dropped, whether the INSERT is one block.
+//!
+//! Each interval's evidence holds the destination's description, those
+//! rules, the rows' count and digest, and the ledger of its INSERTs: token,
+//! rows, attempts, and whether a resend after an answer that never came (or
+//! after a refusal of an INSERT that was not one block, which may have
+//! partly landed) may have landed twice.
 
 use std::time::Duration;
 
@@ -22,9 +37,12 @@ use sha2::{Digest, Sha256};
 
 use clink_basics::fields::{FieldError, Fields};
 use clink_connectors::clickhouse::destination::{describe, DescribeError, Destination};
+use clink_connectors::clickhouse::inserts::{self, Claim};
 use clink_connectors::clickhouse::types::ChType;
 use clink_connectors::clickhouse::{sql, tsv, ClickHouseError, Connection, Endpoint, Insert};
+use clink_connectors::Known;
 
+use crate::checkpoint::lineage::RunIdentity;
 use crate::checkpoint::StateSlots;
 use crate::fault::{fails, kill_point, FaultPoint};
 use crate::value::{row_bytes, ColumnType, Row, Schema, Value};
@@ -32,8 +50,6 @@ use crate::value::{row_bytes, ColumnType, Row, Schema, Value};
 use super::{defaults, Build, Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
 
 pub const TYPE: &str = "clickhouse_sink";
-/// ClickHouse writes an INSERT of up to this many rows as one block.
-const ONE_BLOCK_ROWS: u64 = 1_048_576;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -239,19 +255,59 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// How this sink's INSERTs are written on its destination, decided at open
+/// by THE insert rules and recorded in every interval's evidence.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WriteRules {
+    /// Which run the tokens name (`lineage L incarnation I`), or why the
+    /// INSERTs carry none.
+    pub tokens: Known,
+    /// Whether a resend under the same token is dropped by the server.
+    pub deduplication: Claim,
+    /// Whether one INSERT lands whole or not at all.
+    pub one_block: Claim,
+}
+
+impl WriteRules {
+    fn of(destination: &Destination, run: Option<&RunIdentity>) -> WriteRules {
+        let tokens = match run {
+            _ if !inserts::takes_tokens(destination) => {
+                Known::Unavailable("the server takes no insert_deduplication_token".into())
+            }
+            Some(run) => Known::Value(run.to_string()),
+            None => Known::Unavailable("no run identity (no job runs)".into()),
+        };
+        WriteRules {
+            deduplication: inserts::deduplication(destination, tokens.value().is_some()),
+            one_block: inserts::one_block(destination),
+            tokens,
+        }
+    }
+}
+
+/// The token of one subtask's INSERT of one interval: unique per lineage and
+/// incarnation, so that only a resend within this process repeats it; what
+/// its evidence's ledger names, and what a verifier recomputes.
+pub fn insert_token(run: &RunIdentity, job: &str, uid: &str, subtask: u32, checkpoint: u64) -> String {
+    format!("clink-{}-{}-{job}-{uid}-{subtask}-{checkpoint}", run.lineage, run.incarnation)
+}
+
 /// One INSERT of an interval, as the ledger records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LedgerEntry {
-    pub token: String,
+    /// `None`: the INSERT carried no token (deduplication was off).
+    pub token: Option<String>,
     pub rows: u64,
     pub bytes: u64,
     pub attempts: u32,
     /// What each failed attempt met.
     pub errors: Vec<String>,
-    /// A later attempt was sent after one whose outcome was unknown.
+    /// A later attempt was sent after one whose outcome was unknown: no
+    /// answer came, or the server refused an INSERT that was not one block
+    /// (some of its rows may have landed).
     pub resent_in_doubt: bool,
-    /// The table deduplicates such a resend (replicated, or a
-    /// deduplication window, with the token sent).
+    /// The server drops such a resend (the interval's write rules'
+    /// deduplication claim holds).
     pub resend_deduplicated: bool,
     /// The rows may be in the table twice.
     pub may_land_twice: bool,
@@ -264,8 +320,10 @@ pub struct ClickHouseSink {
     job: String,
     uid: String,
     subtask: u32,
+    run: Option<RunIdentity>,
     connection: Option<Connection>,
     destination: Option<Destination>,
+    rules: Option<WriteRules>,
     cells: Vec<Cell>,
     body: Vec<u8>,
     rows: u64,
@@ -290,17 +348,13 @@ impl ClickHouseSink {
     /// Sends the interval's rows, retrying within the attempts allowed.
     fn insert(&mut self, checkpoint: u64, body: Vec<u8>, rows: u64) -> Result<LedgerEntry, OperatorError> {
         let destination = self.destination.as_ref().ok_or_else(|| self.refuse("written before it was opened"))?;
-        let token = insert_token(&self.job, &self.uid, self.subtask, checkpoint);
-        let token_supported = destination.setting("insert_deduplication_token").is_some();
-        let deduplicates = destination.deduplicates_resends() && token_supported;
-        let mut settings = vec![("insert_deduplicate", "1".to_string())];
-        if token_supported {
-            settings.push(("insert_deduplication_token", token.clone()));
-        }
-        if destination.setting("async_insert").is_some() {
-            // Acknowledged means written, not queued.
-            settings.push(("async_insert", "0".to_string()));
-        }
+        let rules = self.rules.as_ref().ok_or_else(|| self.refuse("written before it was opened"))?;
+        let token = match (&rules.tokens, &self.run) {
+            (Known::Value(_), Some(run)) => Some(insert_token(run, &self.job, &self.uid, self.subtask, checkpoint)),
+            _ => None,
+        };
+        let settings = inserts::insert_settings(destination, token.as_deref(), rows);
+        let deduplicates = rules.deduplication.holds && token.is_some();
         let mut entry = LedgerEntry {
             token,
             rows,
@@ -320,7 +374,7 @@ impl ClickHouseSink {
             columns: &columns,
             settings: &settings,
             timeout: Duration::from_millis(self.plan.insert_timeout_ms),
-            atomic: rows <= ONE_BLOCK_ROWS,
+            atomic: rules.one_block.holds,
         };
         let mut in_doubt = false;
         loop {
@@ -365,6 +419,7 @@ impl Sink for ClickHouseSink {
         let connection = Connection::open(&self.endpoint).map_err(|e| self.refuse(e))?;
         let destination = describe(&connection, &self.plan.database, &self.plan.table).map_err(|e| self.refuse(e))?;
         self.cells = cell_plan(&self.input, &destination).map_err(|e| self.refuse(e))?;
+        self.rules = Some(WriteRules::of(&destination, self.run.as_ref()));
         self.connection = Some(connection);
         self.destination = Some(destination);
         Ok(0)
@@ -421,6 +476,7 @@ impl Sink for ClickHouseSink {
             "type": TYPE,
             "family": FAMILY.as_str(),
             "destination": self.destination,
+            "writes": self.rules,
             "columns": self.input.0,
             "interval": interval,
         })
@@ -428,16 +484,18 @@ impl Sink for ClickHouseSink {
 }
 
 /// What an interval's evidence must say of itself, recomputed from what it
-/// states with the sink's own rules (its plan, its cell plan, its rendering):
-/// the destination it describes is the table the plan names and can take
-/// the job's columns; `rows` rendered make an INSERT body of the returned
-/// size; and the table deduplicates a resend (the token supported) or not.
+/// states with the sink's own rules (its plan, its cell plan, its rendering,
+/// THE insert rules): the destination it describes is the table the plan
+/// names and can take the job's columns; `rows` rendered make an INSERT body
+/// of the returned size; and the write rules the run that wrote it decided
+/// at open over that destination.
 pub fn recompute_interval(
     params: &Json,
     columns: &Schema,
     destination: &Json,
+    run: Option<&RunIdentity>,
     rows: &[&Row],
-) -> Result<(u64, bool), String> {
+) -> Result<(u64, WriteRules), String> {
     let plan = plan(params).map_err(|e| e.to_string())?;
     let destination: Destination =
         serde_json::from_value(destination.clone()).map_err(|e| format!("the destination it describes: {e}"))?;
@@ -447,19 +505,13 @@ pub fn recompute_interval(
             destination.database, destination.table, plan.database, plan.table
         ));
     }
-    let cells = cell_plan(columns, &destination).map_err(|e| format!("the table it describes cannot take the job's columns: {e}"))?;
+    let cells = cell_plan(columns, &destination)
+        .map_err(|e| format!("the table it describes cannot take the job's columns: {e}"))?;
     let mut body = Vec::new();
     for row in rows {
         render_row(&mut body, row, &cells).map_err(|e| e.to_string())?;
     }
-    let deduplicates = destination.deduplicates_resends() && destination.setting("insert_deduplication_token").is_some();
-    Ok((body.len() as u64, deduplicates))
-}
-
-/// The deduplication token of a subtask's INSERT of a checkpoint interval:
-/// what its evidence's ledger names, and what a verifier recomputes.
-pub fn insert_token(job: &str, uid: &str, subtask: u32, checkpoint: u64) -> String {
-    format!("clink-{job}-{uid}-{subtask}-{checkpoint}")
+    Ok((body.len() as u64, WriteRules::of(&destination, run)))
 }
 
 /// Sends each interval once it is complete; a restore may send rows again.
@@ -494,8 +546,10 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
         job: setup.env.job.to_string(),
         uid: setup.uid.to_string(),
         subtask: setup.subtask,
+        run: setup.env.run.clone(),
         connection: None,
         destination: None,
+        rules: None,
         cells: Vec::new(),
         body: Vec::new(),
         rows: 0,
@@ -520,7 +574,6 @@ fn preflight(setup: &Setup<'_>) -> Result<(), OperatorError> {
 mod tests {
     use super::*;
     use clink_connectors::clickhouse::destination::{Server, Setting, TableColumn};
-    use clink_connectors::Known;
 
     fn destination(engine: &str, columns: &[(&str, &str, &str)]) -> Destination {
         Destination {
@@ -532,6 +585,8 @@ mod tests {
             engine_full: Known::Value(format!("{engine} ORDER BY id")),
             create_table_query: Known::Unavailable("old".into()),
             data_path: Known::Value("/data/default/t/".into()),
+            partition_key: Known::Value(String::new()),
+            dependent_views: Known::Value(String::new()),
             metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: columns
                 .iter()
@@ -591,6 +646,22 @@ mod tests {
         assert!(matches!(null, Err(RenderError::Null { column: 0 })));
         let short = render_row(&mut Vec::new(), &vec![Value::Int(1)], &cells);
         assert!(matches!(short, Err(RenderError::Width { values: 1, columns: 4 })));
+    }
+
+    #[test]
+    fn a_token_is_the_same_only_within_one_incarnation_of_one_lineage() {
+        use crate::checkpoint::lineage::LineageId;
+        let run = |lineage: &str, incarnation| RunIdentity { lineage: LineageId::parse(lineage).unwrap(), incarnation };
+        let first = run("0123456789abcdef0123456789abcdef", 1);
+        let token = |r: &RunIdentity, checkpoint| insert_token(r, "21", "credits-out", 0, checkpoint);
+        // A resend of an interval within the process repeats its token.
+        assert_eq!(token(&first, 3), token(&first, 3));
+        assert_ne!(token(&first, 3), token(&first, 4));
+        // The same job file over a fresh directory: another lineage, checkpoints from 1 again.
+        assert_ne!(token(&first, 1), token(&run("fedcba9876543210fedcba9876543210", 1), 1));
+        // A restore continues the lineage in a new incarnation, whose intervals may hold other rows.
+        assert_ne!(token(&first, 3), token(&run("0123456789abcdef0123456789abcdef", 2), 3));
+        assert_ne!(insert_token(&first, "21", "credits-out", 0, 3), insert_token(&first, "21", "credits-out", 1, 3));
     }
 
     #[test]

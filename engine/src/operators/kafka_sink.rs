@@ -35,9 +35,12 @@ use serde_json::{json, Value as Json};
 
 use clink_basics::fields::{FieldError, Fields};
 use clink_connectors::kafka_txn::orphan::{self, Described, Settlement, TxnState};
-use clink_connectors::kafka_txn::{check_transactional_id, ProducerIdentity, TxnConfig, TxnError, TxnProducer};
+use clink_connectors::kafka_txn::{
+    check_transactional_id, last_mark, ProducerIdentity, TxnConfig, TxnError, TxnProducer,
+};
 
 use crate::checkpoint::commits::{row_digest, RowDigest, RowDigests, TxnHandle};
+use crate::checkpoint::lineage::{LineageId, RunIdentity};
 use crate::checkpoint::{SlotKind, StateSlots};
 use crate::value::{render_line_into, Row, Schema};
 
@@ -120,6 +123,8 @@ pub struct KafkaSink {
     plan: Plan,
     key_index: Vec<usize>,
     bootstrap: String,
+    /// What each transaction's mark says of the run that wrote it.
+    note: String,
     transactional_id: String,
     producer: Option<TxnProducer>,
     identity: Option<ProducerIdentity>,
@@ -203,7 +208,7 @@ impl Sink for KafkaSink {
         // The mark makes the transaction one the broker knows, records or
         // none: the in-doubt walk and the open describe it by its identity.
         let producer = self.producer()?;
-        producer.mark(&self.plan.topic, checkpoint).map_err(|e| self.broker(e))?;
+        producer.mark(&self.plan.topic, checkpoint, &self.note).map_err(|e| self.broker(e))?;
         producer.prepare().map_err(|e| self.broker(e))?;
         let identity = self.identity.ok_or_else(|| OperatorError::Protocol("the Kafka sink is not open".into()))?;
         self.prepared = Some(TxnHandle {
@@ -344,7 +349,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     plan: plan_schema,
     state: StateDecoding::Decode(decode_state),
     key_columns: defaults::no_key_columns,
-    preflight: defaults::no_preflight,
+    preflight,
     replays_as_live: true,
     confirmation: Some(CommitConfirmation { handle: prepared_handle, probe }),
 };
@@ -361,6 +366,61 @@ pub fn transactional_id(prefix: Option<&str>, job: u64, uid: &str, subtask: u32)
         Some(prefix) => format!("{prefix}-{uid}-{subtask}"),
         None => format!("clink-{job}-{uid}-{subtask}"),
     }
+}
+
+/// The note every transaction's mark carries: the run that committed it.
+fn mark_note(run: Option<&RunIdentity>) -> String {
+    match run {
+        Some(run) => format!("clink lineage {} incarnation {}", run.lineage, run.incarnation),
+        None => "clink lineage unknown".into(),
+    }
+}
+
+/// The lineage a mark's note names, if it is one of ours that names one.
+fn lineage_of_note(note: &str) -> Option<LineageId> {
+    let rest = note.strip_prefix("clink lineage ")?;
+    LineageId::parse(rest.split(' ').next()?)
+}
+
+/// Before anything is written: a sink whose transactional ids already
+/// committed transactions of another lineage (an earlier run of the same
+/// job file over another, or an emptied, checkpoint directory) would write
+/// the output again under the same ids, unnoticed. Refused, naming what was
+/// found, unless the run accepts other lineages' output.
+fn preflight(setup: &Setup<'_>) -> Result<(), OperatorError> {
+    let env = setup.env;
+    let (Some(bootstrap), false) = (bootstrap(env), env.lineage.accept_others) else {
+        return Ok(());
+    };
+    let plan = plan(setup.params).map_err(setup.params_error())?;
+    for subtask in 0..setup.parallelism {
+        let id = transactional_id(plan.transactional_id_prefix.as_deref(), env.job, setup.uid, subtask);
+        let found = last_mark(bootstrap, &id, &plan.topic, REQUEST_TIMEOUT)
+            .map_err(|e| OperatorError::Input(format!("kafka_sink {:?}: {e}", setup.uid)))?;
+        let Some((mark, note)) = found else {
+            continue;
+        };
+        let theirs = lineage_of_note(&note);
+        if theirs.is_some() && theirs == env.lineage.on_disk {
+            continue;
+        }
+        let ours = match &env.lineage.on_disk {
+            Some(lineage) => format!("this checkpoint directory's lineage is {lineage}"),
+            None => "this run begins a new lineage (its checkpoint directory holds none)".into(),
+        };
+        let theirs = match theirs {
+            Some(lineage) => format!("lineage {lineage}"),
+            None => format!("a writer that names no lineage ({note:?})"),
+        };
+        return Err(OperatorError::Input(format!(
+            "kafka_sink {:?}: topic {:?} already holds transactions committed under transactional id {id:?} by \
+             {theirs} (its last at checkpoint {mark}); {ours}, and would write the output again under the same ids. \
+             Resume the run that wrote it (its checkpoint directory), give this job another topic or \
+             transactional_id_prefix, or pass --allow-other-lineage to write over it anyway",
+            setup.uid, plan.topic
+        )));
+    }
+    Ok(())
 }
 
 fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
@@ -384,6 +444,7 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
         plan,
         key_index,
         bootstrap,
+        note: mark_note(setup.env.run.as_ref()),
         transactional_id,
         producer: None,
         identity: None,
@@ -517,6 +578,7 @@ mod tests {
             plan: plan(&json!({"topic": "out", "key": ["account"]})).unwrap(),
             key_index: vec![0],
             bootstrap: "127.0.0.1:9".into(),
+            note: mark_note(None),
             transactional_id: "clink-0-out-0".into(),
             producer: None,
             identity: None,
@@ -569,5 +631,16 @@ mod tests {
     fn transactional_ids_name_job_uid_and_subtask() {
         assert_eq!(transactional_id(None, 22, "windows-out", 1), "clink-22-windows-out-1");
         assert_eq!(transactional_id(Some("blue"), 22, "windows-out", 1), "blue-windows-out-1");
+    }
+
+    #[test]
+    fn a_marks_note_names_its_lineage_and_only_ours_are_read_as_one() {
+        let lineage = LineageId::parse("0123456789abcdef0123456789abcdef").unwrap();
+        let note = mark_note(Some(&RunIdentity { lineage: lineage.clone(), incarnation: 3 }));
+        assert_eq!(note, "clink lineage 0123456789abcdef0123456789abcdef incarnation 3");
+        assert_eq!(lineage_of_note(&note), Some(lineage));
+        for foreign in ["", "clink lineage unknown", "someone else", "clink lineage 0123 incarnation 1"] {
+            assert_eq!(lineage_of_note(foreign), None, "{foreign:?}");
+        }
     }
 }

@@ -345,6 +345,20 @@ pub struct Environment {
     /// Which run this is (the checkpoint directory's lineage and this
     /// process's incarnation of it); `None` where no job runs, as in a replay.
     pub run: Option<crate::checkpoint::lineage::RunIdentity>,
+    /// What a sink's preflight needs to tell this run's lineage from
+    /// another's before anything is written.
+    pub lineage: LineageCheck,
+}
+
+/// The lineage a run will continue, known before it starts: what the
+/// checkpoint directory records (`None`: the run begins a new lineage), and
+/// whether output another lineage wrote may be written over
+/// (`--allow-other-lineage`, or a restore from another directory's dataset,
+/// which continues that run by the user's choice).
+#[derive(Debug, Clone, Default)]
+pub struct LineageCheck {
+    pub on_disk: Option<crate::checkpoint::lineage::LineageId>,
+    pub accept_others: bool,
 }
 
 /// A stop requested from outside the job, shared by every subtask of a run.
@@ -385,6 +399,8 @@ pub struct Setup<'a> {
     pub params: &'a Json,
     pub input: Option<&'a Schema>,
     pub subtask: u32,
+    /// The operator's subtasks (a preflight looks at all of them).
+    pub parallelism: u32,
     pub env: &'a Environment,
 }
 

@@ -25,6 +25,7 @@ use super::frames::{DataFrame, ToCoordinator, ToTask};
 use super::gates::{InputGate, OutputEdge, OutputGate};
 use super::task::source::SourceTriggers;
 use super::task::{self, TaskContext};
+use super::watch::{StallWatch, TaskWatch};
 use super::{RunError, RunOptions, TriggerMode};
 
 /// Frames buffered on a subtask's input: with batches of up to
@@ -61,6 +62,8 @@ pub fn participants(options: &RunOptions) -> Vec<Participant> {
 /// The threads and channels of one running deployment.
 pub struct Deployment {
     pub control: Vec<Sender<ToTask>>,
+    /// Every subtask's watch, looked at by the coordinator.
+    pub stall: StallWatch,
     pub from_tasks: Receiver<ToCoordinator>,
     threads: Vec<(String, JoinHandle<()>)>,
     cancel: Arc<AtomicBool>,
@@ -176,11 +179,15 @@ pub fn deploy(
     let mut wiring = Wiring::new(participants);
     let builder = Builder { options, participants, backend, restore_point, state, epoch, completed };
     let mut launches = Vec::new();
+    let mut watches = Vec::new();
     for (task, p) in participants.iter().enumerate() {
-        launches.push(builder.launch(task, p, &mut wiring, &to_coordinator, &cancel)?);
+        let watch = TaskWatch::new();
+        watches.push((p.name.clone(), watch.clone()));
+        launches.push(builder.launch(task, p, &mut wiring, &to_coordinator, &cancel, watch)?);
     }
     let threads = launches.into_iter().map(Launch::spawn).collect::<Result<Vec<_>, _>>()?;
-    Ok(Deployment { control: wiring.control_tx, from_tasks, threads, cancel })
+    let stall = StallWatch::new(options.stall_after, watches);
+    Ok(Deployment { control: wiring.control_tx, stall, from_tasks, threads, cancel })
 }
 
 struct Builder<'a> {
@@ -202,6 +209,7 @@ impl Builder<'_> {
         wiring: &mut Wiring,
         to_coordinator: &Sender<ToCoordinator>,
         cancel: &Arc<AtomicBool>,
+        watch: Arc<TaskWatch>,
     ) -> Result<Launch, RunError> {
         let job = &self.options.job;
         let env = &self.options.env;
@@ -230,8 +238,9 @@ impl Builder<'_> {
             epoch: self.epoch,
             env: env.clone(),
             recorder: self.recorder_for(op, p)?,
+            watch: watch.clone(),
         };
-        let out = self.output_gate(p, &wiring.data_tx, cancel);
+        let out = self.output_gate(p, &wiring.data_tx, cancel).watched_by(watch.clone());
         let control = wiring.control_rx[task]
             .take()
             .ok_or_else(|| RunError::Failed(format!("{}: its control channel was taken twice", p.name)))?;
@@ -252,12 +261,12 @@ impl Builder<'_> {
             OperatorKind::Transform => {
                 let driver = Driver::new(op.build_transform(env).map_err(refused)?, task::production_clock())
                     .with_key_owner(p.subtask, op.spec.parallelism);
-                let gate = self.input_gate(p, op, wiring.data_rx[task].take(), control)?;
+                let gate = self.input_gate(p, op, wiring.data_rx[task].take(), control)?.watched_by(watch);
                 Box::new(move || task::transform::run(cx, driver, gate, out))
             }
             OperatorKind::Sink => {
                 let sink = op.build_sink(p.subtask, env).map_err(refused)?;
-                let gate = self.input_gate(p, op, wiring.data_rx[task].take(), control)?;
+                let gate = self.input_gate(p, op, wiring.data_rx[task].take(), control)?.watched_by(watch);
                 Box::new(move || task::sink::run(cx, sink, gate))
             }
         };

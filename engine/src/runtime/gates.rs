@@ -20,6 +20,7 @@ use crate::value::Row;
 
 use super::frames::{DataFrame, Element, ToTask};
 pub use super::output::{Disconnected, OutputEdge, OutputGate};
+use super::watch::{TaskWatch, Wait};
 
 /// What the input gate hands its subtask next.
 #[derive(Debug)]
@@ -67,6 +68,8 @@ pub struct InputGate {
     aligning: Option<(u64, CheckpointKind)>,
     finished: bool,
     next_channel: usize,
+    /// Told of every input handed over and of every wait for one.
+    watch: std::sync::Arc<TaskWatch>,
 }
 
 impl InputGate {
@@ -81,11 +84,34 @@ impl InputGate {
             aligning: None,
             finished: channels == 0,
             next_channel: 0,
+            watch: TaskWatch::new(),
+        }
+    }
+
+    /// The gate tells this watch (its subtask's) what it hands over and
+    /// waits for.
+    pub fn watched_by(mut self, watch: std::sync::Arc<TaskWatch>) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// What the gate waits for when it blocks for data.
+    fn data_wait(&self) -> Wait {
+        match self.aligning {
+            Some((checkpoint, _)) => Wait::Alignment(checkpoint),
+            None => Wait::Input,
         }
     }
 
     /// The next input, waiting at most until `deadline` (forever when `None`).
     pub fn next(&mut self, deadline: Option<Instant>) -> Input {
+        let input = self.wait_for_next(deadline);
+        self.watch.waits(Wait::Working);
+        self.watch.moved();
+        input
+    }
+
+    fn wait_for_next(&mut self, deadline: Option<Instant>) -> Input {
         loop {
             if let Some(input) = self.ready() {
                 return input;
@@ -102,6 +128,7 @@ impl InputGate {
                 Some(t) => crossbeam_channel::after(t),
                 None => never,
             };
+            self.watch.waits(self.data_wait());
             select! {
                 recv(self.control) -> frame => match frame {
                     Ok(frame) => return Input::Control(frame),
@@ -125,6 +152,7 @@ impl InputGate {
     /// subtask would have to wait (what a task flushes its output before).
     pub fn try_next(&mut self) -> Option<Input> {
         if let Some(input) = self.ready() {
+            self.watch.moved();
             return Some(input);
         }
         match self.control.try_recv() {
@@ -177,9 +205,13 @@ impl InputGate {
     }
 
     /// The next control frame only, the data left where it is: a sink that
-    /// must take a commit before it reads more rows waits here.
+    /// must take a commit before it reads more rows waits here (and says so
+    /// to its watch first).
     pub fn next_control(&mut self, deadline: Option<Instant>) -> Input {
-        self.wait_control(deadline)
+        let input = self.wait_control(deadline);
+        self.watch.waits(Wait::Working);
+        self.watch.moved();
+        input
     }
 
     fn wait_control(&mut self, deadline: Option<Instant>) -> Input {

@@ -14,6 +14,7 @@ pub mod output;
 pub mod protocol;
 pub mod requests;
 pub mod task;
+pub mod watch;
 
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::PathBuf;
@@ -59,10 +60,22 @@ pub struct RunOptions {
     /// Drop the state of operators the job no longer has (or whose uid
     /// changed) instead of refusing the restore.
     pub allow_non_restored_state: bool,
+    /// How long nothing may move, while something is owed (a checkpoint in
+    /// flight, a request held, a subtask waiting on the job), before the job
+    /// is declared stalled and fails (`watch`).
+    pub stall_after: std::time::Duration,
+    /// Let a sink write where another lineage's committed output is (its
+    /// preflight refuses otherwise).
+    pub allow_other_lineage: bool,
     /// The job manifest to publish in an HA directory once the run holds the
     /// checkpoint directory, naming the run (`--ha-dir`).
     pub job_manifest: Option<(PathBuf, crate::job_manifest::JobManifest)>,
 }
+
+/// The default of [`RunOptions::stall_after`], in seconds: longer than any
+/// one step of a healthy job (a snapshot's write, a broker's commit, an
+/// INSERT) takes.
+pub const DEFAULT_STALL_AFTER_S: NonZeroU64 = NonZeroU64::new(300).unwrap();
 
 /// A checkpoint dataset to restore a new run from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +95,10 @@ pub enum RunError {
     /// The job ran and failed.
     #[error("{0}")]
     Failed(String),
+    /// Nothing moved for the job's stall bound while something was owed:
+    /// what each subtask waited on, and the job stopped (a failure).
+    #[error("{0}")]
+    Stalled(String),
 }
 
 /// Runs a job to its end (or its savepoint), resuming from the checkpoint

@@ -30,6 +30,7 @@ use crate::routing::{Route, Router};
 use crate::value::Row;
 
 use super::frames::{DataFrame, Element};
+use super::watch::{TaskWatch, Wait};
 
 /// One output edge: its route and one sender per consumer subtask, each with
 /// the channel index this subtask has at that consumer.
@@ -62,6 +63,8 @@ pub struct OutputGate {
     /// When the oldest element still buffered was buffered.
     oldest: Option<Instant>,
     rows_since_clock: u32,
+    /// Told of every frame sent and of every wait for a consumer's room.
+    watch: Arc<TaskWatch>,
 }
 
 /// The consumers went away or the deployment was cancelled mid-send.
@@ -83,7 +86,24 @@ impl OutputGate {
     ) -> Self {
         let buffers = edges.iter().map(|e| vec![Vec::new(); e.targets.len()]).collect();
         let router = Router::new(edges.iter().map(|e| e.route.clone()).collect());
-        Self { subtask, edges, router, buffers, cancel, batch: batch.max(1), linger, oldest: None, rows_since_clock: 0 }
+        Self {
+            subtask,
+            edges,
+            router,
+            buffers,
+            cancel,
+            batch: batch.max(1),
+            linger,
+            oldest: None,
+            rows_since_clock: 0,
+            watch: TaskWatch::new(),
+        }
+    }
+
+    /// The gate tells this watch (its subtask's) what it sends and waits for.
+    pub fn watched_by(mut self, watch: Arc<TaskWatch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     /// Routes one row to every output edge.
@@ -170,8 +190,15 @@ impl OutputGate {
                 return Err(Disconnected);
             }
             match sender.send_timeout(frame, Duration::from_millis(100)) {
-                Ok(()) => return Ok(()),
-                Err(SendTimeoutError::Timeout(back)) => frame = back,
+                Ok(()) => {
+                    self.watch.waits(Wait::Working);
+                    self.watch.moved();
+                    return Ok(());
+                }
+                Err(SendTimeoutError::Timeout(back)) => {
+                    self.watch.waits(Wait::OutputSpace);
+                    frame = back;
+                }
                 Err(SendTimeoutError::Disconnected(_)) => return Err(Disconnected),
             }
         }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::config::AuditConfig;
-use crate::ledger::{acknowledge, Ack, Ledger, Step};
+use crate::ledger::{acknowledge, published_report_sha256, Ack, Ledger, Step};
 use crate::outcome::Outcome;
 use crate::runner::{now_ms, CycleEnd, RunError, RunProgress, Runner};
 use crate::view::{self, Expectations};
@@ -42,8 +42,10 @@ enum Command {
     /// What has been verified, what has not, and why (from the state directory alone).
     Status(StatusArgs),
     /// Acknowledge an audit's discrepancy with an operator's note; it stays
-    /// listed. Only a discrepancy is acknowledged, and only the attempt that
-    /// found it: a discrepancy a later attempt finds is unacknowledged.
+    /// listed. Only a discrepancy is acknowledged, and only the report that
+    /// says it: the acknowledgement names that report's SHA-256, so a report
+    /// published after it (a later attempt, another finding) is
+    /// unacknowledged. The configuration is checked as `run` checks it.
     Acknowledge(AckArgs),
 }
 
@@ -110,6 +112,10 @@ struct AckArgs {
     /// found the audit's discrepancy; any other is refused).
     #[arg(long, value_name = "N")]
     attempt: Option<u32>,
+    /// The SHA-256 of the report read (status lists it as report_sha256):
+    /// refused when the audit's published report is no longer that one.
+    #[arg(long, value_name = "HEX")]
+    report_sha256: Option<String>,
     /// What the operator knows of it.
     #[arg(long, value_name = "TEXT")]
     note: String,
@@ -161,9 +167,9 @@ impl RunProgress for Progress {
         }
     }
 
-    fn published(&mut self, checkpoint: u64, outcome: Outcome) {
+    fn published(&mut self, checkpoint: u64, outcome: Outcome, reason: &str) {
         if let Some(bar) = &self.bar {
-            bar.println(format!("checkpoint {checkpoint}: {}", outcome.as_str()));
+            bar.println(outcome_line(&format!("checkpoint {checkpoint}"), Some(outcome), reason));
         }
     }
 }
@@ -186,12 +192,28 @@ fn summary(ledger: &Ledger, end: &CycleEnd, json: bool) {
     }
     if let Some(c) = last {
         for a in &c.audits {
-            let outcome = a.outcome.map_or("unfinished", |o| o.as_str());
-            println!("cycle {}: checkpoint {}: {outcome}", c.n, a.checkpoint);
+            // The reason of the attempt this cycle made (the ledger's record of it).
+            let reason = ledger
+                .audits
+                .get(&a.checkpoint)
+                .and_then(|r| r.attempts.iter().rev().find(|t| t.cycle == c.n))
+                .and_then(|t| t.reason.clone())
+                .unwrap_or_default();
+            println!("{}", outcome_line(&format!("cycle {}: checkpoint {}", c.n, a.checkpoint), a.outcome, &reason));
         }
         if let Some(note) = &c.note {
             println!("cycle {}: {note}", c.n);
         }
+    }
+}
+
+/// One audit's line: where, the outcome and, unless it passed, why.
+fn outcome_line(at: &str, outcome: Option<Outcome>, reason: &str) -> String {
+    let name = outcome.map_or("unfinished", |o| o.as_str());
+    match outcome {
+        Some(Outcome::Passed) | None => format!("{at}: {name}"),
+        Some(_) if reason.is_empty() => format!("{at}: {name}"),
+        Some(_) => format!("{at}: {name}: {}", clink_basics::text::escape(reason)),
     }
 }
 
@@ -302,7 +324,9 @@ fn ack(args: AckArgs) -> ExitCode {
         Err(code) => return code,
     };
     let dir = Path::new(&config.state_dir);
-    let ledger = match Ledger::read(dir) {
+    // The same check of the configuration against its state directory as
+    // `run` makes (Runner::open): a state directory is one configuration's.
+    let ledger = match Ledger::of_config(&config) {
         Ok(l) => l,
         Err(e) => return refuse(e),
     };
@@ -313,12 +337,25 @@ fn ack(args: AckArgs) -> ExitCode {
         Ok(n) => n,
         Err(why) => return refuse(why),
     };
+    let report = match published_report_sha256(dir, &args.audit) {
+        Ok(Some(sha)) => sha,
+        Ok(None) => {
+            return refuse(format!("--audit {}: its report is not published yet; nothing to acknowledge", args.audit))
+        }
+        Err(e) => return refuse(e),
+    };
+    if let Some(read) = args.report_sha256.as_deref().filter(|read| *read != report) {
+        return refuse(format!(
+            "--audit {} --report-sha256 {read}: its published report is now {report}; read it again before acknowledging",
+            args.audit
+        ));
+    }
     let by = args.by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
-    let record = Ack { audit: args.audit, attempt: Some(attempt), note: args.note, at_ms: now_ms(), by };
+    let record = Ack::new(&args.audit, attempt, &report, &args.note, now_ms(), &by);
     match acknowledge(dir, &record) {
         Ok(path) => {
             println!(
-                "acknowledged the discrepancy of {} found by attempt {attempt} ({}); it stays listed",
+                "acknowledged the discrepancy of {} found by attempt {attempt}, report SHA-256 {report} ({}); it stays listed, and a report published after this one is not acknowledged",
                 record.audit,
                 path.display()
             );

@@ -2,6 +2,11 @@
 //! checkpoint directory, each with what identifies it beside its id (when it
 //! was written and its bytes' SHA-256, [`CheckpointIdentity`]).
 //!
+//! Beside them, the lineage the job's directory records (`_jobs/<job>/LINEAGE`,
+//! written once by the engine when a run begins a fresh directory), read as
+//! bytes by this crate's own bounded reader ([`lineage`]): audits of another
+//! lineage never speak for this one.
+//!
 //! This is selection's view only: which checkpoints to audit, in what order,
 //! and whether a checkpoint is the one an audit was made of. It hashes a
 //! marker's bytes but never interprets them and never decides anything an
@@ -16,6 +21,80 @@ use crate::ledger::CheckpointIdentity;
 
 /// The largest marker hashed (the engine refuses larger ones unread).
 pub const MAX_MARKER_BYTES: u64 = 1 << 20;
+
+/// The lineage record's name in the job's directory.
+pub const LINEAGE_FILE: &str = "LINEAGE";
+/// A lineage id's length: lowercase hex digits.
+const LINEAGE_DIGITS: usize = 32;
+/// The most of the record read: an id and its newline, with room to see more.
+const MAX_LINEAGE_BYTES: u64 = 64;
+
+/// Why an audit of checkpoint `checkpoint` can never be complete: the
+/// job's capture retention has removed the captures of its interval (some
+/// operator subtask keeps captured epochs, all of them later), so no
+/// attempt can collect them again. `None` when that is not known to be so.
+pub fn captures_purged(capture_dir: &Path, checkpoint: u64) -> Option<String> {
+    let operators = std::fs::read_dir(capture_dir).ok()?;
+    for op in operators.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("op-"))) {
+        for subtask in std::fs::read_dir(op.path()).ok()?.flatten() {
+            let kept: Vec<u64> = std::fs::read_dir(subtask.path())
+                .ok()?
+                .flatten()
+                .filter_map(|f| epoch_of(f.file_name().to_str()?))
+                .collect();
+            let oldest = kept.iter().min().copied();
+            if oldest.is_some_and(|o| o > checkpoint) {
+                return Some(format!(
+                    "the job's capture retention has already removed interval {checkpoint}'s captures \
+                     ({} keeps epochs from {} on), so this audit can never be complete: keep more captured \
+                     epochs (clink run --capture-retain-epochs N, by default as many as --retain-checkpoints) \
+                     or run the runner more often, so each checkpoint is audited before its evidence goes",
+                    subtask.path().display(),
+                    oldest.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The epoch a capture file is of (`epoch-<n>.cap`, `epoch-<n>.sink.json`).
+fn epoch_of(name: &str) -> Option<u64> {
+    name.strip_prefix("epoch-")?.split('.').next()?.parse().ok()
+}
+
+/// A lineage record that is there and does not read as one.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {why}", path.display())]
+pub struct LineageError {
+    pub path: std::path::PathBuf,
+    pub why: String,
+}
+
+/// The lineage `_jobs/<job>/LINEAGE` records: `None` when there is no such
+/// file (an engine from before lineages, or a job that has not started).
+/// Anything else that is not one id of 32 lowercase hex digits, ended by
+/// one newline or none, is refused: a lineage is never guessed.
+pub fn lineage(checkpoint_dir: &Path, job: &str) -> Result<Option<String>, LineageError> {
+    let path = checkpoint_dir.join("_jobs").join(job).join(LINEAGE_FILE);
+    let refused = |why: String| LineageError { path: path.clone(), why };
+    match clink_basics::files::read_bounded(&path, MAX_LINEAGE_BYTES) {
+        Ok(bytes) => parse_lineage(&bytes).map(Some).map_err(refused),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(refused(e.to_string())),
+    }
+}
+
+/// A lineage record's bytes as its id, or why they are not one.
+pub fn parse_lineage(bytes: &[u8]) -> Result<String, String> {
+    let id = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let well_formed = id.len() == LINEAGE_DIGITS && id.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    if !well_formed {
+        let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(48)]).into();
+        return Err(format!("{shown:?} is not a lineage id ({LINEAGE_DIGITS} lowercase hex digits and a newline)"));
+    }
+    Ok(String::from_utf8_lossy(id).into_owned())
+}
 
 /// The job's completed checkpoints: id -> its identity. A marker that cannot
 /// be read whole now (removed by the job's retention mid-look, too large) is
@@ -66,6 +145,56 @@ fn canonical_id(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_lineage_record_reads_as_one_id_or_is_refused() {
+        assert_eq!(parse_lineage(format!("{ID}\n").as_bytes()).unwrap(), ID);
+        assert_eq!(parse_lineage(ID.as_bytes()).unwrap(), ID);
+        let upper = ID.to_uppercase();
+        for bad in ["", "\n", "xyz\n", &format!("{ID}\n\n"), &format!("{ID}0\n"), &upper, &format!(" {ID}")] {
+            assert!(parse_lineage(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("_jobs/7");
+        std::fs::create_dir_all(&jobs).unwrap();
+        assert_eq!(lineage(dir.path(), "7").unwrap(), None, "no record: an engine from before lineages");
+        std::fs::write(jobs.join(LINEAGE_FILE), format!("{ID}\n")).unwrap();
+        assert_eq!(lineage(dir.path(), "7").unwrap().as_deref(), Some(ID));
+        std::fs::write(jobs.join(LINEAGE_FILE), vec![b'a'; 1 << 20]).unwrap();
+        assert!(lineage(dir.path(), "7").unwrap_err().why.contains("exceed"), "read bounded");
+        std::fs::remove_file(jobs.join(LINEAGE_FILE)).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), jobs.join(LINEAGE_FILE)).unwrap();
+        assert!(lineage(dir.path(), "7").is_err(), "a link is not followed");
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_an_id_or_a_refusal(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Ok(id) = parse_lineage(&bytes) {
+                prop_assert_eq!(id.len(), 32);
+                prop_assert!(bytes.starts_with(id.as_bytes()));
+            }
+        }
+    }
+
+    #[test]
+    fn captures_removed_by_retention_are_told_from_captures_not_yet_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("op-4/subtask-0");
+        std::fs::create_dir_all(&sub).unwrap();
+        assert_eq!(captures_purged(dir.path(), 4), None, "nothing captured: not known to be gone");
+        for name in ["epoch-5.cap", "epoch-5.sink.json", "epoch-6.sink.json", "op.json"] {
+            std::fs::write(sub.join(name), b"").unwrap();
+        }
+        let why = captures_purged(dir.path(), 4).unwrap();
+        assert!(why.contains("--capture-retain-epochs") && why.contains("from 5 on"), "{why}");
+        assert_eq!(captures_purged(dir.path(), 5), None, "its own epoch is kept");
+        assert_eq!(captures_purged(dir.path(), 7), None, "a later checkpoint's are not yet written");
+        assert_eq!(captures_purged(&dir.path().join("none"), 4), None);
+    }
 
     #[test]
     fn only_canonical_completed_markers_count() {

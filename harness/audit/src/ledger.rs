@@ -1,6 +1,8 @@
 //! The runner's record of its own work: `ledger.json` in the state
-//! directory (`clink-audit-ledger` version 2; version 1 is read and
-//! written back as 2), and the operators' acknowledgements under `acks/`.
+//! directory (`clink-audit-ledger` version 3; versions 1 and 2 are read and
+//! written back as 3), and the operators' acknowledgements under `acks/`
+//! (`clink-audit-ack` version 2; a version 1 acknowledgement, with no
+//! format, is read and silences nothing).
 //!
 //! It owns the shape of those files and their atomic replacement
 //! ([`crate::durable`]): a runner killed at any instant leaves either the
@@ -13,10 +15,15 @@
 //!   marker's content hash and write time ([`CheckpointIdentity`]); a job
 //!   directory that was reset gives a checkpoint of the same id another
 //!   identity, never the audit of the one before.
-//! - An acknowledgement names the audit and the attempt whose discrepancy it
-//!   acknowledges, and silences that discrepancy alone ([`acknowledged`]).
-//! - Staleness is measured from the first checkpoint the runner took
-//!   ([`Ledger::first_seen_ms`]), never from the newest the job completed.
+//! - An acknowledgement is bound to the discrepancy's content: the SHA-256
+//!   of the audit's published report the operator acknowledged. It silences
+//!   that report alone ([`acknowledged`]); a report published after it (a
+//!   later attempt, another finding) is unacknowledged.
+//! - A state directory belongs to one configuration ([`Ledger::of_config`],
+//!   the one check every command that reads it makes).
+//! - The current lineage's audits are `audits`; a reset job directory or
+//!   another lineage retires them to `retired`, which speak for nothing
+//!   current (never "last verified").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +32,7 @@ use clink_basics::files::read_bounded;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::config::AuditConfig;
 use crate::coverage::{OffsetRange, Partition};
 use crate::durable::{write_atomically, write_atomically_via, DurableError, TMP_DIR};
 use crate::outcome::{Outcome, Relationship};
@@ -33,8 +41,13 @@ use crate::procs::{ProcessId, Usage};
 pub const LEDGER_FILE: &str = "ledger.json";
 pub const LEDGER_FORMAT: &str = "clink-audit-ledger";
 /// The version written; version 1 (no checkpoint identities, no first
-/// checkpoint) is still read.
-pub const LEDGER_VERSION: u64 = 2;
+/// checkpoint) and version 2 (no lineage) are still read.
+pub const LEDGER_VERSION: u64 = 3;
+pub const ACK_FORMAT: &str = "clink-audit-ack";
+/// The acknowledgement version written (version 1 had no format and no report hash).
+pub const ACK_VERSION: u64 = 2;
+/// The largest published report hashed for an acknowledgement.
+pub const MAX_REPORT_BYTES: u64 = 64 << 20;
 pub const ACKS_DIR: &str = "acks";
 /// The largest ledger read (a ledger past it is refused, never truncated).
 pub const MAX_LEDGER_BYTES: u64 = 256 << 20;
@@ -45,7 +58,7 @@ pub const KEPT_CYCLES: usize = 200;
 pub enum LedgerError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{}: not a {LEDGER_FORMAT} version 1 or {LEDGER_VERSION} document: {why}", path.display())]
+    #[error("{}: not a {LEDGER_FORMAT} document of version 1 to {LEDGER_VERSION}: {why}", path.display())]
     Malformed { path: PathBuf, why: String },
     #[error(transparent)]
     Durable(#[from] DurableError),
@@ -166,6 +179,10 @@ pub struct AuditRecord {
     /// version 1 ledger until the runner matched it by write time).
     #[serde(default)]
     pub marker_sha256: Option<String>,
+    /// The lineage of the job directory it was selected from (none before
+    /// the engine recorded lineages, or in a ledger before version 3).
+    #[serde(default)]
+    pub lineage: Option<String>,
     /// The latest finished attempt's outcome.
     pub outcome: Option<Outcome>,
     pub attempts: Vec<Attempt>,
@@ -290,6 +307,10 @@ pub struct Ledger {
     /// listed (a discrepancy among them too) and are never selected again.
     #[serde(default)]
     pub retired: Vec<AuditRecord>,
+    /// The lineage the job directory recorded at the runner's last look
+    /// (`_jobs/<job>/LINEAGE`); `audits` are all of it.
+    #[serde(default)]
+    pub lineage: Option<String>,
 }
 
 impl Ledger {
@@ -308,18 +329,13 @@ impl Ledger {
             runner: RunnerRecord::default(),
             first_seen: None,
             retired: Vec::new(),
+            lineage: None,
         }
     }
 
     /// Every audit the ledger holds: the current run's, then the retired.
     pub fn records(&self) -> impl Iterator<Item = &AuditRecord> {
         self.audits.values().chain(self.retired.iter())
-    }
-
-    /// When the first checkpoint the runner took was completed (unix ms);
-    /// for a version 1 ledger, the oldest audited one's.
-    pub fn first_seen_ms(&self) -> Option<u64> {
-        self.first_seen.map(|f| f.completed_ms).or_else(|| self.records().map(|r| r.completed_ms).min())
     }
 
     /// The ledger of `state_dir`, or a new one when there is none yet.
@@ -329,14 +345,27 @@ impl Ledger {
             return Ok(Ledger::new(fingerprint));
         }
         let ledger = Ledger::read(state_dir)?;
-        if ledger.fingerprint != fingerprint {
+        ledger.belongs_to(&path, fingerprint)?;
+        Ok(ledger)
+    }
+
+    /// THE check of a configuration against its state directory, made by
+    /// every command that reads one (`run`, `poll`, `status`,
+    /// `acknowledge`): the ledger there, if any, was written for this very
+    /// configuration. Refused otherwise, never read as this one's.
+    pub fn of_config(config: &AuditConfig) -> Result<Ledger, LedgerError> {
+        Ledger::load(Path::new(&config.state_dir), &config.fingerprint())
+    }
+
+    fn belongs_to(&self, path: &Path, fingerprint: &str) -> Result<(), LedgerError> {
+        if self.fingerprint != fingerprint {
             return Err(LedgerError::OtherConfiguration {
-                path,
-                found: ledger.fingerprint,
+                path: path.to_path_buf(),
+                found: self.fingerprint.clone(),
                 expected: fingerprint.into(),
             });
         }
-        Ok(ledger)
+        Ok(())
     }
 
     /// The ledger of `state_dir`, which must exist (status reads it alone).
@@ -375,14 +404,50 @@ pub fn to_json<T: Serialize>(value: &T, what: &str) -> Result<Vec<u8>, LedgerErr
 /// An operator's acknowledgement of one audit's discrepancy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
+    /// `clink-audit-ack` (absent in version 1).
+    #[serde(default)]
+    pub format: Option<String>,
+    #[serde(default = "ack_version_1")]
+    pub version: u64,
     pub audit: String,
-    /// The attempt whose discrepancy it acknowledges. An acknowledgement
-    /// written before attempts were named has none and silences nothing.
+    /// The attempt whose discrepancy it acknowledges, for people.
     #[serde(default)]
     pub attempt: Option<u32>,
+    /// The SHA-256 of the audit's published report acknowledged: the
+    /// discrepancy's content. Version 1 had none and silences nothing.
+    #[serde(default)]
+    pub report_sha256: Option<String>,
     pub note: String,
     pub at_ms: u64,
     pub by: String,
+}
+
+fn ack_version_1() -> u64 {
+    1
+}
+
+impl Ack {
+    /// A new acknowledgement of `audit`'s report with SHA-256 `report_sha256`.
+    pub fn new(audit: &str, attempt: u32, report_sha256: &str, note: &str, at_ms: u64, by: &str) -> Ack {
+        Ack {
+            format: Some(ACK_FORMAT.into()),
+            version: ACK_VERSION,
+            audit: audit.into(),
+            attempt: Some(attempt),
+            report_sha256: Some(report_sha256.into()),
+            note: note.into(),
+            at_ms,
+            by: by.into(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match (&self.format, self.version) {
+            (None, 1) => Ok(()),
+            (Some(f), v) if f == ACK_FORMAT && (1..=ACK_VERSION).contains(&v) => Ok(()),
+            (f, v) => Err(format!("format {f:?} version {v}, not {ACK_FORMAT} of version 1 to {ACK_VERSION}")),
+        }
+    }
 }
 
 /// Writes an acknowledgement as its own file (no lock is needed: the runner
@@ -395,13 +460,24 @@ pub fn acknowledge(state_dir: &Path, ack: &Ack) -> Result<PathBuf, LedgerError> 
     Ok(path)
 }
 
-/// Whether `rec`'s discrepancy is acknowledged: an acknowledgement names
-/// this audit and the very attempt whose discrepancy stands. Anything else
-/// (another attempt, none named, an audit that is no discrepancy) silences
-/// nothing.
-pub fn acknowledged(rec: &AuditRecord, acks: &BTreeMap<String, Vec<Ack>>) -> bool {
-    let Some(n) = rec.discrepancy_attempt() else { return false };
-    acks.get(&rec.id).is_some_and(|all| all.iter().any(|a| a.attempt == Some(n)))
+/// The SHA-256 of `audit`'s published report (`reports/<audit>.json`), or
+/// `None` when none is published.
+pub fn published_report_sha256(state_dir: &Path, audit: &str) -> Result<Option<String>, LedgerError> {
+    let path = state_dir.join("reports").join(format!("{audit}.json"));
+    match read_bounded(&path, MAX_REPORT_BYTES) {
+        Ok(bytes) => Ok(Some(clink_basics::digest::sha256_hex(&bytes))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(LedgerError::Io { path, source }),
+    }
+}
+
+/// Whether `rec`'s discrepancy is acknowledged: its discrepancy stands, its
+/// report is published with SHA-256 `report_sha256`, and an acknowledgement
+/// names this audit and that very hash. Anything else (another report,
+/// none named, an audit that is no discrepancy) silences nothing.
+pub fn acknowledged(rec: &AuditRecord, report_sha256: Option<&str>, acks: &BTreeMap<String, Vec<Ack>>) -> bool {
+    let (Some(_), Some(sha)) = (rec.discrepancy_attempt(), report_sha256) else { return false };
+    acks.get(&rec.id).is_some_and(|all| all.iter().any(|a| a.report_sha256.as_deref() == Some(sha)))
 }
 
 /// Every acknowledgement, by audit id; a file that does not read is reported, not skipped.
@@ -422,6 +498,7 @@ pub fn acknowledgements(state_dir: &Path) -> Result<BTreeMap<String, Vec<Ack>>, 
         let bytes = read_bounded(&path, 1 << 20).map_err(|source| LedgerError::Io { path: path.clone(), source })?;
         let ack: Ack = serde_json::from_slice(&bytes)
             .map_err(|e| LedgerError::Malformed { path: path.clone(), why: e.to_string() })?;
+        ack.check().map_err(|why| LedgerError::Malformed { path: path.clone(), why })?;
         out.entry(ack.audit.clone()).or_default().push(ack);
     }
     Ok(out)
@@ -450,10 +527,13 @@ mod tests {
     #[test]
     fn acknowledgements_are_files_and_a_bad_one_is_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let ack = Ack { audit: "a1".into(), attempt: Some(1), note: "known".into(), at_ms: 5, by: "op".into() };
+        let ack = Ack::new("a1", 1, "h", "known", 5, "op");
         acknowledge(dir.path(), &ack).unwrap();
         assert_eq!(acknowledgements(dir.path()).unwrap()["a1"], vec![ack]);
-        std::fs::write(dir.path().join(ACKS_DIR).join("zz.json"), b"no").unwrap();
+        let newer = br#"{"format":"clink-audit-ack","version":3,"audit":"a1","note":"n","at_ms":1,"by":"op"}"#;
+        std::fs::write(dir.path().join(ACKS_DIR).join("newer.json"), newer).unwrap();
+        assert!(acknowledgements(dir.path()).unwrap_err().to_string().contains("version 3"));
+        std::fs::write(dir.path().join(ACKS_DIR).join("newer.json"), b"no").unwrap();
         assert!(acknowledgements(dir.path()).is_err());
     }
 
@@ -473,6 +553,7 @@ mod tests {
             checkpoint: 3,
             completed_ms: 10,
             marker_sha256: Some("h".into()),
+            lineage: None,
             outcome: outcomes.last().copied(),
             attempts: outcomes.iter().enumerate().map(|(i, o)| attempt(i, o)).collect(),
             next_due_s: None,
@@ -483,22 +564,25 @@ mod tests {
         }
     }
 
-    fn acks(attempt: Option<u32>) -> BTreeMap<String, Vec<Ack>> {
-        let ack = Ack { audit: "a1".into(), attempt, note: "n".into(), at_ms: 1, by: "op".into() };
+    fn acks(report: Option<&str>) -> BTreeMap<String, Vec<Ack>> {
+        let mut ack = Ack::new("a1", 1, "", "n", 1, "op");
+        ack.report_sha256 = report.map(str::to_string);
         BTreeMap::from([("a1".to_string(), vec![ack])])
     }
 
     #[test]
-    fn an_acknowledgement_silences_the_discrepancy_of_its_attempt_alone() {
+    fn an_acknowledgement_silences_the_report_it_was_made_for_alone() {
         let found = record(&[Outcome::Discrepancy]);
-        assert!(acknowledged(&found, &acks(Some(1))));
-        // Made for an earlier attempt, or naming none: the discrepancy stands.
+        assert!(acknowledged(&found, Some("r1"), &acks(Some("r1"))));
+        // Made for another report (an earlier attempt's, another finding's),
+        // or naming none, or of a report not published: the discrepancy stands.
+        assert!(!acknowledged(&found, Some("r2"), &acks(Some("r1"))));
+        assert!(!acknowledged(&found, Some("r1"), &acks(None)));
+        assert!(!acknowledged(&found, None, &acks(Some("r1"))));
         let later = record(&[Outcome::Error, Outcome::Discrepancy]);
-        assert!(!acknowledged(&later, &acks(Some(1))));
-        assert!(acknowledged(&later, &acks(Some(2))));
-        assert!(!acknowledged(&found, &acks(None)));
+        assert!(acknowledged(&later, Some("r2"), &acks(Some("r2"))));
         // Nothing but a discrepancy is acknowledged.
-        assert!(!acknowledged(&record(&[Outcome::Passed]), &acks(Some(1))));
+        assert!(!acknowledged(&record(&[Outcome::Passed]), Some("r1"), &acks(Some("r1"))));
     }
 
     #[test]

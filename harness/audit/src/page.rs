@@ -5,8 +5,10 @@
 //! each verified range, each gap by what left it (a distinct sign per
 //! outcome, never colour alone), with a table of the ranges; then the
 //! discrepancies with their acknowledgements, the unfinished audits, and
-//! the last cycles with their step times. It draws the status document
-//! only; it reads nothing and decides nothing.
+//! the last cycles with their step times. The header's facts are sentences
+//! (never the document's JSON), and times are ages and durations, not epoch
+//! milliseconds. It draws the status document only; it reads nothing and
+//! decides nothing.
 
 use clink_basics::status::Status;
 use clink_html::{Check, Outcome as PageOutcome, Page, Section, Table, Verdict};
@@ -74,6 +76,57 @@ fn text(v: &Json) -> String {
     }
 }
 
+fn count(n: u64, one: &str, many: &str) -> String {
+    clink_basics::text::count(n as usize, one, many)
+}
+
+/// An audit a fact names (last attempted, last verified), as a sentence.
+fn scope_fact(scope: &Json) -> String {
+    if scope.is_null() {
+        return "none".into();
+    }
+    format!(
+        "checkpoint {} ({}): {}, completed {} ago",
+        text(&scope["checkpoint"]),
+        text(&scope["audit"]),
+        text(&scope["outcome"]),
+        duration(num(&scope["age_s"]))
+    )
+}
+
+/// The runner's record, as a sentence.
+fn runner_fact(r: &Json) -> String {
+    let mut parts = vec![if r["running"] == true {
+        format!("running (pid {})", text(&r["pid"]))
+    } else {
+        "not running".to_string()
+    }];
+    parts.push(match r["last_cycle_age_s"].as_u64() {
+        Some(age) => format!("its last cycle ended {} ago", duration(age)),
+        None => "no cycle has ended".into(),
+    });
+    for (key, what) in [("stopped", "stopped"), ("budget_blocked", "the disk budget holds it")] {
+        if let Some(why) = r[key].as_str() {
+            parts.push(format!("{what}: {why}"));
+        }
+    }
+    let usage = &r["usage"];
+    if let Some(cpu) = usage["cpu_s"].as_f64() {
+        parts.push(format!("CPU {cpu:.1} s, its children {:.1} s", usage["children_cpu_s"].as_f64().unwrap_or(0.0)));
+    }
+    parts.join("; ")
+}
+
+/// Seconds as a person reads them: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h.
+fn duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 pub fn page(view: &StatusView) -> String {
     let d = &view.document;
     let outcome = match view.state {
@@ -119,7 +172,7 @@ pub fn page(view: &StatusView) -> String {
                     .flatten()
                     .map(|a| format!("{} ({}, attempt {})", text(&a["note"]), text(&a["by"]), text(&a["attempt"])))
                     .collect();
-                // Whether one of them names the attempt that found it (ledger::acknowledged).
+                // Whether one of them names the report published now (ledger::acknowledged).
                 let standing = if r["acknowledged"] == true { "" } else { "not acknowledged" };
                 vec![
                     text(&r["audit"]),
@@ -168,7 +221,8 @@ pub fn page(view: &StatusView) -> String {
                 })
                 .collect();
             let secs = (num(&c["ended_ms"]).saturating_sub(num(&c["started_ms"]))) as f64 / 1000.0;
-            vec![text(&c["n"]), format!("{secs:.2}"), audits.join("; "), text(&c["note"])]
+            let note = if c["note"].is_null() { String::new() } else { text(&c["note"]) };
+            vec![text(&c["n"]), format!("{secs:.2}"), audits.join("; "), note]
         })
         .collect();
     sections.push(Section {
@@ -197,14 +251,18 @@ pub fn page(view: &StatusView) -> String {
             counts: Vec::new(),
         })
         .collect();
-    let facts = vec![
+    let mut facts = vec![
         ("job".into(), text(&d["job"])),
+        ("lineage".into(), text(&d["lineage"])),
         ("state".into(), text(&d["state"])),
-        ("last attempted".into(), text(&d["last_attempted"])),
-        ("last verified".into(), text(&d["last_verified"])),
-        ("backlog".into(), text(&d["backlog"])),
-        ("runner".into(), text(&d["runner"])),
+        ("last attempted".into(), scope_fact(&d["last_attempted"])),
+        ("last verified".into(), scope_fact(&d["last_verified"])),
+        ("backlog".into(), count(num(&d["backlog"]), "checkpoint waits", "checkpoints wait")),
+        ("runner".into(), runner_fact(&d["runner"])),
     ];
+    if let Some(stale) = d["stale"].as_str() {
+        facts.push(("stale".into(), stale.to_string()));
+    }
     let page = Page {
         command: "clink-audit status".into(),
         subject: format!("job {}", text(&d["job"])),
@@ -219,4 +277,34 @@ pub fn page(view: &StatusView) -> String {
         sections,
     };
     clink_html::render(&page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_header_reads_as_sentences_and_times_as_durations() {
+        let document = json!({
+            "job": "21", "lineage": "ab", "state": "stale", "backlog": 1, "conditions": ["stale"],
+            "stale": "no audit of the job's current lineage has passed yet: nothing is verified",
+            "last_attempted": {"audit": "ck7-x", "checkpoint": 7, "outcome": "expired", "age_s": 3725},
+            "last_verified": null,
+            "runner": {"running": false, "pid": 9, "last_cycle_age_s": 42, "stopped": null, "budget_blocked": null,
+                       "usage": {"cpu_s": 1.25, "children_cpu_s": 3.5}},
+            "coverage": [], "discrepancies": [], "unfinished": [], "cycles": [],
+        });
+        let html = page(&StatusView { state: State::Stale, document });
+        let header = &html[html.find("<header").unwrap()..html.find("</header>").unwrap()];
+        assert!(!header.contains('{'), "JSON in the header: {header}");
+        assert!(header.contains("checkpoint 7 (ck7-x): expired, completed 1 h 2 min ago"), "{header}");
+        assert!(
+            header.contains("not running; its last cycle ended 42 s ago; CPU 1.2 s, its children 3.5 s"),
+            "{header}"
+        );
+        assert!(header.contains("1 checkpoint waits") && header.contains("nothing is verified"), "{header}");
+        assert_eq!(duration(59), "59 s");
+        assert_eq!(duration(90_000), "1 d 1 h");
+    }
 }

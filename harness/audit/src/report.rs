@@ -36,6 +36,7 @@ pub fn document(config: &AuditConfig, ledger: &Ledger, rec: &AuditRecord, files:
         "job": config.job.id,
         "checkpoint": rec.checkpoint,
         "checkpoint_marker_sha256": rec.marker_sha256,
+        "lineage": rec.lineage,
         "configuration_fingerprint": ledger.fingerprint,
         "shape": ledger.shape,
         "completed_at_ms": rec.completed_ms,

@@ -18,10 +18,10 @@
 //!   the list, never lowers the state while another is unacknowledged, and
 //!   never hides any other condition (an acknowledged discrepancy whose
 //!   offsets no pass covers still leaves them a gap, [`crate::coverage`]).
-//! - Nothing verified yet is stale once the first checkpoint the runner took
-//!   is older than the staleness limit (under `latest-only` too): a runner
-//!   that never verifies anything is not healthy, however young the job's
-//!   newest checkpoint is.
+//! - Never healthy before the current lineage has a verified audit: with
+//!   something eligible and nothing of the current lineage verified, the
+//!   state is `stale` at once (under `latest-only` too), however young the
+//!   job's checkpoints are. A retired lineage's passes speak for nothing.
 
 use clink_basics::exit::Exit;
 use serde::{Deserialize, Serialize};
@@ -45,7 +45,8 @@ pub enum State {
     Incomplete,
     /// More eligible checkpoints wait than the backlog threshold allows.
     Behind,
-    /// The newest verified scope is older than the staleness limit.
+    /// The newest verified scope is older than the staleness limit, or
+    /// nothing of the current lineage is verified yet.
     Stale,
     /// No completed checkpoint is eligible for audit.
     NoEligibleScope,
@@ -123,14 +124,9 @@ pub struct Facts {
     /// `behind` when `backlog` is above this.
     pub backlog_threshold: u64,
     /// Seconds from the completion of the newest verified scope's checkpoint
-    /// to now; `None` when nothing is verified.
+    /// of the current lineage to now; `None` when none is verified.
     pub last_verified_age_s: Option<u64>,
-    /// Seconds from the completion of the first checkpoint the runner took
-    /// to now; `None` before it took any. Used only when nothing is
-    /// verified: a job that keeps completing checkpoints never makes it
-    /// younger, so a runner that verifies nothing becomes stale.
-    pub first_seen_age_s: Option<u64>,
-    /// `stale` when the age that applies is above this.
+    /// `stale` when that age is above this.
     pub stale_after_s: u64,
     /// At least one completed checkpoint is eligible (after `start_at` and
     /// selection), whatever its outcome.
@@ -142,7 +138,7 @@ pub struct Facts {
 pub fn conditions(facts: &Facts) -> Vec<State> {
     let stale = match facts.last_verified_age_s {
         Some(age) => age > facts.stale_after_s,
-        None => facts.first_seen_age_s.is_some_and(|age| age > facts.stale_after_s),
+        None => facts.eligible_scope,
     };
     let held = [
         (State::Discrepancy, facts.unacknowledged_discrepancies > 0),
@@ -177,7 +173,6 @@ mod tests {
             backlog: 1,
             backlog_threshold: 2,
             last_verified_age_s: Some(30),
-            first_seen_age_s: Some(600),
             stale_after_s: 60,
             eligible_scope: true,
         }
@@ -288,19 +283,16 @@ mod tests {
     }
 
     #[test]
-    fn nothing_verified_is_stale_once_the_first_seen_is_old() {
+    fn nothing_verified_is_never_healthy() {
         let mut facts = healthy();
         facts.last_verified_age_s = None;
-        facts.first_seen_age_s = Some(60);
-        assert_eq!(state(&facts), State::Healthy);
-        facts.first_seen_age_s = Some(61);
+        // However young the job's checkpoints, however lenient the limit.
+        facts.stale_after_s = u64::MAX;
         assert_eq!(state(&facts), State::Stale);
-        // A recent verification wins over an old eligible checkpoint.
         facts.last_verified_age_s = Some(1);
         assert_eq!(state(&facts), State::Healthy);
-        // Nothing eligible and nothing verified: no-eligible-scope, not stale.
+        // Nothing eligible and nothing verified: no-eligible-scope, still not healthy.
         facts.last_verified_age_s = None;
-        facts.first_seen_age_s = None;
         facts.eligible_scope = false;
         assert_eq!(state(&facts), State::NoEligibleScope);
     }

@@ -1,5 +1,7 @@
 //! What `status` shows, gathered from the state directory alone: the
-//! ledger, the acknowledgements and whether a runner holds the lock.
+//! ledger (checked to be this configuration's, [`Ledger::of_config`]), the
+//! acknowledgements, the published reports' hashes they are bound to, and
+//! whether a runner holds the lock.
 //!
 //! It owns the gathering of [`Facts`] and the status document
 //! (`clink-audit-status` version 1) with its text. It never runs a step,
@@ -13,7 +15,9 @@ use serde_json::{json, Value as Json};
 
 use crate::config::{AuditConfig, Selection};
 use crate::coverage::{AuditSpan, Coverage};
-use crate::ledger::{acknowledged, acknowledgements, Ack, AuditRecord, Ledger, LedgerError, Step};
+use crate::ledger::{
+    acknowledged, acknowledgements, published_report_sha256, Ack, AuditRecord, Ledger, LedgerError, Step, LEDGER_FILE,
+};
 use crate::lock::{holder, LockError};
 use crate::outcome::Outcome;
 use crate::status::{conditions, state, Facts, State};
@@ -23,8 +27,8 @@ use crate::status::{conditions, state, Facts, State};
 pub struct Expectations {
     /// `stopped` when no runner holds the lock and no cycle ended within this.
     pub cycle_within_s: u64,
-    /// `stale` when the newest verified checkpoint is older than this, or,
-    /// nothing verified, the first checkpoint the runner took is.
+    /// `stale` when the newest verified checkpoint of the current lineage is
+    /// older than this (nothing verified is stale at once).
     pub stale_after_s: u64,
     /// `behind` when more completed checkpoints than this wait for a first attempt.
     pub backlog_threshold: u64,
@@ -51,10 +55,24 @@ fn age_s(now_ms: u64, at_ms: u64) -> u64 {
 /// Gathers the status of `config`'s state directory at `now_ms`.
 pub fn status(config: &AuditConfig, expect: Expectations, now_ms: u64) -> Result<StatusView, ViewError> {
     let dir = Path::new(&config.state_dir);
-    let ledger = Ledger::read(dir)?;
+    // A state directory no runner has written is refused, not shown empty.
+    let ledger = if dir.join(LEDGER_FILE).exists() { Ledger::of_config(config)? } else { Ledger::read(dir)? };
     let acks = acknowledgements(dir)?;
+    let reports = report_hashes(dir, &ledger)?;
     let held = holder(dir)?;
-    Ok(build(config, &ledger, &acks, held.is_some(), expect, now_ms))
+    Ok(build(config, &ledger, &acks, &reports, held.is_some(), expect, now_ms))
+}
+
+/// The SHA-256 of each discrepancy's published report, by audit id: what an
+/// acknowledgement must name to silence it.
+pub fn report_hashes(dir: &Path, ledger: &Ledger) -> Result<BTreeMap<String, String>, LedgerError> {
+    let mut out = BTreeMap::new();
+    for rec in ledger.records().filter(|r| r.outcome == Some(Outcome::Discrepancy)) {
+        if let Some(sha) = published_report_sha256(dir, &rec.id)? {
+            out.insert(rec.id.clone(), sha);
+        }
+    }
+    Ok(out)
 }
 
 /// The completed checkpoints the runner is to audit: from the first it
@@ -77,13 +95,17 @@ pub fn build(
     config: &AuditConfig,
     ledger: &Ledger,
     acks: &BTreeMap<String, Vec<Ack>>,
+    reports: &BTreeMap<String, String>,
     runner_held: bool,
     expect: Expectations,
     now_ms: u64,
 ) -> StatusView {
-    let acked = |r: &AuditRecord| acknowledged(r, acks);
+    let acked = |r: &AuditRecord| acknowledged(r, reports.get(&r.id).map(String::as_str), acks);
+    // Coverage is the current lineage's: a retired lineage verified offsets
+    // for output the new one wrote again.
     let spans: Vec<AuditSpan> = ledger
-        .records()
+        .audits
+        .values()
         .filter_map(|r| {
             r.outcome.map(|outcome| AuditSpan {
                 audit: r.id.clone(),
@@ -119,9 +141,11 @@ pub fn build(
     let eligible = eligible(config, ledger);
     let backlog =
         eligible.iter().filter(|(ck, _)| ledger.audits.get(ck).is_none_or(|r| r.attempts.is_empty())).count() as u64;
+    // Only the current lineage's audits speak for it; retired ones never do.
     let verified = ledger
-        .records()
-        .filter(|r| r.outcome.is_some_and(Outcome::counts_toward_coverage))
+        .audits
+        .values()
+        .filter(|r| r.lineage == ledger.lineage && r.outcome.is_some_and(Outcome::counts_toward_coverage))
         .max_by_key(|r| (r.completed_ms, r.checkpoint));
     let attempted = ledger.audits.values().rev().find(|r| !r.attempts.is_empty());
     let last_cycle_age = ledger.runner.last_cycle_end_ms.map(|t| age_s(now_ms, t));
@@ -135,7 +159,6 @@ pub fn build(
         backlog,
         backlog_threshold: expect.backlog_threshold,
         last_verified_age_s: verified.map(|r| age_s(now_ms, r.completed_ms)),
-        first_seen_age_s: ledger.first_seen_ms().map(|ms| age_s(now_ms, ms)),
         stale_after_s: expect.stale_after_s,
         eligible_scope: !eligible.is_empty(),
     };
@@ -169,6 +192,7 @@ pub fn build(
             "reason": last.and_then(|a| a.reason.clone()),
             "attempts": r.attempts.len(),
             "discrepancy_attempt": r.discrepancy_attempt(),
+            "report_sha256": reports.get(&r.id),
             "acknowledged": acked(r),
             "next_attempt_due_s": r.next_due_s,
             "findings": r.findings,
@@ -189,8 +213,10 @@ pub fn build(
         "exit_code": the_state.exit_code(),
         "conditions": conditions(&facts).iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         "shape": ledger.shape,
+        "lineage": ledger.lineage,
         "last_attempted": scope(attempted),
         "last_verified": scope(verified),
+        "stale": stale_reason(verified.map(|r| age_s(now_ms, r.completed_ms)), &facts),
         "backlog": backlog,
         "observed_newest": ledger.observed.keys().next_back(),
         "first_seen": ledger.first_seen,
@@ -219,25 +245,45 @@ pub fn build(
     StatusView { state: the_state, document }
 }
 
-/// The status as a person reads it.
+/// Why the state is `stale`, when it is.
+fn stale_reason(age: Option<u64>, facts: &Facts) -> Option<String> {
+    match age {
+        Some(age) if age > facts.stale_after_s => Some(format!(
+            "the newest verified checkpoint completed {age} s ago, past --stale-after-s {}",
+            facts.stale_after_s
+        )),
+        None if facts.eligible_scope => {
+            Some("no audit of the job's current lineage has passed yet: nothing is verified".into())
+        }
+        _ => None,
+    }
+}
+
+/// The status as a person reads it: sentences and lists, no JSON (the
+/// same facts as `--json`, which a program reads).
 pub fn text(view: &StatusView) -> String {
     use std::fmt::Write;
     let d = &view.document;
     let mut out = String::new();
-    let s = |v: &Json| v.to_string();
     let _ = writeln!(out, "state: {} (exit {})", view.state.as_str(), view.state.exit_code());
-    let _ = writeln!(out, "conditions: {}", s(&d["conditions"]));
-    let _ = writeln!(out, "last attempted: {}", s(&d["last_attempted"]));
-    let _ = writeln!(out, "last verified: {}", s(&d["last_verified"]));
-    let _ = writeln!(out, "backlog: {}", d["backlog"]);
+    let conditions: Vec<&str> = d["conditions"].as_array().into_iter().flatten().filter_map(Json::as_str).collect();
+    if !conditions.is_empty() {
+        let _ = writeln!(out, "because: {}", conditions.join("; "));
+    }
+    if let Some(why) = d["stale"].as_str() {
+        let _ = writeln!(out, "stale: {why}");
+    }
+    let _ = writeln!(out, "last attempted: {}", audit_line(&d["last_attempted"]));
+    let _ = writeln!(out, "last verified: {}", audit_line(&d["last_verified"]));
+    let _ = writeln!(out, "backlog: {} completed checkpoints not yet attempted", d["backlog"].as_u64().unwrap_or(0));
     for p in d["coverage"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "coverage {}/{}: verified {} gaps {}",
+            "coverage of {} partition {}: verified {}; gaps {}",
             p["topic"].as_str().unwrap_or("?"),
             p["partition"],
-            s(&p["verified"]),
-            s(&p["gaps"])
+            ranges(&p["verified"]),
+            ranges(&p["gaps"])
         );
     }
     for (title, key) in [
@@ -247,17 +293,80 @@ pub fn text(view: &StatusView) -> String {
         ("gap", "gaps"),
     ] {
         for r in d[key].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "{title}: {} checkpoint {} {}",
-                r["audit"].as_str().unwrap_or("?"),
+            let mut line = format!(
+                "{title}: checkpoint {} ({}), {}",
                 r["checkpoint"],
-                s(&r["reason"])
+                r["audit"].as_str().unwrap_or("?"),
+                r["outcome"].as_str().unwrap_or("no outcome yet")
             );
+            if let Some(reason) = r["reason"].as_str() {
+                let _ = write!(line, ": {reason}");
+            }
+            if r["acknowledged"] == true {
+                line.push_str(" (acknowledged)");
+            }
+            let _ = writeln!(out, "{line}");
         }
     }
-    let _ = writeln!(out, "runner: {}", s(&d["runner"]));
+    let _ = writeln!(out, "runner: {}", runner_line(&d["runner"]));
     out
+}
+
+/// `checkpoint 12 (ck12-…), passed, completed 40 s ago`, or `none`.
+fn audit_line(a: &Json) -> String {
+    if a.is_null() {
+        return "none".into();
+    }
+    format!(
+        "checkpoint {} ({}), {}, completed {} s ago",
+        a["checkpoint"],
+        a["audit"].as_str().unwrap_or("?"),
+        a["outcome"].as_str().unwrap_or("no outcome yet"),
+        a["age_s"]
+    )
+}
+
+/// Offset ranges as `[3, 9) [12, 20)`, with a gap's tags; `none` when empty.
+fn ranges(list: &Json) -> String {
+    let shown: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let tags: Vec<&str> = r["tags"].as_array().into_iter().flatten().filter_map(Json::as_str).collect();
+            let range = format!("[{}, {})", r["start"], r["end"]);
+            if tags.is_empty() {
+                range
+            } else {
+                format!("{range} ({})", tags.join(", "))
+            }
+        })
+        .collect();
+    if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join(" ")
+    }
+}
+
+/// Whether a runner holds the state directory, its last cycle's age, and
+/// what stopped or blocks it.
+fn runner_line(r: &Json) -> String {
+    let mut line = if r["running"] == true { "running".to_string() } else { "not running".to_string() };
+    if let Some(pid) = r["pid"].as_u64() {
+        line.push_str(&format!(" (pid {pid})"));
+    }
+    match r["last_cycle_age_s"].as_u64() {
+        Some(age) => line.push_str(&format!(", last cycle ended {age} s ago")),
+        None => line.push_str(", no cycle has ended"),
+    }
+    if let Some(stopped) = r["stopped"].as_str() {
+        line.push_str(&format!(", stopped: {stopped}"));
+    }
+    if let Some(blocked) = r["budget_blocked"].as_str() {
+        line.push_str(&format!("; blocked: {blocked}"));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -275,6 +384,7 @@ mod tests {
             checkpoint: ck,
             completed_ms: 1_000,
             marker_sha256: None,
+            lineage: None,
             outcome: Some(Outcome::Passed),
             attempts: vec![Attempt {
                 n: 1,
@@ -304,7 +414,7 @@ mod tests {
         }
         ledger.runner.last_cycle_end_ms = Some(2_000);
         let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
-        build(&config, &ledger, &BTreeMap::new(), true, expect, 3_000)
+        build(&config, &ledger, &BTreeMap::new(), &BTreeMap::new(), true, expect, 3_000)
     }
 
     fn range(start: u64, end: u64) -> (Partition, OffsetRange) {
@@ -323,7 +433,18 @@ mod tests {
         let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, Vec::new())]);
         assert_eq!(v.state, State::Incomplete, "{}", v.document);
         assert_eq!(v.document["coverage_unknown"][0]["checkpoint"], 2);
-        assert!(text(&v).contains("coverage unknown: ck2-test"), "{}", text(&v));
+        assert!(text(&v).contains("coverage unknown: checkpoint 2 (ck2-test)"), "{}", text(&v));
+    }
+
+    /// The text a person reads holds no JSON: no braces, no quoted keys.
+    #[test]
+    fn the_text_reads_as_sentences_not_json() {
+        let v = view(vec![passed(1, vec![range(0, 10)]), passed(2, Vec::new())]);
+        let t = text(&v);
+        assert!(!t.contains('{') && !t.contains("\":"), "{t}");
+        assert!(t.contains("last verified: checkpoint 2 (ck2-test), passed, completed"), "{t}");
+        assert!(t.contains("verified [0, 10); gaps"), "{t}");
+        assert!(t.contains("runner: running (pid 0), last cycle ended"), "{t}");
     }
 
     /// A job that completes a checkpoint every minute for three hours while
@@ -350,7 +471,7 @@ mod tests {
         ledger.first_seen = Some(crate::ledger::FirstSeen { checkpoint: 1, completed_ms: 0 });
         ledger.runner.last_cycle_end_ms = Some(now);
         let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
-        build(&config, &ledger, &BTreeMap::new(), true, expect, now)
+        build(&config, &ledger, &BTreeMap::new(), &BTreeMap::new(), true, expect, now)
     }
 
     #[test]
@@ -362,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn a_discrepancy_acknowledged_for_another_attempt_stands() {
+    fn a_discrepancy_acknowledged_for_another_report_stands() {
         let mut rec = passed(1, vec![range(0, 10)]);
         rec.outcome = Some(Outcome::Discrepancy);
         let first = rec.attempts[0].clone();
@@ -375,12 +496,45 @@ mod tests {
         ledger.audits.insert(1, rec);
         ledger.runner.last_cycle_end_ms = Some(2_000);
         let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
-        let ack = |attempt| Ack { audit: "ck1-test".into(), attempt, note: "n".into(), at_ms: 1, by: "op".into() };
-        for (acks, state) in [(vec![ack(Some(1))], State::Discrepancy), (vec![ack(None)], State::Discrepancy)] {
+        let reports = BTreeMap::from([("ck1-test".to_string(), "now".to_string())]);
+        let ack = |sha: &str| Ack::new("ck1-test", 2, sha, "n", 1, "op");
+        let state = |acks: Vec<Ack>, reports: &BTreeMap<String, String>| {
             let acks = BTreeMap::from([("ck1-test".to_string(), acks)]);
-            assert_eq!(build(&config, &ledger, &acks, true, expect, 3_000).state, state);
-        }
-        let acks = BTreeMap::from([("ck1-test".to_string(), vec![ack(Some(2))])]);
-        assert_ne!(build(&config, &ledger, &acks, true, expect, 3_000).state, State::Discrepancy);
+            build(&config, &ledger, &acks, reports, true, expect, 3_000).state
+        };
+        assert_eq!(state(vec![ack("before")], &reports), State::Discrepancy, "an older report's");
+        let mut unbound = ack("now");
+        unbound.report_sha256 = None;
+        assert_eq!(state(vec![unbound], &reports), State::Discrepancy, "one naming no report");
+        assert_eq!(state(vec![ack("now")], &BTreeMap::new()), State::Discrepancy, "no report published");
+        assert_ne!(state(vec![ack("now")], &reports), State::Discrepancy);
+    }
+
+    /// A job directory reset to a new lineage: the retired lineage's pass is
+    /// listed and is not "last verified"; nothing of the new one is.
+    #[test]
+    fn a_retired_lineages_pass_verifies_nothing_of_the_new_one() {
+        let config = AuditConfig::from_slice(EXAMPLE.as_bytes()).unwrap();
+        let mut ledger = Ledger::new("f");
+        let mut old = passed(1, vec![range(0, 10)]);
+        old.lineage = Some("a".repeat(32));
+        old.completed_ms = 2_900;
+        ledger.retired.push(old);
+        ledger.lineage = Some("b".repeat(32));
+        ledger.cursor = Some(1);
+        ledger.observed.insert(1, 2_950);
+        let mut new = passed(1, vec![range(0, 10)]);
+        new.lineage = ledger.lineage.clone();
+        new.outcome = Some(Outcome::Unsupported);
+        new.attempts[0].outcome = Some(Outcome::Unsupported);
+        ledger.audits.insert(1, new);
+        ledger.runner.last_cycle_end_ms = Some(2_990);
+        let expect = Expectations { cycle_within_s: 3600, stale_after_s: 3600, backlog_threshold: 5 };
+        let v = build(&config, &ledger, &BTreeMap::new(), &BTreeMap::new(), true, expect, 3_000);
+        assert_eq!(v.state, State::Stale, "{}", v.document);
+        assert_eq!(v.document["last_verified"], Json::Null);
+        let verified = v.document["coverage"][0]["verified"].clone();
+        assert_eq!(verified, json!([]), "the retired pass's offsets are not the new lineage's coverage");
+        assert!(v.document["stale"].as_str().unwrap().contains("current lineage"), "{}", v.document);
     }
 }

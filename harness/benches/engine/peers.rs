@@ -727,8 +727,18 @@ fn kafka_correct(bootstrap: &str, topic: &str, expected: &Path, dir: &Path) -> R
     Ok(format!("{topic} read read_committed: {n} window rows, as clink reference"))
 }
 
-/// The ClickHouse table's rows, `id,account,amount,time`, against the reference's credits.
+/// The ClickHouse table's rows, `id,account,amount,time`, against the
+/// reference's credits, read as values (a server that prints `12.5` for the
+/// `12.50` written holds the same decimal: `cells::engine_text`).
 fn clickhouse_correct(ch: &Connection, table: &str, expected: &Path, dir: &Path) -> Result<String, String> {
+    let columns = ["id", "account", "amount", "time"];
+    let described =
+        clink_connectors::clickhouse::destination::describe(ch, "default", table).map_err(|e| e.to_string())?;
+    let types = columns
+        .iter()
+        .map(|c| described.column(c).map(|c| clink_connectors::clickhouse::types::ChType::parse(&c.type_name)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| format!("table {table} lacks one of {columns:?}"))?;
     let rows = ch
         .select(
             "read the table",
@@ -736,8 +746,14 @@ fn clickhouse_correct(ch: &Connection, table: &str, expected: &Path, dir: &Path)
             &[],
         )
         .map_err(|e| e.to_string())?;
-    let lines: Vec<String> =
-        rows.into_iter().map(|r| r.into_iter().map(Option::unwrap_or_default).collect::<Vec<_>>().join(",")).collect();
+    let lines = rows
+        .iter()
+        .map(|r| {
+            let cells: Result<Vec<String>, _> =
+                r.iter().zip(&types).map(|(c, ty)| clink_reconcile::cells::engine_text(c.as_deref(), ty)).collect();
+            cells.map(|c| c.join(",")).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<String>, String>>()?;
     let n = compare_lines(expected, dir, &lines)?;
     Ok(format!("table {table}: {n} rows, the reference's credits (clink_reference::records)"))
 }

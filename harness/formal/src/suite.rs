@@ -83,8 +83,9 @@ pub fn configs(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Runs TLC on `<dir>/<name>.tla` with `<name>.cfg`, checking for deadlock.
-fn run_config(tools: &FormalTools, dir: &Path, name: &str) -> Result<(Outcome, f64), TlcError> {
+/// Runs TLC on `<dir>/<name>.tla` with `<name>.cfg`, checking for deadlock
+/// when `check_deadlock`.
+fn run_config(tools: &FormalTools, dir: &Path, name: &str, check_deadlock: bool) -> Result<(Outcome, f64), TlcError> {
     let (module, config) = (format!("{name}.tla"), format!("{name}.cfg"));
     let job = TlcJob {
         dir,
@@ -92,7 +93,7 @@ fn run_config(tools: &FormalTools, dir: &Path, name: &str) -> Result<(Outcome, f
         config: &config,
         library: vec![tools.formal_dir.clone()],
         workers: workers(),
-        check_deadlock: true,
+        check_deadlock,
         timeout: tlc::timeout(),
     };
     let run = tlc::run(tools, &job)?;
@@ -101,7 +102,7 @@ fn run_config(tools: &FormalTools, dir: &Path, name: &str) -> Result<(Outcome, f
 
 /// Runs one model; passes only when TLC finds no error.
 pub fn check_model(tools: &FormalTools, name: &str) -> Result<Outcome, SuiteError> {
-    match run_config(tools, &tools.formal_dir.join("models"), name)? {
+    match run_config(tools, &tools.formal_dir.join("models"), name, true)? {
         (ok @ Outcome::NoError { .. }, _) => Ok(ok),
         (outcome, seconds) => Err(SuiteError::Model { name: name.to_string(), outcome, seconds }),
     }
@@ -121,14 +122,18 @@ pub fn check_model_pinned(
         .map_err(|mismatch| SuiteError::ModelPin { name: name.to_string(), mismatch })
 }
 
-/// Runs one mutant and judges it against its expectation, both ways.
+/// Runs one mutant and judges it against its expectation, both ways. A
+/// mutant expected to break a temporal property runs without the deadlock
+/// check, so that the property (not a deadlock the defect also leads to) is
+/// what refutes it; every other mutant runs with it.
 pub fn check_mutant(
     tools: &FormalTools,
     mutants_dir: &Path,
     name: &str,
     expected: &Expectation,
 ) -> Result<Outcome, SuiteError> {
-    let (outcome, _) = run_config(tools, mutants_dir, name)?;
+    let check_deadlock = !matches!(expected, Expectation::Liveness(_));
+    let (outcome, _) = run_config(tools, mutants_dir, name, check_deadlock)?;
     tlc::matches(expected, &outcome)
         .map(|()| outcome)
         .map_err(|mismatch| SuiteError::Mutant { name: name.to_string(), mismatch })
@@ -194,7 +199,7 @@ pub fn check_mutant_unguarded(
     std::fs::write(work.path().join(file("cfg")), cfg).map_err(SuiteError::Scratch)?;
     std::fs::copy(mutants_dir.join(file("tla")), work.path().join(file("tla")))
         .map_err(|error| SuiteError::MutantFile { file: file("tla"), error })?;
-    let (outcome, seconds) = run_config(tools, work.path(), name)?;
+    let (outcome, seconds) = run_config(tools, work.path(), name, true)?;
     let (name, guard) = (name.to_string(), guard.to_string());
     match &outcome {
         Outcome::InvariantViolated(_) | Outcome::Deadlock | Outcome::LivenessViolated => Ok(outcome),

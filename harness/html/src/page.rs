@@ -130,6 +130,10 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
+/// A table cell longer than this many characters wraps instead of widening
+/// the table past the page.
+const PROSE_CHARS: usize = 48;
+
 /// Microseconds since the trace began, as milliseconds.
 pub fn ms(us: u64) -> String {
     format!("{}.{:03} ms", us / 1000, us % 1000)
@@ -423,10 +427,14 @@ fn section(h: &mut String, s: &Section) {
                     Some(to) => format!("<a href=\"#{}\">{}</a>", attr(to), text(c)),
                     None => text(c),
                 };
+                // A long cell (a reason, a list) wraps; short ones (ids, numbers) stay on one line.
+                let prose = if c.chars().count() > PROSE_CHARS { " prose" } else { "" };
                 if table.marked.contains(&(r, col)) {
-                    let _ = write!(h, "<td class=\"differs\" title=\"differs\">&#x25B6; {cell}</td>");
-                } else {
+                    let _ = write!(h, "<td class=\"differs{prose}\" title=\"differs\">&#x25B6; {cell}</td>");
+                } else if prose.is_empty() {
                     let _ = write!(h, "<td>{cell}</td>");
+                } else {
+                    let _ = write!(h, "<td class=\"prose\">{cell}</td>");
                 }
             }
             h.push_str("</tr>\n");

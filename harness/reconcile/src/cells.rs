@@ -205,15 +205,41 @@ pub fn from_text(text: Option<&str>, table_type: &ChType, kind: CellKind) -> Res
         (CellKind::Decimal { .. }, ChType::Decimal { scale: s, .. }) => {
             return Err(bad(format!("a Decimal column of scale {s} compared at scale {kind}")))
         }
+        // The reader selects a DateTime64 as its instant
+        // (`toUnixTimestamp64Milli`, [`crate::read`]), never its rendering,
+        // which the server's time zone and output format decide.
         (CellKind::TimestampMs, ChType::DateTime64 { precision: 3, timezone })
             if timezone.as_deref().is_none_or(|tz| tz == "UTC") =>
         {
-            datetime64_millis(text)?.to_string()
+            canonical_int(text)?
         }
         (CellKind::Date, ChType::Date) => days_of_date(text)?.to_string(),
         (CellKind::String, ChType::String) => text.to_string(),
         _ => return Err(wrong()),
     }))
+}
+
+/// A destination's cell as the engine writes that value in a line
+/// (`clink_engine::value::render_line`): a decimal read as a value at its
+/// column's scale and written with all its digits (`12.5` and `12.50` are
+/// one value), an integer in its canonical digits, a string as itself. For
+/// the suites that compare a table with line-rendered reference rows; other
+/// types are refused.
+pub fn engine_text(text: Option<&str>, table_type: &ChType) -> Result<String, CellError> {
+    let Some(text) = text else {
+        return Ok("NULL".into());
+    };
+    match table_type {
+        ChType::Nullable(inner) | ChType::LowCardinality(inner) => engine_text(Some(text), inner),
+        ChType::Decimal { scale, .. } => {
+            let unscaled: i128 =
+                decimal_unscaled(text, *scale)?.parse().map_err(|_| bad(format!("{text:?} is out of range")))?;
+            Ok(clink_engine::value::Decimal::new(unscaled, *scale).to_string())
+        }
+        ChType::Int { .. } => canonical_int(text),
+        ChType::String => Ok(text.to_string()),
+        other => Err(bad(format!("a {other} cell is not compared as a line here"))),
+    }
 }
 
 /// Whether a table column of this type can be read as the kind exactly.
@@ -250,32 +276,6 @@ fn decimal_unscaled(text: &str, scale: u8) -> Result<String, CellError> {
     }
     let padded = format!("{frac:0<width$}", width = usize::from(scale));
     canonical_int(&format!("{}{int_part}{padded}", if negative { "-" } else { "" }))
-}
-
-/// `YYYY-MM-DD hh:mm:ss[.fff]` (UTC) as epoch milliseconds.
-fn datetime64_millis(text: &str) -> Result<i64, CellError> {
-    let wrong = || bad(format!("{text:?} is not a DateTime64(3)"));
-    let (date, time) = text.split_once(' ').ok_or_else(wrong)?;
-    let days = days_of_date(date)?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let parts: Vec<&str> = hms.split(':').collect();
-    let [h, m, s] = parts.as_slice() else { return Err(wrong()) };
-    let field = |t: &str, max: i64| -> Result<i64, CellError> {
-        if t.len() != 2 || !t.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(wrong());
-        }
-        let v: i64 = t.parse().map_err(|_| wrong())?;
-        if v > max {
-            return Err(wrong());
-        }
-        Ok(v)
-    };
-    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(wrong());
-    }
-    let milli: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<3}").parse().map_err(|_| wrong())? };
-    let in_day = ((field(h, 23)? * 60 + field(m, 59)?) * 60 + field(s, 59)?) * 1000 + milli;
-    days.checked_mul(86_400_000).and_then(|d| d.checked_add(in_day)).ok_or_else(wrong)
 }
 
 /// `YYYY-MM-DD` as days since 1970-01-01 (proleptic Gregorian).
@@ -376,6 +376,12 @@ mod tests {
                 "{text}"
             );
         }
+        // As the engine writes a line: 26 prints 12.5 and 7 for 12.50 and 7.00.
+        for (text, want) in [("12.5", "12.50"), ("12.50", "12.50"), ("7", "7.00"), ("-0.05", "-0.05")] {
+            assert_eq!(engine_text(Some(text), &dec).unwrap(), want);
+        }
+        assert!(engine_text(Some("1.234"), &dec).is_err(), "a fraction finer than the scale is no value of it");
+        assert_eq!(engine_text(Some("-0"), &ChType::parse("Int64")).unwrap(), "0");
         // Floats by bits: every NaN equal, -0.0 and +0.0 different.
         let f = ChType::parse("Float64");
         assert_eq!(
@@ -390,17 +396,20 @@ mod tests {
             from_text(Some("1.5"), &f, CellKind::Float).unwrap(),
             from_value(&Value::Float(1.5), CellKind::Float).unwrap()
         );
-        // Timestamps as ticks, from Int64 or DateTime64(3).
+        // Timestamps as ticks, from Int64 or DateTime64(3) (selected as its instant).
         let ms = from_value(&Value::Timestamp(1_700_000_000_123), CellKind::TimestampMs).unwrap();
         assert_eq!(from_text(Some("1700000000123"), &ChType::parse("Int64"), CellKind::TimestampMs).unwrap(), ms);
         assert_eq!(
-            from_text(Some("2023-11-14 22:13:20.123"), &ChType::parse("DateTime64(3)"), CellKind::TimestampMs).unwrap(),
+            from_text(Some("1700000000123"), &ChType::parse("DateTime64(3)"), CellKind::TimestampMs).unwrap(),
             ms
         );
         assert_eq!(
-            from_text(Some("1969-12-31 23:59:59.999"), &ChType::parse("DateTime64(3, 'UTC')"), CellKind::TimestampMs)
-                .unwrap(),
+            from_text(Some("-1"), &ChType::parse("DateTime64(3, 'UTC')"), CellKind::TimestampMs).unwrap(),
             Some("-1".into())
+        );
+        // A rendering is not an instant: the server's time zone and format decide it.
+        assert!(
+            from_text(Some("2023-11-14 22:13:20.123"), &ChType::parse("DateTime64(3)"), CellKind::TimestampMs).is_err()
         );
         assert_eq!(from_text(Some("2000-03-01"), &ChType::Date, CellKind::Date).unwrap(), Some("11017".into()));
         // Strings as bytes; NULL only equal to NULL.
@@ -413,9 +422,7 @@ mod tests {
         assert!(from_text(Some("2"), &ChType::parse("UInt8"), CellKind::Bool).is_err());
         // A type that does not hold the kind is refused.
         assert!(from_text(Some("1"), &ChType::String, CellKind::Int).is_err());
-        assert!(
-            from_text(Some("2023-11-14 22:13:20.123"), &ChType::parse("DateTime64(6)"), CellKind::TimestampMs).is_err()
-        );
+        assert!(from_text(Some("1700000000123"), &ChType::parse("DateTime64(6)"), CellKind::TimestampMs).is_err());
     }
 
     #[test]
@@ -508,10 +515,12 @@ mod tests {
         }
 
         #[test]
-        fn timestamps_read_back_from_datetime64(ms in -2_000_000_000_000i64..4_000_000_000_000) {
-            let text = clink_engine::operators::clickhouse_sink::datetime64_millis(ms);
-            let b = from_text(Some(&text), &ChType::parse("DateTime64(3)"), CellKind::TimestampMs).unwrap();
-            prop_assert_eq!(b, Some(ms.to_string()));
+        fn timestamps_read_back_from_a_datetime64s_instant(ms in -2_000_000_000_000i64..4_000_000_000_000) {
+            // The reader selects toUnixTimestamp64Milli(column): the milliseconds, in any spelling.
+            for text in [ms.to_string(), format!("{:+}", ms)] {
+                let b = from_text(Some(&text), &ChType::parse("DateTime64(3, 'UTC')"), CellKind::TimestampMs).unwrap();
+                prop_assert_eq!(b, Some(ms.to_string()));
+            }
         }
     }
 }

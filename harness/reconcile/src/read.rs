@@ -5,6 +5,12 @@
 //! the bundle, quoted as identifiers, and key values, rendered as typed
 //! literals from canonical cells, reach SQL. A bound reached is an error,
 //! never a partial answer.
+//!
+//! Values are read as values on every server version: a `DateTime64(3)`
+//! column is selected as its instant (`toUnixTimestamp64Milli`) and selected
+//! by one (`fromUnixTimestamp64Milli`: ClickHouse reads a bare integer
+//! compared with a DateTime64 as seconds), and a decimal is read at its
+//! column's scale whether the server prints `12.50` or `12.5`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -176,7 +182,7 @@ impl Reader<'_> {
     }
 
     fn select_list(columns: &[ReadColumn]) -> String {
-        columns.iter().map(|c| sql::identifier(&c.name)).collect::<Vec<_>>().join(", ")
+        columns.iter().map(selected).collect::<Vec<_>>().join(", ")
     }
 
     fn cells_of(columns: &[ReadColumn], rows: Vec<Vec<Cell>>) -> Result<Vec<Vec<Cell>>, ReadFailure> {
@@ -216,7 +222,7 @@ impl Reader<'_> {
             let mut tuples = Vec::with_capacity(chunk.len());
             for k in chunk {
                 let literals: Result<Vec<String>, ReadFailure> =
-                    k.iter().zip(key).map(|(cell, &i)| literal(cell, columns[i].kind)).collect();
+                    k.iter().zip(key).map(|(cell, &i)| literal(cell, &columns[i])).collect();
                 let literals = literals?;
                 tuples.push(if literals.len() == 1 {
                     literals[0].clone()
@@ -245,14 +251,38 @@ impl Reader<'_> {
     }
 }
 
-/// A key cell as a typed literal: an integer's canonical digits, or a
-/// string literal. Nothing else is rendered.
-pub fn literal(cell: &Cell, kind: CellKind) -> Result<String, ReadFailure> {
+/// Whether a column of this type is a `DateTime64`, under any wrapper.
+fn is_datetime64(table_type: &ChType) -> bool {
+    match table_type {
+        ChType::Nullable(inner) | ChType::LowCardinality(inner) => is_datetime64(inner),
+        ChType::DateTime64 { .. } => true,
+        _ => false,
+    }
+}
+
+/// What a read selects for a column: the column, or a `DateTime64`'s instant
+/// in milliseconds, which no time zone or output format changes.
+fn selected(column: &ReadColumn) -> String {
+    let name = sql::identifier(&column.name);
+    if is_datetime64(&column.table_type) {
+        format!("toUnixTimestamp64Milli({name})")
+    } else {
+        name
+    }
+}
+
+/// A key cell as a typed literal of its column: an integer's canonical
+/// digits, a `DateTime64` instant from its milliseconds, or a string
+/// literal. Nothing else is rendered.
+pub fn literal(cell: &Cell, column: &ReadColumn) -> Result<String, ReadFailure> {
     let refuse = |why: String| ReadFailure { kind: "refused".into(), message: why };
     let Some(text) = cell else {
         return Err(refuse("a NULL key cannot be selected".into()));
     };
-    match kind {
+    match column.kind {
+        CellKind::TimestampMs if is_canonical_int(text) && is_datetime64(&column.table_type) => {
+            Ok(format!("fromUnixTimestamp64Milli(toInt64({text}))"))
+        }
         CellKind::Int | CellKind::TimestampMs if is_canonical_int(text) => Ok(text.clone()),
         CellKind::String => Ok(sql::string(text)),
         other => Err(refuse(format!("a {other} key {text:?} is not rendered as a literal"))),
@@ -260,15 +290,15 @@ pub fn literal(cell: &Cell, kind: CellKind) -> Result<String, ReadFailure> {
 }
 
 /// Why a key column of this table type cannot be selected by the literals
-/// [`literal`] renders, if it cannot. A `DateTime64` column compares with an
-/// integer literal by the server's own reading of it (its precision, its
-/// time zone), which no trial here has shown: the only server here (18.16)
-/// has no such type. Until one does, such a key is unsupported.
+/// [`literal`] renders, if it cannot. A `DateTime64(3)` is selected by its
+/// instant (shown against ClickHouse 26 in `tests/clickhouse26.rs`); one of
+/// another precision is not read exactly, so it is no key.
 pub fn key_column_unsupported(name: &str, table_type: &ChType) -> Option<String> {
     match table_type {
         ChType::Nullable(inner) | ChType::LowCardinality(inner) => key_column_unsupported(name, inner),
+        ChType::DateTime64 { precision: 3, .. } => None,
         ChType::DateTime64 { .. } => Some(format!(
-            "key column {name:?} is {table_type} in the table: selecting it by a literal is not proven against a server with the type, so the key is unsupported"
+            "key column {name:?} is {table_type} in the table: only a DateTime64(3) is selected by its instant exactly, so the key is unsupported"
         )),
         _ => None,
     }
@@ -304,29 +334,47 @@ mod tests {
         );
     }
 
+    fn column(ty: &str, kind: CellKind) -> ReadColumn {
+        ReadColumn { name: "k".into(), table_type: ChType::parse(ty), kind }
+    }
+
     #[test]
     fn key_literals_are_typed_and_quoted() {
-        assert_eq!(literal(&Some("-42".into()), CellKind::Int).unwrap(), "-42");
-        assert_eq!(literal(&Some("a') OR 1=1 --".into()), CellKind::String).unwrap(), "'a\\') OR 1=1 --'");
-        for (cell, kind) in [
-            (Some("1 OR 1=1".to_string()), CellKind::Int),
-            (Some("1); DROP TABLE t; --".to_string()), CellKind::TimestampMs),
-            (None, CellKind::Int),
-            (Some("1.5".to_string()), CellKind::Float),
+        assert_eq!(literal(&Some("-42".into()), &column("Int64", CellKind::Int)).unwrap(), "-42");
+        assert_eq!(
+            literal(&Some("a') OR 1=1 --".into()), &column("String", CellKind::String)).unwrap(),
+            "'a\\') OR 1=1 --'"
+        );
+        // A bare integer against a DateTime64 is read as seconds: the instant is built from milliseconds.
+        assert_eq!(
+            literal(&Some("-1".into()), &column("DateTime64(3, 'UTC')", CellKind::TimestampMs)).unwrap(),
+            "fromUnixTimestamp64Milli(toInt64(-1))"
+        );
+        assert_eq!(literal(&Some("5".into()), &column("Int64", CellKind::TimestampMs)).unwrap(), "5");
+        for (cell, c) in [
+            (Some("1 OR 1=1".to_string()), column("Int64", CellKind::Int)),
+            (Some("1); DROP TABLE t; --".to_string()), column("Int64", CellKind::TimestampMs)),
+            (Some("1)); DROP TABLE t; --".to_string()), column("DateTime64(3)", CellKind::TimestampMs)),
+            (None, column("Int64", CellKind::Int)),
+            (Some("1.5".to_string()), column("Float64", CellKind::Float)),
         ] {
-            assert!(literal(&cell, kind).is_err(), "{cell:?} as {kind} must not be rendered");
+            assert!(literal(&cell, &c).is_err(), "{cell:?} as {} must not be rendered", c.kind);
         }
     }
 
     #[test]
-    fn a_date_time_64_key_column_is_unsupported_until_a_server_with_the_type_proves_it() {
-        for ty in ["DateTime64(3)", "DateTime64(3, 'UTC')", "Nullable(DateTime64(3))", "LowCardinality(DateTime64(6))"]
-        {
+    fn a_date_time_64_is_read_and_selected_by_its_instant() {
+        assert_eq!(
+            selected(&column("Nullable(DateTime64(3, 'UTC'))", CellKind::TimestampMs)),
+            "toUnixTimestamp64Milli(`k`)"
+        );
+        assert_eq!(selected(&column("Int64", CellKind::TimestampMs)), "`k`");
+        for ty in ["DateTime64(3)", "DateTime64(3, 'UTC')", "Nullable(DateTime64(3))", "Int64", "String", "Date"] {
+            assert_eq!(key_column_unsupported("t", &ChType::parse(ty)), None, "{ty}");
+        }
+        for ty in ["DateTime64(6)", "LowCardinality(DateTime64(6))"] {
             let why = key_column_unsupported("t", &ChType::parse(ty)).unwrap_or_default();
             assert!(why.contains("key column \"t\"") && why.contains("unsupported"), "{ty}: {why}");
-        }
-        for ty in ["Int64", "String", "Nullable(Int64)", "DateTime", "Date"] {
-            assert_eq!(key_column_unsupported("t", &ChType::parse(ty)), None, "{ty}");
         }
     }
 

@@ -131,7 +131,7 @@ pub fn watermark(scope: &Scope, artifact: &Artifact, end_at: usize, lateness: i6
         return CheckResult::new(name, Status::Unavailable, "some checkpoint's watermark or bound is not known")
             .evidence(evidence)
             .details(gaps.into_iter().take(20))
-            .next("collect the lineage whole (--include-state --include-captures, --epochs reaching back)");
+            .next("collect the lineage whole (--include-state --include-captures, --epochs all or reaching back)");
     }
     if checkpoints.is_empty() {
         return CheckResult::new(name, Status::Unavailable, "the scope passes no completed checkpoint to check");

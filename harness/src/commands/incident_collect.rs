@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
 use clink_basics::text::count;
-use clink_bundle::collect::{collect_observed, CollectOptions};
+use clink_bundle::collect::{collect_observed, CollectOptions, EpochSelection};
 use serde_json::json;
 
 use super::{decimal_u64, operator_id, Output};
@@ -58,11 +58,12 @@ pub struct IncidentCollectArgs {
     /// Only these operators' captures (decimal ids, comma-separated).
     #[arg(long, value_name = "ID,...", value_delimiter = ',', value_parser = operator_id)]
     op: Option<Vec<OperatorId>>,
-    /// Only these epochs (comma-separated; default: the selected checkpoint's,
-    /// the next unless the selected one is the job's final, and a restored
-    /// run's first).
-    #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = decimal_u64)]
-    epochs: Option<Vec<u64>>,
+    /// Only these epochs (comma-separated), or `all` that the capture
+    /// directory holds (a scope from the run's start needs every one);
+    /// default: the selected checkpoint's, the next unless the selected one
+    /// is the job's final, a restored run's first, and each sink's interval.
+    #[arg(long, value_name = "N,...|all", value_parser = epoch_selection)]
+    epochs: Option<EpochSelection>,
     /// The bundle directory to create; it must not exist.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -81,6 +82,14 @@ pub struct IncidentCollectArgs {
     json: bool,
 }
 
+/// `--epochs`: `all`, or decimal epochs separated by commas.
+fn epoch_selection(text: &str) -> Result<EpochSelection, String> {
+    if text == "all" {
+        return Ok(EpochSelection::All);
+    }
+    text.split(',').map(decimal_u64).collect::<Result<Vec<u64>, String>>().map(EpochSelection::Only)
+}
+
 /// Why a directory named on the command line cannot be collected from, if
 /// it cannot: a missing one is a mistyped name, never an empty part.
 fn not_a_directory(flag: &str, dir: &Path) -> Option<String> {
@@ -88,9 +97,26 @@ fn not_a_directory(flag: &str, dir: &Path) -> Option<String> {
         Ok(m) if m.is_dir() => None,
         Ok(_) => Some(format!("{flag} {}: not a directory", dir.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Some(format!("{flag} {}: no such directory", dir.display()))
+            Some(format!("{flag} {}: no such directory ({})", dir.display(), who_makes(flag)))
         }
         Err(e) => Some(format!("{flag} {}: {e}", dir.display())),
+    }
+}
+
+/// What writes the directory behind `flag`, and what to do when the job
+/// never had one: the job's own options decide which exist.
+fn who_makes(flag: &str) -> &'static str {
+    match flag {
+        "--ha-dir" => "a job writes it only when run with --ha-dir; leave --ha-dir out for a job run without it",
+        "--capture-dir" => {
+            "a job records captures only when run with --capture-dir; leave --capture-dir out for a job run \
+             without it"
+        }
+        "--trace-dir" => {
+            "a job writes protocol traces only where CLINK_PROTOCOL_TRACE_DIR pointed when it ran; leave \
+             --trace-dir out for a job run without it"
+        }
+        _ => "name the directory the job's clink run was given as --checkpoint-dir",
     }
 }
 
@@ -121,7 +147,7 @@ pub fn main(args: IncidentCollectArgs) -> Exit {
         checkpoint: args.checkpoint,
         commit_confirmation: args.commit_confirmation.map(|c| c == YesNo::Yes),
         ops: args.op,
-        epochs: args.epochs,
+        epochs: args.epochs.unwrap_or(EpochSelection::Default),
         out: args.out,
         max_bytes: args.max_bytes,
         max_files: args.max_files,

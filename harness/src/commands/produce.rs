@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use clink_basics::exit::Exit;
-use clink_connectors::kafka::LogWriter;
+use clink_connectors::kafka::{KafkaClientError, LogWriter};
 use clink_engine::gen::events;
 use serde_json::json;
 
@@ -18,21 +18,27 @@ use super::Output;
 /// "amount": "<decimal>"}, keyed by its account, into partition
 /// fnv1a(account) mod --partitions, so one account's events stay in order.
 /// The topic is created with --partitions partitions if it does not exist;
-/// one with another partition count is refused.
+/// one with another partition count is refused, and into one that exists
+/// the events are appended (the summary says so).
 #[derive(Args, Debug)]
 pub struct ProduceArgs {
     /// The Kafka brokers (HOST:PORT[,HOST:PORT...]).
     #[arg(long, value_name = "HOSTS", env = "CLINK_KAFKA_BOOTSTRAP")]
     bootstrap: String,
+    /// The topic to publish to (created when it does not exist).
     #[arg(long)]
     topic: String,
+    /// The topic's partition count: a new topic is created with it, an
+    /// existing one must have it.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     partitions: u32,
     /// The same seed and accounts always give the same events (gen-input's).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// How many events to publish.
     #[arg(long, default_value_t = 24_000)]
     events: u64,
+    /// How many accounts the events are spread over (acct-001 ...).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     accounts: u32,
     /// Skip the first N events of the stream (publish a continuation).
@@ -87,6 +93,12 @@ pub fn main(args: ProduceArgs) -> Exit {
     };
     let created = match writer.ensure_topic(&args.topic, args.partitions) {
         Ok(created) => created,
+        Err(e @ KafkaClientError::OtherPartitionCount { existing, .. }) => {
+            return out.refuse(format!(
+                "{e}: the broker keeps a topic an earlier run made, and its events with it; give this run a \
+                 topic of its own (--topic), or publish after what it holds with --partitions {existing}"
+            ))
+        }
         Err(e) => return out.refuse(e),
     };
     let mut per_partition = vec![0u64; args.partitions as usize];
@@ -119,7 +131,11 @@ pub fn main(args: ProduceArgs) -> Exit {
         "rate": (args.rate > 0).then_some(args.rate),
     });
     let text = || {
-        format!("published {} events to {} ({} partitions) in {seconds:.1} s", args.events, args.topic, args.partitions)
+        let existed = if created { "" } else { "; the topic existed: they follow what it held" };
+        format!(
+            "published {} events to {} ({} partitions{existed}) in {seconds:.1} s",
+            args.events, args.topic, args.partitions
+        )
     };
     out.report(doc, text, Exit::Passed)
 }

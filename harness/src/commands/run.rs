@@ -3,6 +3,7 @@
 
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 use clink_basics::exit::Exit;
@@ -118,6 +119,20 @@ pub struct RunArgs {
     /// is the likelier cause.
     #[arg(long)]
     allow_empty_input: bool,
+    /// Fail the job (exit 1) when nothing has moved for S seconds while
+    /// something is owed: a checkpoint in flight, a source's request, a
+    /// subtask waiting on the job (a barrier's alignment, a commit, room
+    /// downstream); what each subtask waits on is printed. A job idle for
+    /// want of input is never stalled.
+    #[arg(long, value_name = "S", default_value_t = clink_engine::runtime::DEFAULT_STALL_AFTER_S)]
+    stall_after_s: NonZeroU64,
+    /// Write into output another lineage of this job already committed to
+    /// (an earlier run over another, or an emptied, checkpoint directory):
+    /// a Kafka sink's transactional ids that committed another lineage's
+    /// transactions are refused without it, since the run would write that
+    /// output again. A restore from a dataset (--restore-from-dir) accepts it.
+    #[arg(long)]
+    allow_other_lineage: bool,
     /// No progress lines on standard error.
     #[arg(long)]
     quiet: bool,
@@ -192,6 +207,7 @@ pub fn main(args: RunArgs) -> Exit {
             stop: Default::default(),
             imported_checkpoint: None,
             run: None,
+            lineage: Default::default(),
         },
         checkpoint_dir: args.checkpoint_dir,
         trigger,
@@ -210,13 +226,15 @@ pub fn main(args: RunArgs) -> Exit {
             .zip(args.restore_from_checkpoint_id)
             .map(|(dataset, checkpoint)| RestoreFrom { dataset, checkpoint }),
         allow_non_restored_state: args.allow_non_restored_state,
+        stall_after: Duration::from_secs(args.stall_after_s.get()),
+        allow_other_lineage: args.allow_other_lineage,
         // Published by the run once it holds the checkpoint directory, naming it.
         job_manifest: args.ha_dir.clone().zip(manifest),
     };
     // Every check (the whole input included) before the first write.
     let coordinator = match Coordinator::start(options) {
         Ok(c) => c,
-        Err(RunError::Failed(e)) => return out.stop(Exit::Failed, e),
+        Err(RunError::Failed(e) | RunError::Stalled(e)) => return out.stop(Exit::Failed, e),
         Err(e) => return out.refuse(e),
     };
     if let Err(e) = trace::init_from_env() {
@@ -259,6 +277,7 @@ pub fn main(args: RunArgs) -> Exit {
         }
         Err(RunError::Refused(e)) => out.refuse(e),
         Err(RunError::Failed(e)) => out.stop(Exit::Failed, format!("job failed: {e}")),
+        Err(RunError::Stalled(e)) => out.stop(Exit::Failed, format!("job failed: {e}")),
     }
 }
 

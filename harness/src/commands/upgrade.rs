@@ -82,6 +82,7 @@ struct RecordCli {
     /// The clink that exports, verifies and lists checkpoint datasets.
     #[arg(long, value_name = "FILE")]
     tools_clink: PathBuf,
+    /// The baseline build's clink binary: the build whose state is recorded.
     #[arg(long, value_name = "FILE")]
     baseline_clink: PathBuf,
     /// The job file the baseline runs.
@@ -116,14 +117,19 @@ struct CheckCli {
     /// A fresh directory for the logs, the scratch copies and the report.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// The clink that exports, verifies and lists checkpoint datasets.
     #[arg(long, value_name = "FILE")]
     tools_clink: PathBuf,
+    /// The baseline build's clink binary (the one that recorded the evidence).
     #[arg(long, value_name = "FILE")]
     baseline_clink: PathBuf,
+    /// The job file the baseline runs.
     #[arg(long, value_name = "FILE")]
     baseline_job: PathBuf,
+    /// The candidate build's clink binary: the build being checked.
     #[arg(long, value_name = "FILE")]
     candidate_clink: PathBuf,
+    /// The job file the candidate runs (it may differ from the baseline's).
     #[arg(long, value_name = "FILE")]
     candidate_job: PathBuf,
     /// Also write the report as one self-contained HTML file (the verdict,

@@ -22,6 +22,9 @@ pub const INTERNAL: &[&str] = &[
     // Builds the release binaries from a checkout and puts them on PATH;
     // under Nix the package is clink, built by the flake.
     "install-clink",
+    // CI's stand-in for Nix's build sandbox on machines without a Nix
+    // store; with Nix, `nix build` is the real thing.
+    "sandbox-build",
     // Sourced by the gates, never run.
     "lib.sh",
 ];

@@ -17,9 +17,12 @@
 
 pub mod check;
 pub mod compare;
+pub mod confine;
 pub mod definition;
+pub mod elf;
 pub mod evidence;
 pub mod html;
+pub mod pin;
 pub mod record;
 pub mod report;
 pub mod runner;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::confine::Confinement;
 use crate::Bounds;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -105,6 +106,15 @@ impl Finished {
     pub fn last_error_line(&self) -> String {
         self.stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string()
     }
+}
+
+/// How a process is started, beyond its program and arguments.
+#[derive(Default, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Its whole environment; `None` inherits this process's.
+    pub env: Option<&'a [(String, std::ffi::OsString)]>,
+    /// The filesystem it may touch; `None` leaves it unconfined.
+    pub confinement: Option<&'a Confinement>,
 }
 
 /// A process started and not yet waited for.
@@ -224,6 +234,18 @@ impl Runner {
         args: &[String],
         env: Option<&[(String, std::ffi::OsString)]>,
     ) -> Result<Running, Stopped> {
+        self.spawn_launch(name, program, args, &Launch { env, confinement: None })
+    }
+
+    /// Starts `program args` in its own process group, as `launch` says.
+    pub fn spawn_launch(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        launch: &Launch<'_>,
+    ) -> Result<Running, Stopped> {
+        let env = launch.env;
         let index = self.commands.len();
         let stem = format!("{index:03}-{name}");
         let (stdout, stderr) = (self.logs.join(format!("{stem}.out")), self.logs.join(format!("{stem}.err")));
@@ -250,6 +272,13 @@ impl Runner {
         let mut command = Command::new(program);
         if let Some(env) = env {
             command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        if let Some(confinement) = launch.confinement {
+            // SAFETY: the hook makes two system calls and allocates nothing,
+            // as is required between fork and exec.
+            unsafe {
+                command.pre_exec(confinement.child_hook());
+            }
         }
         let child =
             command.args(args).stdin(Stdio::null()).stdout(o).stderr(e).process_group(0).spawn().map_err(spawn_err);

@@ -155,7 +155,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn refused_options(args: &Args, scope: &scope::ScopeDoc) -> Result<(), Failure> {
     if let (Some(_), Some(r)) = (&args.run_start_offset, scope.ranges.iter().find(|r| r.from.is_some())) {
         return Err(Failure::Usage(format!(
-            "--run-start-offset: the scope gives partition {}'s range from offset {}; run-start offsets are for a scope from the run's start, whose offsets the checkpoints do not record",
+            "--run-start-offset: the scope gives partition {}'s range from offset {}; run-start offsets are for a scope from the run's start, whose offsets the checkpoints do not record: leave --run-start-offset out for this scope, or write one from the run's start (clink incident-scope --from-run-start)",
             r.partition,
             r.from.unwrap_or_default()
         )));
@@ -463,7 +463,10 @@ mod tests {
         assert_eq!(exit(&state_out), 2, "--state-out with --transform credits");
         assert!(!std::path::Path::new(out).exists() && !state.exists(), "a refusal writes nothing");
         let refused = offsets_given(&from_checkpoint, out);
-        assert!(matches!(refused, Err(Failure::Usage(why)) if why.contains("partition 0's range from offset 5")));
+        assert!(matches!(refused, Err(Failure::Usage(why))
+            if why.contains("partition 0's range from offset 5")
+                && why.contains("leave --run-start-offset out for this scope")
+                && why.contains("incident-scope --from-run-start")));
         // From the run's start, the offsets are needed and taken.
         let from_start = scope_file(dir.path(), None);
         assert!(offsets_given(&from_start, out).is_ok());

@@ -1,13 +1,17 @@
 //! A table as the server defines it: the server's version and identity, the
-//! table's engine, definition and identity, its columns, and the settings
-//! that decide whether a resent INSERT can land twice.
+//! table's engine, definition and identity, its columns, what else an INSERT
+//! into it writes (its partitions, the views that read from it), and the
+//! settings that decide how the server writes an INSERT: whether a resent
+//! one can land twice, and in how many blocks (the insert rules read them).
 //!
 //! Capabilities are asked, never assumed: what `system.tables` holds, whether
 //! `serverUUID()` exists, which settings the server knows. What a server does
 //! not have is recorded as unavailable with the reason, so an old server and
-//! a current one are described in the same shape. An empty or nil UUID is
-//! recorded as unavailable too: it identifies no server and no table. Every statement here is a
-//! read under `readonly = 2`.
+//! a current one are described in the same shape: 18.16's `data_path` and
+//! 26's `data_paths` are one field, read as values (an `ARRAY JOIN`), never
+//! as an array's rendering. An empty or nil UUID is recorded as unavailable
+//! too: it identifies no server and no table. Every statement here is a read
+//! under `readonly = 2`.
 
 use std::collections::BTreeSet;
 
@@ -60,20 +64,33 @@ pub struct Destination {
     pub engine: String,
     pub engine_full: Known,
     pub create_table_query: Known,
-    /// Where the server keeps the table's data (`system.tables.data_path`):
-    /// it names the server's data directory, so another server's table of
-    /// the same name has another.
+    /// Where the server keeps the table's data (`system.tables.data_path`,
+    /// or on a server that has `data_paths` instead, its one path, or its
+    /// paths as a JSON array): it names the server's data directory, so
+    /// another server's table of the same name has another.
     #[serde(default = "not_recorded")]
     pub data_path: Known,
+    /// The table's partition key (`system.tables.partition_key`), empty when
+    /// it has none: an INSERT whose rows fall in several partitions is
+    /// written as several parts.
+    #[serde(default = "not_recorded")]
+    pub partition_key: Known,
+    /// The views an INSERT into the table also writes through, as
+    /// `database.table` lines (`system.tables.dependencies_*`), empty when
+    /// none: a view that refuses the rows fails an INSERT whose rows the
+    /// table already holds.
+    #[serde(default = "not_recorded")]
+    pub dependent_views: Known,
     /// When the table's definition was last written: a table dropped and
     /// created again under the same name has another.
     #[serde(default = "not_recorded")]
     pub metadata_modification_time: Known,
     pub columns: Vec<TableColumn>,
-    /// Session settings that decide deduplication and asynchronous inserts.
+    /// Session settings that decide deduplication, asynchronous inserts and
+    /// how an INSERT's rows are cut into blocks ([`SESSION_SETTINGS`]).
     pub settings: Vec<Setting>,
     /// MergeTree settings (server defaults; a table may override them in its
-    /// definition, which `engine_full` shows).
+    /// definition's SETTINGS clause: [`Destination::table_setting`]).
     pub merge_tree_settings: Vec<Setting>,
 }
 
@@ -86,6 +103,16 @@ impl Destination {
         self.settings.iter().chain(&self.merge_tree_settings).find(|s| s.name == name).and_then(|s| s.value.value())
     }
 
+    /// A setting the table's own definition gives (its `SETTINGS` clause in
+    /// `engine_full`): `Ok(None)` when the definition does not name it,
+    /// `Err` when the definition is not known, so nothing can be said.
+    pub fn table_setting(&self, name: &str) -> Result<Option<String>, String> {
+        let Some(definition) = self.engine_full.value() else {
+            return Err("the table's definition (engine_full) is not known".into());
+        };
+        Ok(definition_settings(definition).into_iter().find(|(n, _)| n == name).map(|(_, v)| v))
+    }
+
     /// Whether the table's definition has a TTL (rows may vanish by themselves).
     pub fn has_ttl(&self) -> bool {
         [&self.engine_full, &self.create_table_query]
@@ -93,17 +120,92 @@ impl Destination {
             .filter_map(|k| k.value())
             .any(|text| text.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == "TTL"))
     }
+}
 
-    /// Whether this server deduplicates a resent INSERT into this table: a
-    /// replicated table, or a MergeTree with a non-replicated deduplication
-    /// window, with `insert_deduplicate` on.
-    pub fn deduplicates_resends(&self) -> bool {
-        let on = self.setting("insert_deduplicate") == Some("1");
-        let replicated = self.engine.starts_with("Replicated");
-        let window = self.setting("non_replicated_deduplication_window").is_some_and(|v| v != "0")
-            || self.engine_full.value().is_some_and(|e| e.contains("non_replicated_deduplication_window"));
-        on && (replicated || window)
+/// The `name = value` pairs of a table definition's top-level `SETTINGS`
+/// clause (the last one outside quotes and parentheses), a quoted value
+/// unquoted.
+fn definition_settings(definition: &str) -> Vec<(String, String)> {
+    let Some(start) = last_top_level_word(definition, "SETTINGS") else {
+        return Vec::new();
+    };
+    split_top_level(&definition[start + "SETTINGS".len()..], ',')
+        .into_iter()
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            let value = value.trim();
+            let value = match value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+                Some(quoted) => quoted.replace("\\'", "'").replace("\\\\", "\\"),
+                None => value.to_string(),
+            };
+            Some((name.trim().to_string(), value))
+        })
+        .collect()
+}
+
+/// Where `word` last stands alone outside quotes and parentheses.
+fn last_top_level_word(text: &str, word: &str) -> Option<usize> {
+    let mut found = None;
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if let Some(q) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                c if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' | '`' | '"' => quote = Some(c),
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 && text[i..].starts_with(word) => {
+                let before = text[..i].chars().next_back().is_none_or(|b| !b.is_ascii_alphanumeric() && b != '_');
+                let after =
+                    text[i + word.len()..].chars().next().is_none_or(|a| !a.is_ascii_alphanumeric() && a != '_');
+                if before && after {
+                    found = Some(i);
+                }
+            }
+            _ => {}
+        }
     }
+    found
+}
+
+/// `text` split at `sep` where it stands outside quotes and parentheses.
+fn split_top_level(text: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if let Some(q) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                c if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' | '`' | '"' => quote = Some(c),
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            c if c == sep && depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
 }
 
 #[derive(Debug, Error)]
@@ -121,9 +223,25 @@ pub fn read_only() -> Vec<(&'static str, String)> {
     vec![("readonly", "2".into())]
 }
 
-const SESSION_SETTINGS: [&str; 4] =
-    ["insert_deduplicate", "insert_deduplication_token", "async_insert", "wait_for_async_insert"];
-const MERGE_TREE_SETTINGS: [&str; 1] = ["non_replicated_deduplication_window"];
+/// The session settings read: those that decide deduplication (26 has
+/// `deduplicate_insert`, which overrides the two older switches), whether an
+/// INSERT is asynchronous, and how its rows are cut into blocks.
+pub const SESSION_SETTINGS: [&str; 11] = [
+    "insert_deduplicate",
+    "deduplicate_insert",
+    "async_insert_deduplicate",
+    "insert_deduplication_token",
+    "async_insert",
+    "wait_for_async_insert",
+    "max_insert_block_size",
+    "max_insert_block_size_bytes",
+    "min_insert_block_size_rows",
+    "min_insert_block_size_bytes",
+    "use_strict_insert_block_limits",
+];
+/// The MergeTree settings read (server defaults a table's definition may
+/// override).
+pub const MERGE_TREE_SETTINGS: [&str; 2] = ["non_replicated_deduplication_window", "replicated_deduplication_window"];
 
 pub fn describe(conn: &Connection, database: &str, table: &str) -> Result<Destination, DescribeError> {
     describe_with(conn, database, table, &read_only(), None)
@@ -185,7 +303,8 @@ fn describe_by(read: &Read<'_>, database: &str, table: &str) -> Result<Destinati
     };
 
     let table_fields = column_names(read, "system", "tables")?;
-    let optional = ["uuid", "engine_full", "create_table_query", "data_path", "metadata_modification_time"];
+    let optional =
+        ["uuid", "engine_full", "create_table_query", "data_path", "metadata_modification_time", "partition_key"];
     let mut select = vec!["engine".to_string()];
     select.extend(optional.iter().filter(|f| table_fields.contains(**f)).map(|f| sql::identifier(f)));
     let statement = format!(
@@ -220,6 +339,16 @@ fn describe_by(read: &Read<'_>, database: &str, table: &str) -> Result<Destinati
     let create_table_query = field("create_table_query");
     let data_path = field("data_path");
     let metadata_modification_time = field("metadata_modification_time");
+    let partition_key = field("partition_key");
+    let data_path = match data_path {
+        Known::Unavailable(_) if table_fields.contains("data_paths") => data_paths(read, database, table)?,
+        known => known,
+    };
+    let dependent_views = if ["dependencies_database", "dependencies_table"].iter().all(|f| table_fields.contains(*f)) {
+        dependent_views(read, database, table)?
+    } else {
+        Known::Unavailable("this server's system.tables does not list a table's dependent views".into())
+    };
 
     let statement = format!(
         "SELECT name, type, default_kind FROM system.columns WHERE database = {} AND table = {}",
@@ -248,11 +377,49 @@ fn describe_by(read: &Read<'_>, database: &str, table: &str) -> Result<Destinati
         engine_full,
         create_table_query,
         data_path,
+        partition_key,
+        dependent_views,
         metadata_modification_time,
         columns,
         settings: named_settings(read, "system.settings", &SESSION_SETTINGS)?,
         merge_tree_settings: named_settings(read, "system.merge_tree_settings", &MERGE_TREE_SETTINGS)?,
     })
+}
+
+/// The table's data paths (`system.tables.data_paths`, read one row per
+/// path): one path as itself, as 18.16's `data_path` gives it; several as a
+/// JSON array.
+fn data_paths(read: &Read<'_>, database: &str, table: &str) -> Result<Known, ClickHouseError> {
+    let statement = format!(
+        "SELECT path FROM system.tables ARRAY JOIN data_paths AS path WHERE database = {} AND name = {}",
+        sql::string(database),
+        sql::string(table)
+    );
+    let paths: Vec<String> = read
+        .select("the table's data paths", &statement)?
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect();
+    Ok(match paths.as_slice() {
+        [] => Known::Unavailable("the server lists no data path for the table".into()),
+        [one] => Known::Value(one.clone()),
+        several => Known::Value(serde_json::to_string(several).unwrap_or_default()),
+    })
+}
+
+/// The views that read from the table, one `database.table` per line.
+fn dependent_views(read: &Read<'_>, database: &str, table: &str) -> Result<Known, ClickHouseError> {
+    let statement = format!(
+        "SELECT view_database, view_table FROM system.tables ARRAY JOIN dependencies_database AS view_database, dependencies_table AS view_table WHERE database = {} AND name = {}",
+        sql::string(database),
+        sql::string(table)
+    );
+    let views: Vec<String> = read
+        .select("the table's dependent views", &statement)?
+        .into_iter()
+        .map(|r| r.into_iter().map(Option::unwrap_or_default).collect::<Vec<_>>().join("."))
+        .collect();
+    Ok(Known::Value(views.join("\n")))
 }
 
 fn server_uuid(read: &Read<'_>) -> Result<Known, ClickHouseError> {
@@ -302,7 +469,7 @@ fn named_settings(read: &Read<'_>, source: &str, names: &[&str]) -> Result<Vec<S
 mod tests {
     use super::*;
 
-    fn destination(engine: &str, engine_full: &str, settings: &[(&str, &str)]) -> Destination {
+    fn destination(engine_full: &str) -> Destination {
         Destination {
             server: Server {
                 version: "18.16.1".into(),
@@ -313,40 +480,38 @@ mod tests {
             database: "default".into(),
             table: "t".into(),
             table_uuid: Known::Unavailable("old".into()),
-            engine: engine.into(),
+            engine: "MergeTree".into(),
             engine_full: Known::Value(engine_full.into()),
             create_table_query: Known::Unavailable("old".into()),
             data_path: Known::Value("/data/default/t/".into()),
+            partition_key: Known::Value(String::new()),
+            dependent_views: Known::Value(String::new()),
             metadata_modification_time: Known::Value("2024-01-01 00:00:00".into()),
             columns: Vec::new(),
-            settings: settings
-                .iter()
-                .map(|(n, v)| Setting { name: n.to_string(), value: Known::Value(v.to_string()) })
-                .collect(),
+            settings: Vec::new(),
             merge_tree_settings: Vec::new(),
         }
     }
 
     #[test]
     fn a_ttl_is_found_as_a_word_not_inside_a_name() {
-        assert!(destination("MergeTree", "MergeTree ORDER BY id TTL t + INTERVAL 1 DAY", &[]).has_ttl());
-        assert!(!destination("MergeTree", "MergeTree ORDER BY (TTL_days, id)", &[]).has_ttl());
+        assert!(destination("MergeTree ORDER BY id TTL t + INTERVAL 1 DAY").has_ttl());
+        assert!(!destination("MergeTree ORDER BY (TTL_days, id)").has_ttl());
     }
 
     #[test]
-    fn a_plain_merge_tree_does_not_deduplicate_a_resend() {
-        let on = [("insert_deduplicate", "1")];
-        assert!(!destination("MergeTree", "MergeTree ORDER BY id", &on).deduplicates_resends());
-        assert!(destination("ReplicatedMergeTree", "ReplicatedMergeTree('/t', 'r') ORDER BY id", &on)
-            .deduplicates_resends());
-        assert!(destination(
-            "MergeTree",
-            "MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100",
-            &on
-        )
-        .deduplicates_resends());
-        let off = [("insert_deduplicate", "0")];
-        assert!(!destination("ReplicatedMergeTree", "ReplicatedMergeTree('/t', 'r') ORDER BY id", &off)
-            .deduplicates_resends());
+    fn a_definitions_settings_are_read_from_its_own_clause() {
+        let d = destination(
+            "MergeTree ORDER BY (`SETTINGS a`, id) SETTINGS non_replicated_deduplication_window = 100, storage_policy = 'it\\'s, odd', index_granularity = 8192",
+        );
+        assert_eq!(d.table_setting("non_replicated_deduplication_window"), Ok(Some("100".into())));
+        assert_eq!(d.table_setting("storage_policy"), Ok(Some("it's, odd".into())));
+        assert_eq!(d.table_setting("index_granularity"), Ok(Some("8192".into())));
+        assert_eq!(destination("MergeTree ORDER BY id").table_setting("index_granularity"), Ok(None));
+        let mut unknown = destination("");
+        unknown.engine_full = Known::Unavailable("old".into());
+        assert!(unknown.table_setting("index_granularity").is_err());
+        // A name that ends in the word is not the clause.
+        assert_eq!(destination("MergeTree ORDER BY MYSETTINGS").table_setting("x"), Ok(None));
     }
 }

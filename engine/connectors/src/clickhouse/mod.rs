@@ -1,7 +1,8 @@
 //! A ClickHouse server over HTTP, through the `clickhouse` crate: a blocking
 //! connection for one thread, reads in the TabSeparated text format, inserts
 //! of pre-rendered TabSeparated rows, and the description of a table as the
-//! server defines it ([`destination`]).
+//! server defines it ([`destination`]), and what an INSERT carries and what
+//! the server then does with it ([`inserts`]).
 //!
 //! Every name that reaches SQL is quoted as an identifier and every value
 //! rendered as a literal ([`sql`]); nothing here concatenates a name or a
@@ -10,6 +11,7 @@
 //! may have taken effect), because an at-least-once writer has to know which.
 
 pub mod destination;
+pub mod inserts;
 pub mod sql;
 pub mod tsv;
 pub mod types;
@@ -106,7 +108,7 @@ pub struct Insert<'a> {
     pub settings: Settings<'a>,
     pub timeout: Duration,
     /// Whether the server writes the rows as one block, so that a refusal
-    /// means nothing landed.
+    /// means nothing landed (THE rule: `inserts::one_block`).
     pub atomic: bool,
 }
 
@@ -211,11 +213,13 @@ impl Connection {
             request.end().await
         });
         result.map_err(|e| match self.classify(insert.what, e, true) {
-            // A refused INSERT written in several blocks may have landed in part.
+            // A refused INSERT that is not one block (several blocks or
+            // partitions, a view that refused rows the table took) may have
+            // landed in part.
             ClickHouseError::Refused { url, what, message } if !insert.atomic => ClickHouseError::InDoubt {
                 url,
                 what,
-                message: format!("{message} (the rows span several blocks, some may have landed)"),
+                message: format!("{message} (the INSERT is not one block: some of its rows may have landed)"),
             },
             other => other,
         })

@@ -26,10 +26,11 @@ use crossbeam_channel::RecvTimeoutError;
 use crate::checkpoint::dataset::{self, Dataset};
 use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
+use crate::checkpoint::lineage::read_lineage;
 use crate::checkpoint::markers::{list_completed, write_completed, CheckpointKind, CompletedMarker};
 use crate::checkpoint::{CheckpointLayout, ChosenBy, FileStateBackend, GENERATION};
 use crate::fault::{kill_point, FaultPoint};
-use crate::operators::OperatorKind;
+use crate::operators::{LineageCheck, OperatorKind};
 use crate::trace_event;
 
 mod answers;
@@ -43,6 +44,7 @@ use super::deploy::{self, Deployment, Participant};
 use super::frames::{ToCoordinator, ToTask};
 use super::protocol::{Outcome, Protocol, ProtocolConfig, ProtocolDefects, ProtocolError, Step, MAX_IN_FLIGHT};
 use super::requests::{self, RequestResult};
+use super::watch::Owed;
 use super::{RunError, RunOptions, RunSummary, TriggerMode};
 use crate::capture::recorder::prune_finished;
 use crate::capture::CompletedCheckpoint;
@@ -78,6 +80,9 @@ pub struct Coordinator {
     /// The newest checkpoint whose marker is durable, which the recorders'
     /// retention counts back from.
     completed: CompletedCheckpoint,
+    /// Frames taken from the subtasks: the coordinator's own movement, for
+    /// the stall watch.
+    frames_taken: u64,
 }
 
 impl From<ProtocolError> for RunError {
@@ -89,11 +94,15 @@ impl From<ProtocolError> for RunError {
 impl Coordinator {
     /// Checks the job, its input and what it restores from: nothing is
     /// written before the checks pass.
-    pub fn start(options: RunOptions) -> Result<Coordinator, RunError> {
+    pub fn start(mut options: RunOptions) -> Result<Coordinator, RunError> {
+        let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job.job_id);
+        options.env.lineage = LineageCheck {
+            on_disk: read_lineage(&layout).map_err(|e| RunError::Refused(e.to_string()))?,
+            accept_others: options.allow_other_lineage || options.restore_from.is_some(),
+        };
         for op in &options.job.operators {
             op.preflight(&options.env).map_err(|e| RunError::Refused(e.to_string()))?;
         }
-        let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job.job_id);
         let dataset = preflight_restore(&options, &layout)?;
         let backend = FileStateBackend::new(layout.clone());
         let participants = deploy::participants(&options);
@@ -128,6 +137,7 @@ impl Coordinator {
             dataset,
             requests: RequestBook::default(),
             completed: CompletedCheckpoint::default(),
+            frames_taken: 0,
         })
     }
 
@@ -190,6 +200,7 @@ impl Coordinator {
         let outcome = match &result {
             Ok(()) if self.protocol.progress().stopped_with_savepoint => "savepoint",
             Ok(()) => "finished",
+            Err(RunError::Stalled(_)) => "stalled",
             Err(_) => "failed",
         };
         trace_event!(JobEnds, job = self.layout.job(), outcome = outcome, epoch = self.epoch());
@@ -245,8 +256,12 @@ impl Coordinator {
             let until_interval = next_interval.map(|t| t.saturating_duration_since(Instant::now()));
             let wait = until_interval.map_or(LIVENESS_CHECK, |t| t.min(LIVENESS_CHECK)).min(REQUEST_LOOK);
             match self.receive(wait)? {
-                Some(frame) => self.on_frame(frame)?,
+                Some(frame) => {
+                    self.frames_taken += 1;
+                    self.on_frame(frame)?
+                }
                 None => {
+                    self.look_for_a_stall()?;
                     if let (Some(i), Some(due)) = (interval, next_interval) {
                         if Instant::now() >= due {
                             let steps = self.protocol.interval_elapsed();
@@ -258,6 +273,17 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// Fails the job, saying what each subtask waits on, when nothing has
+    /// moved for the job's stall bound while something is owed.
+    fn look_for_a_stall(&mut self) -> Result<(), RunError> {
+        let owed = Owed { in_flight: self.protocol.in_flight(), held_request: self.protocol.held_request() };
+        let frames = self.frames_taken;
+        let Some(stall) = self.deployment.as_mut().and_then(|d| d.stall.look(frames, owed)) else {
+            return Ok(());
+        };
+        Err(RunError::Stalled(stall.to_string()))
     }
 
     /// The next frame from the subtasks, or `None` when `wait` passed. A

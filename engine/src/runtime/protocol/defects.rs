@@ -35,6 +35,8 @@ pub struct ProtocolDefects {
     pub sail_on_without_budget: bool,
     /// A restart decides what is in flight until the subtasks stop.
     pub broadcast_during_drain: bool,
+    /// A periodic request past the in-flight bound is dropped.
+    pub drop_request_at_bound: bool,
 }
 
 impl ProtocolDefects {
@@ -48,6 +50,7 @@ impl ProtocolDefects {
             restart_numbers_from_disk: defects.has(Defect::RestartNumbersFromDisk),
             sail_on_without_budget: defects.has(Defect::SailOnWithoutBudget),
             broadcast_during_drain: defects.has(Defect::BroadcastDuringDrain),
+            drop_request_at_bound: defects.has(Defect::DropRequestAtBound),
         }
     }
 }

@@ -159,9 +159,11 @@ pub struct Protocol {
     finished: BTreeSet<usize>,
     /// The source asked for its last checkpoint: no more interval triggers.
     source_closing: bool,
-    /// A final or savepoint request that came while MaxInFlight were in
-    /// flight: triggered as soon as one is decided (a restart drops it; the
-    /// redeployed source asks again).
+    /// A request that came while MaxInFlight were in flight: triggered as
+    /// soon as one is decided, since the source that asked waits for it and
+    /// asks nothing more until it comes (a restart drops it; the redeployed
+    /// source asks again). A final or savepoint request outranks a periodic
+    /// one: its trigger answers the source all the same.
     deferred: Option<CheckpointKind>,
     progress: Progress,
     confirm: Confirmations,
@@ -225,14 +227,29 @@ impl Protocol {
             self.source_closing = true;
         }
         if self.at_bound() {
-            // A periodic request past the bound is skipped (the next one
-            // comes); the last checkpoint waits for a decision.
-            if kind != CheckpointKind::Periodic {
-                self.deferred = Some(kind);
+            #[cfg(any(test, feature = "defects"))]
+            if self.config.defects.drop_request_at_bound && kind == CheckpointKind::Periodic {
+                // DEFECT drop_request_at_bound: a periodic request past the
+                // bound is dropped, and the source waits for it forever.
+                return Vec::new();
             }
+            self.hold(kind);
             return Vec::new();
         }
         vec![self.trigger(kind)]
+    }
+
+    /// Holds a request until a checkpoint is decided (see `deferred`).
+    fn hold(&mut self, kind: CheckpointKind) {
+        self.deferred = match (self.deferred, kind) {
+            (Some(held), CheckpointKind::Periodic) => Some(held),
+            _ => Some(kind),
+        };
+    }
+
+    /// The request held at the bound, if any: what the source waits for.
+    pub fn held_request(&self) -> Option<CheckpointKind> {
+        self.deferred
     }
 
     fn at_bound(&self) -> bool {
@@ -473,11 +490,10 @@ mod tests {
         p.config.max_in_flight = 2;
         assert_eq!(p.request(Periodic).len(), 1);
         assert_eq!(p.interval_elapsed().len(), 1);
-        // At the bound: a periodic request and an interval are skipped.
-        assert!(p.request(Periodic).is_empty());
+        // At the bound: an interval is skipped (the timer comes again); the
+        // final request is not lost: it is triggered once 1 is decided.
         assert!(p.interval_elapsed().is_empty());
         assert_eq!(p.in_flight(), [1, 2]);
-        // The final request is not lost: it is triggered once 1 is decided.
         assert!(p.request(Final).is_empty());
         let steps = p.ack(0, 1, Ok(())).unwrap();
         assert_eq!(steps.last(), Some(&Step::Trigger { checkpoint: 3, kind: Final }));
@@ -491,6 +507,43 @@ mod tests {
         assert!(steps.contains(&Step::Redeploy), "{steps:?}");
         assert!(!steps.iter().any(|s| matches!(s, Step::Trigger { .. })), "{steps:?}");
         assert!(p.deferred.is_none());
+    }
+
+    /// The source that asks for a checkpoint waits for its trigger and asks
+    /// nothing more: a request at the bound is held, never skipped, or the
+    /// job stalls once a slow sink lets MaxInFlight build up.
+    #[test]
+    fn a_periodic_request_at_the_bound_is_held_until_a_checkpoint_is_decided() {
+        let mut p = protocol(1);
+        p.config.max_in_flight = 2;
+        p.request(Periodic);
+        p.request(Periodic);
+        assert!(p.request(Periodic).is_empty(), "at the bound nothing is triggered at once");
+        assert_eq!(p.held_request(), Some(Periodic));
+        let steps = p.ack(0, 1, Ok(())).unwrap();
+        assert_eq!(steps.last(), Some(&Step::Trigger { checkpoint: 3, kind: Periodic }), "{steps:?}");
+        assert_eq!(p.held_request(), None);
+        // Two requests held at once are one trigger (it answers both), and
+        // a final one outranks a periodic one whichever came first.
+        assert!(p.request(Periodic).is_empty());
+        assert!(p.request(Final).is_empty());
+        assert!(p.request(Periodic).is_empty());
+        assert_eq!(p.held_request(), Some(Final));
+        let steps = p.ack(0, 2, Ok(())).unwrap();
+        let triggers: Vec<_> = steps.iter().filter(|s| matches!(s, Step::Trigger { .. })).collect();
+        assert_eq!(triggers, [&Step::Trigger { checkpoint: 4, kind: Final }]);
+    }
+
+    #[test]
+    fn the_drop_request_at_bound_defect_drops_the_request_the_source_waits_for() {
+        let mut p = protocol(1);
+        p.config.max_in_flight = 1;
+        p.config.defects.drop_request_at_bound = true;
+        p.request(Periodic);
+        assert!(p.request(Periodic).is_empty());
+        assert_eq!(p.held_request(), None, "DEFECT: nothing is held");
+        let steps = p.ack(0, 1, Ok(())).unwrap();
+        assert!(!steps.iter().any(|s| matches!(s, Step::Trigger { .. })), "nothing answers the source: {steps:?}");
     }
 
     #[test]

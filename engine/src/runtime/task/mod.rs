@@ -49,6 +49,8 @@ pub struct TaskContext {
     pub env: Environment,
     /// The flight recorder of this subtask, when capture is on.
     pub recorder: Option<EpochRecorder>,
+    /// What this subtask is doing, for the coordinator's stall watch.
+    pub watch: std::sync::Arc<super::watch::TaskWatch>,
 }
 
 /// Why a subtask stopped early.
@@ -151,6 +153,7 @@ impl TaskContext {
     }
 
     pub(super) fn finish(&self, result: Result<(), TaskExit>) {
+        self.watch.waits(super::watch::Wait::Ended);
         let frame = match result {
             Ok(()) => ToCoordinator::Finished { task: self.task },
             Err(TaskExit::Cancelled) => return,

@@ -24,6 +24,7 @@ use crate::value::Row;
 
 use super::super::frames::{Element, ToCoordinator, ToTask};
 use super::super::gates::OutputGate;
+use super::super::watch::Wait;
 use super::{TaskContext, TaskExit, WORKER_ID};
 
 /// How the source asks for checkpoints.
@@ -161,6 +162,7 @@ impl SourceTask<'_> {
                 }
                 SourceItem::Idle => {
                     self.out.flush()?;
+                    self.cx.watch.waits(Wait::ExternalInput);
                     self.poll_control(source)?;
                 }
             }
@@ -185,6 +187,7 @@ impl SourceTask<'_> {
 
     /// Handles the control frames that are waiting, without blocking.
     fn poll_control(&mut self, source: &mut dyn Source) -> Result<(), TaskExit> {
+        self.cx.watch.moved();
         while let Ok(frame) = self.control.try_recv() {
             self.on_control(At::Now(source), frame)?;
         }
@@ -225,7 +228,12 @@ impl SourceTask<'_> {
                     self.read_ahead(source, &mut ahead);
                     continue;
                 }
-                Err(TryRecvError::Empty) => self.control.recv().map_err(|_| TaskExit::Cancelled)?,
+                Err(TryRecvError::Empty) => {
+                    self.cx.watch.waits(Wait::Trigger(kind));
+                    let frame = self.control.recv().map_err(|_| TaskExit::Cancelled)?;
+                    self.cx.watch.waits(Wait::Working);
+                    frame
+                }
             };
             if self.on_control(At::Taken(&at), frame)? == Some(kind) {
                 break;
@@ -370,6 +378,7 @@ mod tests {
             epoch: 1,
             env: Environment::default(),
             recorder: None,
+            watch: crate::runtime::watch::TaskWatch::new(),
         }
     }
 

@@ -12,9 +12,10 @@
 //! `impl Runner`.
 //!
 //! Rules it keeps, one place each:
-//! - A checkpoint is its marker ([`crate::ledger::CheckpointIdentity`]): when
-//!   the job directory was reset, the audits of the checkpoints it replaced
-//!   are retired and the new ones audited from the start ([`Runner::look`]).
+//! - A checkpoint is its marker ([`crate::ledger::CheckpointIdentity`]) in a
+//!   lineage (`_jobs/<job>/LINEAGE`): when the job directory was reset or
+//!   records another lineage, the audits of the one before are retired and
+//!   the new ones audited from the start ([`Runner::look`]).
 //! - Every attempt starts with no ranges: an audit's coverage is its last
 //!   attempt's alone ([`Runner::begin_attempt`]).
 //! - The windowed chain holds only the states of audits that ended `passed`
@@ -74,6 +75,8 @@ pub enum RunError {
     Durable(#[from] DurableError),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("the job's lineage record is refused: {0}")]
+    Lineage(#[from] crate::job::LineageError),
 }
 
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
@@ -103,7 +106,7 @@ pub enum CycleEnd {
 /// What the runner reports as it goes (the binary draws it).
 pub trait RunProgress {
     fn step(&mut self, _cycle: u64, _checkpoint: u64, _step: Step) {}
-    fn published(&mut self, _checkpoint: u64, _outcome: Outcome) {}
+    fn published(&mut self, _checkpoint: u64, _outcome: Outcome, _reason: &str) {}
 }
 
 pub struct NoProgress;
@@ -149,7 +152,7 @@ impl<'a> Runner<'a> {
         let lock = acquire(&state, &Holder { command: command.into(), ..Holder::me(now_ms() / 1000) })?;
         // What a killed runner was writing (only a runner, holding the lock, writes there).
         clear_temporaries(&state.join(TMP_DIR))?;
-        let ledger = Ledger::load(&state, &config.fingerprint())?;
+        let ledger = Ledger::of_config(config)?;
         let cycle = ledger.cycles.last().map_or(0, |c| c.n);
         let mut runner = Runner {
             config,
@@ -563,13 +566,14 @@ impl<'a> Runner<'a> {
         let published = self.state.join("reports").join(format!("{}.json", rec.id));
         write_atomically_via(&self.state.join(TMP_DIR), &published, &document)?;
         let outcome = rec.outcome.unwrap_or(Outcome::Error);
+        let reason = rec.attempts.last().and_then(|a| a.reason.clone()).unwrap_or_default();
         let id = rec.id.clone();
         if let Some(rec) = self.ledger.audits.get_mut(&ck) {
             rec.published = true;
         }
         self.save()?;
         self.event("audit-published", json!({"audit": id, "checkpoint": ck, "outcome": outcome.as_str()}));
-        progress.published(ck, outcome);
+        progress.published(ck, outcome, &reason);
         Ok(())
     }
 }

@@ -20,15 +20,48 @@ use crate::outcome::{may_attempt, Outcome};
 
 impl Runner<'_> {
     /// The job's completed checkpoints now, recorded as observed.
-    /// At a cycle's start: when the job directory was reset, the audits of
-    /// the checkpoints it replaced are retired first.
+    /// At a cycle's start: when the job directory records another lineage,
+    /// or was reset, the audits of the checkpoints it replaced are retired first.
     pub(super) fn look(&mut self, progress: &mut dyn RunProgress) -> Result<Completed, RunError> {
+        let lineage = crate::job::lineage(Path::new(&self.config.job.checkpoint_dir), &self.config.job.id)?;
         let completed = self.completed_now()?;
-        if let Some(why) = self.replaced(&completed) {
+        if let Some(why) = self.other_lineage(lineage.as_deref(), &completed).or_else(|| self.replaced(&completed)) {
             self.retire_all(&why, progress)?;
         }
+        self.adopt_lineage(lineage);
         self.observe(&completed);
         Ok(completed)
+    }
+
+    /// Why the lineage the job directory records now is not the one the
+    /// ledger's audits are of, if it is not. A ledger that knew no lineage
+    /// (an engine or a runner from before lineages) takes the first one it
+    /// sees only when a checkpoint it audited is still there, as it was:
+    /// otherwise nothing says its audits are of that lineage.
+    fn other_lineage(&self, now: Option<&str>, completed: &Completed) -> Option<String> {
+        match (self.ledger.lineage.as_deref(), now) {
+            (Some(was), Some(now)) if was == now => None,
+            (Some(was), now) => Some(format!(
+                "the job directory records lineage {}, not lineage {was} the audits were of",
+                now.unwrap_or("none (its LINEAGE is gone)")
+            )),
+            (None, None) => None,
+            (None, Some(now)) => {
+                let still_there =
+                    completed.iter().any(|(ck, seen)| self.ledger.audits.get(ck).is_some_and(|r| r.is_of(seen)));
+                (!self.ledger.audits.is_empty() && !still_there).then(|| {
+                    format!("the job directory now records lineage {now}, and no checkpoint the runner audited is there as it was")
+                })
+            }
+        }
+    }
+
+    /// The lineage seen is the ledger's, and every current audit's.
+    fn adopt_lineage(&mut self, lineage: Option<String>) {
+        for rec in self.ledger.audits.values_mut().filter(|r| r.lineage.is_none()) {
+            rec.lineage.clone_from(&lineage);
+        }
+        self.ledger.lineage = lineage;
     }
 
     pub(super) fn completed_now(&self) -> Result<Completed, RunError> {
@@ -97,6 +130,8 @@ impl Runner<'_> {
         self.ledger.cursor = None;
         self.ledger.observed.clear();
         self.ledger.chain = Chain::default();
+        // Staleness is measured within the new lineage.
+        self.ledger.first_seen = None;
         self.save()?;
         self.prune_states()
     }
@@ -107,6 +142,7 @@ impl Runner<'_> {
             checkpoint: seen.checkpoint,
             completed_ms: seen.completed_ms,
             marker_sha256: Some(seen.marker_sha256.clone()),
+            lineage: self.ledger.lineage.clone(),
             outcome: None,
             attempts: Vec::new(),
             next_due_s: None,
@@ -186,7 +222,7 @@ impl Runner<'_> {
             return;
         }
         let cursor = self.ledger.cursor.unwrap_or(u64::MAX);
-        let oldest = self.ledger.records().min_by_key(|r| r.completed_ms);
+        let oldest = self.ledger.audits.values().min_by_key(|r| r.completed_ms);
         self.ledger.first_seen = match oldest {
             Some(r) => Some(FirstSeen { checkpoint: r.checkpoint, completed_ms: r.completed_ms }),
             None => completed
@@ -261,14 +297,22 @@ impl Runner<'_> {
             .collect();
         for seen in new {
             let ck = seen.checkpoint;
-            let waiting = self
+            // Waiting from an earlier cycle, or collected early in this one,
+            // whether that collection held or not: a collection that fails
+            // (the job moving faster than it copies) frees no place, or a
+            // cycle would never end while the job runs.
+            let cycle = self.cycle;
+            let early = self
                 .ledger
                 .audits
                 .values()
                 .filter(|r| !self.listed.contains(&r.checkpoint))
-                .filter(|r| r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some()))
+                .filter(|r| {
+                    r.attempted_in(cycle)
+                        || r.open_attempt().is_some_and(|a| a.steps.len() == 1 && a.done(Step::Collect).is_some())
+                })
                 .count();
-            if waiting >= MAX_COLLECTED_EARLY {
+            if early >= MAX_COLLECTED_EARLY {
                 return Ok(());
             }
             self.eligible.insert(ck);

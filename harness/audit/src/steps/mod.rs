@@ -337,9 +337,14 @@ fn judge_collect(done: &Finished, ctx: &StepContext) -> Verdict {
         (Some("refused"), Some("changed"), _) => Verdict::CollectAgain(reason),
         // The marker was listed when the audit was selected: what is
         // missing now is its state, purged by the job's retention.
-        (Some("refused"), Some("missing"), _) => {
-            Verdict::Decided(Outcome::Expired, format!("collect: the state is gone: {reason}"), Vec::new())
-        }
+        (Some("refused"), Some("missing"), _) => Verdict::Decided(
+            Outcome::Expired,
+            format!(
+                    "collect: the state is gone: {reason} (the job's retention removed it before the runner \
+                     reached it: keep more checkpoints, clink run --retain-checkpoints N, or run the runner more often)"
+                ),
+            Vec::new(),
+        ),
         (Some("refused"), Some("bound" | "timeout"), _) => {
             Verdict::Decided(Outcome::Partial, format!("collect: a bound was reached: {reason}"), Vec::new())
         }
@@ -377,7 +382,16 @@ fn judge_scope(done: &Finished, ctx: &StepContext) -> Verdict {
         Some(3) if written => {
             let j = parse(&done.stdout);
             let missing = j.as_ref().and_then(|j| j.get("incomplete")).map(|v| v.to_string()).unwrap_or_default();
-            Verdict::Decided(Outcome::Partial, format!("scope: the evidence is not whole: {missing}"), Vec::new())
+            // Evidence the job's retention removed never comes back: a gap, not a retry.
+            let capture_dir = Path::new(&ctx.config.job.capture_dir);
+            match crate::job::captures_purged(capture_dir, ctx.checkpoint) {
+                Some(gone) => Verdict::Decided(Outcome::Expired, format!("scope: {gone}: {missing}"), Vec::new()),
+                None => Verdict::Decided(
+                    Outcome::Partial,
+                    format!("scope: the evidence is not whole: {missing}"),
+                    Vec::new(),
+                ),
+            }
         }
         Some(3) => Verdict::Decided(
             Outcome::Unsupported,

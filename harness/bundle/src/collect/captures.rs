@@ -16,6 +16,7 @@ use crate::manifest::{capture_path, EpochEntry, Note, RestoredInfo};
 
 use super::copy::{Builder, Need};
 use super::refusal::{refusal, Refusal, RefusalKind};
+use super::EpochSelection;
 use clink_basics::redact::redact;
 
 pub(super) fn gather_captures(
@@ -33,8 +34,9 @@ pub(super) fn gather_captures(
         return Ok(Vec::new());
     };
     let wanted: BTreeSet<u64> = match &options.epochs {
-        Some(list) => list.iter().copied().collect(),
-        None => {
+        EpochSelection::Only(list) => list.iter().copied().collect(),
+        EpochSelection::All => BTreeSet::new(),
+        EpochSelection::Default => {
             // After a final checkpoint the job ended: no epoch follows it.
             let mut e: BTreeSet<u64> = [selected].into();
             if !selected_is_final {
@@ -96,7 +98,7 @@ pub(super) fn gather_captures(
             // over a discarded run's intervals when that scope starts at a
             // restore (what a duplicate there may come from).
             let mut wanted = wanted.clone();
-            if is_sink && options.epochs.is_none() {
+            if is_sink && options.epochs == EpochSelection::Default {
                 wanted.extend(sink_scope_epochs(&dir, selected, &completed, restored));
             }
             let names = read_dir_names(&dir).map_err(|e| refusal(RefusalKind::Other, e.to_string()))?;
@@ -104,7 +106,7 @@ pub(super) fn gather_captures(
             let mut outside = Vec::new();
             for name in names {
                 let Some(epoch) = clink_engine::capture::parse_epoch_file_name(&name) else { continue };
-                if !wanted.contains(&epoch) {
+                if options.epochs != EpochSelection::All && !wanted.contains(&epoch) {
                     outside.push(epoch);
                     continue;
                 }

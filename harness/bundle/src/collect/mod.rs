@@ -59,6 +59,18 @@ fn refuse_test_settings() -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Which captured epochs a collection keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EpochSelection {
+    /// The selected checkpoint's epoch, the next unless it is the job's
+    /// final, a restored run's first, and each sink's reconciliation scope.
+    Default,
+    /// Exactly these.
+    Only(Vec<u64>),
+    /// Every epoch the capture directory still holds (a whole run's scope).
+    All,
+}
+
 #[derive(Debug, Clone)]
 pub struct CollectOptions {
     pub checkpoint_dir: PathBuf,
@@ -71,7 +83,7 @@ pub struct CollectOptions {
     pub checkpoint: Option<u64>,
     pub commit_confirmation: Option<bool>,
     pub ops: Option<Vec<OperatorId>>,
-    pub epochs: Option<Vec<u64>>,
+    pub epochs: EpochSelection,
     pub out: PathBuf,
     pub max_bytes: u64,
     pub max_files: u64,

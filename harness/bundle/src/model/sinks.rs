@@ -191,12 +191,21 @@ fn clickhouse(
             rows.len()
         ));
     }
-    let token = clickhouse_sink::insert_token(&e.job.to_string(), &doc.uid, s, n);
-    if let Some(other) = inserts.iter().find(|i| i.get("token").and_then(Json::as_str) != Some(token.as_str())) {
+    // Every INSERT of an interval carries the interval's one token (made of
+    // the run that wrote the evidence), or none when deduplication was off
+    // for it (a server that takes no token, or no run identity): never
+    // another's, and never a mix.
+    let token = doc.run.as_ref().map(|run| clickhouse_sink::insert_token(run, &e.job.to_string(), &doc.uid, s, n));
+    let carried: Vec<Option<&str>> = inserts.iter().map(|i| i.get("token").and_then(Json::as_str)).collect();
+    let agrees = |t: &Option<&str>| t.is_none() || *t == token.as_deref();
+    if let Some(other) = carried.iter().find(|t| !agrees(t)) {
         return Err(format!(
-            "an INSERT of its ledger carries token {}; the interval's is {token}",
-            other.get("token").unwrap_or(&Json::Null)
+            "an INSERT of its ledger carries token {other:?}; the interval's is {}",
+            token.as_deref().unwrap_or("none (no run identity)")
         ));
+    }
+    if carried.iter().any(Option::is_some) && carried.iter().any(Option::is_none) {
+        return Err("its INSERT ledger mixes INSERTs with the interval's token and without one".into());
     }
     // The sink's own rules over what the evidence states.
     let planned =
@@ -207,8 +216,22 @@ fn clickhouse(
         return Err("the columns it says it writes are not the sink's input columns".into());
     }
     let destination = doc.sink.get("destination").ok_or("its account describes no destination")?;
-    let (bytes, deduplicates) = clickhouse_sink::recompute_interval(&planned.spec.params, &input, destination, rows)?;
-    for insert in inserts {
+    let (bytes, rules) =
+        clickhouse_sink::recompute_interval(&planned.spec.params, &input, destination, doc.run.as_ref(), rows)?;
+    // THE insert rules over the destination it describes, for the run that wrote it.
+    if doc.sink.get("writes") != Some(&serde_json::to_value(&rules).map_err(|e| e.to_string())?) {
+        return Err(format!(
+            "the write rules it records are not those the destination it describes gives the run that wrote it ({})",
+            serde_json::to_value(&rules).unwrap_or_default()
+        ));
+    }
+    if rules.tokens.value().is_some() != carried.iter().all(Option::is_some) && !carried.is_empty() {
+        return Err(
+            "its INSERTs carry a token exactly when its write rules say the server takes one for this run".into()
+        );
+    }
+    for (insert, token) in inserts.iter().zip(&carried) {
+        let deduplicates = rules.deduplication.holds && token.is_some();
         let field = |k: &str| insert.get(k).cloned().unwrap_or(Json::Null);
         let attempts = field("attempts").as_u64().unwrap_or(0);
         let errors = field("errors").as_array().map_or(usize::MAX, Vec::len) as u64;
@@ -222,7 +245,7 @@ fn clickhouse(
         );
         if expected != (field("bytes"), true, true, true, true) {
             return Err(format!(
-                "its INSERT {insert} does not hold together: {bytes} bytes for its rows, one attempt per error and one more, a resend in doubt deduplicated exactly when the table it describes deduplicates ({deduplicates})"
+                "its INSERT {insert} does not hold together: {bytes} bytes for its rows, one attempt per error and one more, a resend in doubt deduplicated exactly when its write rules deduplicate and it carried a token ({deduplicates})"
             ));
         }
     }

@@ -215,9 +215,13 @@ pub(super) fn compare(bundle: &Bundle, e: &mut Evidence) -> Result<(), Refused> 
                     }
                 }
                 "CoordComplete" if v.get("outcome").and_then(Json::as_str) == Some("completed") => {
-                    if let Some(c) = ckpt {
+                    // Killed between deciding and writing the marker, a
+                    // process's decision is its file's last line; any later
+                    // line means it went on without writing it.
+                    let last = file.lines.last().map(|(n, _)| *n) == Some(*at);
+                    if let Some(c) = ckpt.filter(|_| !last) {
                         if !e.completed.contains_key(&c) {
-                            found.push((Fact::Marker, format!("{} line {at}: the coordinator decided checkpoint {c} completed; the bundle holds no COMPLETED-{c}", file.path)));
+                            found.push((Fact::Marker, format!("{} line {at}: the coordinator decided checkpoint {c} completed and went on; the bundle holds no COMPLETED-{c}", file.path)));
                         }
                     }
                 }

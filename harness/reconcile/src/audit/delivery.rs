@@ -28,7 +28,7 @@ pub(super) fn scope_check(scope: &Scope, expected: &[Row], key: &[usize], key_ki
         )
         .evidence(evidence)
         .details(scope.problems.iter().take(20).cloned())
-        .next("collect with --include-state --include-captures (and --epochs reaching back over the scope)");
+        .next("collect with --include-state --include-captures (and --epochs all, or --epochs reaching back over the scope)");
     }
     if let Some((i, kind)) = key.iter().zip(key_kinds).find(|(_, k)| !k.can_key()) {
         return CheckResult::new(

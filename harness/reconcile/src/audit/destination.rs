@@ -67,10 +67,15 @@ pub(super) fn identify(recorded: &Destination, observed: &Destination) -> Result
     }
     let mut said: Vec<&str> = by;
     said.extend(fallback);
+    let missing: Vec<&str> = [("server", &recorded.server.uuid), ("table", &recorded.table_uuid)]
+        .into_iter()
+        .filter(|(_, uuid)| uuid.identity().is_none())
+        .map(|(what, _)| what)
+        .collect();
     Ok(format!(
-        "by {} (this server has no {}UUIDs; a table dropped and created again within the same second would not be told apart)",
+        "by {} (the evidence holds no {} UUID; a table dropped and created again within the same second would not be told apart)",
         said.join(", "),
-        if recorded.server.uuid.identity().is_none() { "server or table " } else { "table " }
+        missing.join(" or ")
     ))
 }
 
@@ -209,6 +214,8 @@ mod tests {
             engine_full: Known::Value("MergeTree ORDER BY id".into()),
             create_table_query: Known::Unavailable("old".into()),
             data_path: Known::Value(data_path.into()),
+            partition_key: Known::Value(String::new()),
+            dependent_views: Known::Value(String::new()),
             metadata_modification_time: Known::Value(modified.into()),
             columns: Vec::new(),
             settings: Vec::new(),
@@ -259,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn a_date_time_64_key_column_makes_the_destination_unsupported() {
+    fn a_date_time_64_key_column_is_supported_at_millisecond_precision_only() {
         use clink_engine::value::ColumnType;
         let mut table = destination(Known::Unavailable("old".into()), "/a/", "t");
         table.columns = vec![column("id", "Int64"), column("time", "DateTime64(3)")];
@@ -268,13 +275,16 @@ mod tests {
             Column { name: "time".into(), ty: ColumnType::Timestamp },
         ];
         let kinds = vec![CellKind::Int, CellKind::TimestampMs];
-        let as_key = |key: &[usize]| {
+        let as_key = |table: &Destination, key: &[usize]| {
             let written = Written { columns: &columns, kinds: &kinds, key, destinations: &[] };
-            destination_check(&written, Some(&table), Some(&table), "by data path").0
+            destination_check(&written, Some(table), Some(table), "by data path").0
         };
-        assert_eq!(as_key(&[0]).status, Status::Passed, "a DateTime64 column beside the key reads as before");
-        let keyed = as_key(&[0, 1]);
-        assert_eq!(keyed.status, Status::Unsupported, "{}", keyed.reason);
-        assert!(keyed.reason.contains("key column \"time\" is DateTime64(3)"), "{}", keyed.reason);
+        assert_eq!(as_key(&table, &[0]).status, Status::Passed, "a DateTime64 column beside the key reads as before");
+        let keyed = as_key(&table, &[0, 1]);
+        assert_eq!(keyed.status, Status::Passed, "selected by its instant: {}", keyed.reason);
+        table.columns[1] = column("time", "DateTime64(6)");
+        let finer = as_key(&table, &[0, 1]);
+        assert_eq!(finer.status, Status::Unsupported, "{}", finer.reason);
+        assert!(finer.reason.contains("key column \"time\" is DateTime64(6)"), "{}", finer.reason);
     }
 }

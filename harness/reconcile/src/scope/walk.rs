@@ -34,7 +34,7 @@ impl Scope {
             self.problems.extend(problems);
             let Some(previous) = self.previous_barrier(&interval) else {
                 self.problems.push(format!(
-                    "no sink subtask's evidence of interval {epoch} is in the bundle, so the intervals before it are not known (collect with --include-captures, and --epochs reaching back that far)"
+                    "no sink subtask's evidence of interval {epoch} is in the bundle, so the intervals before it are not known (collect with --include-captures and --epochs all, or --epochs reaching back that far)"
                 ));
                 intervals.push(interval);
                 self.start = Start::RunStart;

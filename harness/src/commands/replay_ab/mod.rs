@@ -5,7 +5,7 @@
 //! one `replay epoch --out` per epoch, in its own process group, with a time
 //! limit, a memory bound and a bound on the bytes it may write, under the
 //! loopback-only isolation the whole command re-executes itself into (the one
-//! proof of `clink isolation`). Before the candidate is asked to replay an
+//! proof of `clink isolation`), pinned and confined (`candidate.rs`). Before the candidate is asked to replay an
 //! epoch, its `capabilities --json` must declare everything the epoch needs
 //! ([`clink_replay::ab`]); an epoch it cannot declare is refused, never tried.
 //!
@@ -13,6 +13,7 @@
 //! candidate without enforced isolation, and never counts an epoch the
 //! candidate did not replay, or whose dump names another epoch, as identical.
 
+mod candidate;
 mod page;
 mod source;
 
@@ -20,22 +21,20 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use candidate::Candidate;
 use clap::Args;
 use clink_basics::exit::Exit;
 use clink_basics::ids::OperatorId;
 use clink_isolation::Proof;
-use clink_replay::ab::{compare, missing, needs, parse_declared, Comparison, Declared};
+use clink_replay::ab::{compare, missing, needs, Comparison, Declared};
 use clink_replay::emissions::read_dump;
 use clink_replay::{replay, EpochRef, ReplayError, ReplayOutcome};
 use clink_upgrade::runner::{Runner, Running, Stopped};
 use clink_upgrade::Bounds;
-use serde_json::{json, Value as Json};
+use serde_json::Value as Json;
 
 use super::{decimal_u32, decimal_u64, operator_id, Output};
 use source::Source;
-
-/// A candidate binary larger than this is not hashed whole (and is refused).
-const MAX_CANDIDATE_BYTES: u64 = 4 << 30;
 
 /// How many emissions of each build a divergence shows from its first difference.
 const CONTEXT_ROWS: usize = 20;
@@ -50,20 +49,28 @@ const CONTEXT_ROWS: usize = 20;
 /// format, state encodings and operator type its `capabilities --json`
 /// declares. A bundle (--bundle) is hashed against its manifest before
 /// anything runs and again after, and this build replays its vouched bytes.
-/// The candidate judged is the candidate that ran: it is copied into the
-/// work directory first (hashed as it is copied), and that copy answers
-/// `capabilities` and replays every epoch; the report gives its SHA-256.
+/// The candidate judged is the candidate that ran: it must be an ELF
+/// executable (a script is refused: what would run is its interpreter and
+/// whatever it reads); it is copied where it may not write, and the copy,
+/// its loader and every shared library the loader resolves for it are
+/// hashed. It runs with an empty environment, confined by Landlock: it may
+/// execute only its copy and loader, read only those, its libraries and the
+/// evidence, and write only its dumps. Every pinned file is hashed again
+/// after every run; a change refuses the whole A/B. The report names each
+/// file by SHA-256, and all of them by one `code_sha256`.
 /// Exit 0 every selected epoch compared and identical, and at least one
-/// emission compared; 1 an epoch diverged; 2 bad usage or malformed
-/// evidence; 3 not established (isolation not proven, a capability missing,
+/// emission compared; 1 an epoch diverged; 2 bad usage, malformed
+/// evidence, a candidate that cannot be pinned, or pinned code that changed
+/// during a run; 3 not established (isolation not proven, a capability missing,
 /// the candidate killed at a bound or failing, an epoch this build cannot
-/// replay (unless --allow-unsupported), or nothing emitted in any selected
-/// epoch, so nothing was compared).
+/// replay (unless --allow-unsupported), nothing emitted in any selected
+/// epoch, so nothing was compared, or no Landlock to confine the candidate).
 #[derive(Args, Debug)]
 pub struct AbArgs {
     #[command(flatten)]
     source: super::EvidenceArgs,
-    /// The candidate build's clink binary.
+    /// The candidate build's clink binary: an ELF executable for this
+    /// machine (a script is refused: no hash of it names what would run).
     #[arg(long, value_name = "FILE")]
     candidate_clink: PathBuf,
     /// Only this operator (decimal id).
@@ -90,8 +97,9 @@ pub struct AbArgs {
     /// Candidate processes run at once (default: the machine's cores).
     #[arg(long, value_name = "N", value_parser = decimal_u64)]
     jobs: Option<u64>,
-    /// Keep the candidate's dumps and logs in DIR (a fresh directory);
-    /// otherwise they go to a temporary directory that is removed.
+    /// Keep the candidate's pinned copy (DIR/candidate) and its dumps and
+    /// logs (DIR/run) in DIR, a fresh directory; otherwise they go to a
+    /// temporary directory that is removed.
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
     /// Also write the report as one self-contained HTML file: a row per
@@ -224,7 +232,7 @@ pub fn main(args: AbArgs) -> Exit {
     };
     match run(&args, &work, &proof) {
         Ok(report) => finish(&out, &args, report),
-        Err(why) => out.refuse(why),
+        Err((exit, why)) => out.stop(exit, why),
     }
 }
 
@@ -259,32 +267,36 @@ pub(crate) struct Report {
     pub(crate) evidence: String,
 }
 
-fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
+fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, (Exit, String)> {
+    let refused = |why: String| (Exit::Refused, why);
     let started = Instant::now();
     let given = &args.source;
     let source = match (&given.bundle, &given.capture_dir, &given.checkpoint_dir) {
-        (Some(root), _, _) => Source::open_bundle(root)?,
+        (Some(root), _, _) => Source::open_bundle(root).map_err(refused)?,
         (None, Some(capture), Some(checkpoint)) => {
             Source::Dirs { capture: capture.clone(), checkpoint: checkpoint.clone(), job: given.job }
         }
-        _ => return Err("give --capture-dir with --checkpoint-dir, or --bundle".into()),
+        _ => return Err(refused("give --capture-dir with --checkpoint-dir, or --bundle".into())),
     };
-    let selected = select(args, &source)?;
+    let selected = select(args, &source).map_err(refused)?;
     let bounds = Bounds {
         run_timeout_s: args.run_timeout_s,
         max_rss_mib: args.max_rss_mib,
         max_output_mib: args.max_output_mib,
         timeout_s: args.timeout_s,
     };
-    let mut runner = Runner::new(work, bounds).map_err(|e| format!("{}: {e}", work.display()))?;
-    let dumps = work.join("dumps");
-    std::fs::create_dir_all(&dumps).map_err(|e| format!("{}: {e}", dumps.display()))?;
-    let given = &args.candidate_clink;
-    // What runs is a copy of its own, hashed as it is copied: a file
-    // replaced at the given path later changes nothing that is judged.
-    let (candidate, sha256) = private_copy(given, work)?;
-    let candidate = &candidate;
-    let capabilities = declared(&mut runner, candidate);
+    // The output bound counts what the candidate writes (its dumps, its
+    // logs) under `run/`, never its own copy beside it.
+    let out = work.join("run");
+    let mut runner = Runner::new(&out, bounds).map_err(|e| refused(format!("{}: {e}", out.display())))?;
+    let dumps = out.join("dumps");
+    std::fs::create_dir_all(&dumps).map_err(|e| refused(format!("{}: {e}", dumps.display())))?;
+    // What runs is a copy of its own, in a directory it is never granted,
+    // with its loader and libraries pinned beside it.
+    let evidence = [source.capture_dir(), source.checkpoint_dir()];
+    let mut candidate = Candidate::pin(&args.candidate_clink, &work.join("candidate"), &mut runner, &evidence, &dumps)?;
+    let capabilities = candidate.declared(&mut runner);
+    candidate.still_pinned("capabilities --json")?;
     let progress = crate::progress::Progress::bar(args.json, "A/B", "epochs");
     progress.set_length(selected.len() as u64);
     // Up to `jobs` candidates run at once; each result keeps its place.
@@ -296,7 +308,7 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
     let mut in_flight: VecDeque<(usize, Box<Pending>)> = VecDeque::new();
     for (i, at) in selected.into_iter().enumerate() {
         progress.message(at.to_string());
-        match start_epoch(&mut runner, candidate, &source, &dumps, &capabilities, at) {
+        match start_epoch(&mut runner, &candidate, &source, &dumps, &capabilities, at) {
             Started::Done(r) => {
                 results[i] = Some(r);
                 progress.inc();
@@ -305,24 +317,19 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
         }
         while in_flight.len() >= jobs {
             let Some((k, p)) = in_flight.pop_front() else { break };
-            results[k] = Some(finish_epoch(&mut runner, args, &source, *p));
+            results[k] = Some(finish_checked(&mut runner, &mut candidate, args, &source, *p)?);
             progress.inc();
         }
     }
     while let Some((k, p)) = in_flight.pop_front() {
-        results[k] = Some(finish_epoch(&mut runner, args, &source, *p));
+        results[k] = Some(finish_checked(&mut runner, &mut candidate, args, &source, *p)?);
         progress.inc();
     }
     drop(progress);
     let results: Vec<EpochResult> = results.into_iter().flatten().collect();
-    source.still_vouched()?;
+    source.still_vouched().map_err(refused)?;
     Ok(Report {
-        candidate: json!({
-            "path": given.display().to_string(),
-            "ran": candidate.display().to_string(),
-            "sha256": sha256,
-            "build": capabilities.as_ref().map(|d| d.build.clone()).ok(),
-        }),
+        candidate: candidate.to_json(&capabilities),
         isolation: proof.to_json(),
         capabilities,
         results,
@@ -330,26 +337,6 @@ fn run(args: &AbArgs, work: &Path, proof: &Proof) -> Result<Report, String> {
         job: source.job(),
         evidence: source.describe(),
     })
-}
-
-/// Copies the candidate into `work` (read-only, executable by its owner)
-/// and hashes the copy: the copy is what runs, so its SHA-256 is the
-/// identity of what is judged.
-fn private_copy(given: &Path, work: &Path) -> Result<(std::path::PathBuf, String), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let named = |e: std::io::Error| format!("--candidate-clink {}: {e}", given.display());
-    let size = std::fs::metadata(given).map_err(named)?.len();
-    if size > MAX_CANDIDATE_BYTES {
-        return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", given.display()));
-    }
-    let copy = work.join("candidate-clink");
-    std::fs::copy(given, &copy).map_err(named)?;
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o500)).map_err(named)?;
-    let digest = clink_basics::digest::sha256_file(&copy, MAX_CANDIDATE_BYTES).map_err(named)?;
-    if digest.bytes > MAX_CANDIDATE_BYTES {
-        return Err(format!("--candidate-clink {}: larger than {MAX_CANDIDATE_BYTES} bytes", given.display()));
-    }
-    Ok((copy, digest.sha256))
 }
 
 /// The captured epochs the selection names, in operator, subtask, epoch order.
@@ -365,16 +352,6 @@ fn select(args: &AbArgs, source: &Source) -> Result<Vec<EpochRef>, String> {
         return Err(format!("{}: no captured epoch matches the selection", source.describe()));
     }
     Ok(chosen)
-}
-
-/// The candidate's declaration, or why there is none.
-fn declared(runner: &mut Runner, candidate: &Path) -> Result<Declared, String> {
-    let args = ["capabilities".to_string(), "--json".to_string()];
-    let finished = runner.run("capabilities", candidate, &args).map_err(|e| e.to_string())?;
-    if !finished.ok() {
-        return Err(format!("capabilities --json ended with {}: {}", finished.describe(), finished.last_error_line()));
-    }
-    parse_declared(finished.stdout.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// An epoch whose candidate process is running, with this build's replay of it.
@@ -396,7 +373,7 @@ enum Started {
 /// candidate on it, and replays it with this build while the candidate runs.
 fn start_epoch(
     runner: &mut Runner,
-    candidate: &Path,
+    candidate: &Candidate,
     source: &Source,
     dumps: &Path,
     capabilities: &Result<Declared, String>,
@@ -422,9 +399,9 @@ fn start_epoch(
     }
     let dump = dumps.join(format!("op-{}-subtask-{}-epoch-{}.emit", at.operator, at.subtask, at.epoch));
     let name = format!("candidate-{}-{}-{}", at.operator, at.subtask, at.epoch);
-    let running = match runner.spawn(&name, candidate, &candidate_args(source, &at, &dump)) {
+    let running = match candidate.spawn(runner, &name, &candidate_args(source, &at, &dump)) {
         Ok(r) => r,
-        Err(e) => return done(operator_type, Status::Candidate(e.to_string())),
+        Err(e) => return done(operator_type, Status::Candidate(e)),
     };
     let ours = replay(&evidence);
     let result = EpochResult {
@@ -433,6 +410,19 @@ fn start_epoch(
         status: Status::Unavailable(String::new()),
     };
     Started::Running(Box::new(Pending { result, running, dump, ours }))
+}
+
+/// [`finish_epoch`], then every pinned file of the candidate hashed again.
+fn finish_checked(
+    runner: &mut Runner,
+    candidate: &mut Candidate,
+    args: &AbArgs,
+    source: &Source,
+    pending: Pending,
+) -> Result<EpochResult, (Exit, String)> {
+    let result = finish_epoch(runner, args, source, pending);
+    candidate.still_pinned(&format!("replay epoch {}", result.at))?;
+    Ok(result)
 }
 
 /// Waits for the candidate within its limits and compares its dump with
@@ -513,7 +503,8 @@ fn replay_failure(e: ReplayError) -> Status {
 }
 
 /// A row as cells people read: each value with its type, so a string "1"
-/// and an integer 1 never look alike.
+/// and an integer 1 never look alike, and a timestamp as the UTC time it is
+/// (the engine's one rendering of epoch milliseconds), not a count of them.
 fn cells(row: &clink_engine::value::Row) -> Vec<String> {
     use clink_engine::value::Value;
     row.iter()
@@ -524,7 +515,9 @@ fn cells(row: &clink_engine::value::Row) -> Vec<String> {
             Value::Int(_) => format!("Int({v})"),
             Value::Float(x) => format!("Float({x:?})"),
             Value::Decimal(_) => format!("Decimal({v})"),
-            Value::Timestamp(_) => format!("Timestamp({v})"),
+            Value::Timestamp(ms) => {
+                format!("Timestamp({} UTC)", clink_engine::operators::clickhouse_sink::datetime64_millis(*ms))
+            }
         })
         .collect()
 }

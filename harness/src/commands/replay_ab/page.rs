@@ -106,6 +106,13 @@ fn reason(status: &Status) -> String {
     }
 }
 
+/// Every file of code the candidate ran with, as one fact: how many, and their one hash.
+fn code_fact(candidate: &Json) -> String {
+    let files = candidate["code"].as_array().map_or(0, Vec::len);
+    let sha = candidate["code_sha256"].as_str().unwrap_or("?");
+    format!("{} (the binary, its loader and libraries): SHA-256 {sha} over all", count(files, "file", "files"))
+}
+
 pub(super) fn html(report: &Report, exit: Exit) -> String {
     let (outcome, summary) = match exit {
         Exit::Passed => (Outcome::Passed, "every selected epoch emitted the same rows on both builds"),
@@ -127,6 +134,7 @@ pub(super) fn html(report: &Report, exit: Exit) -> String {
             ("this build".into(), clink_engine::defects::build_description().to_string()),
             ("candidate build".into(), report.candidate["build"].as_str().unwrap_or("(undeclared)").to_string()),
             ("candidate sha256".into(), report.candidate["sha256"].as_str().unwrap_or("?").to_string()),
+            ("candidate code".into(), code_fact(&report.candidate)),
             ("job".into(), report.job.to_string()),
             ("evidence".into(), report.evidence.clone()),
             ("candidate isolation".into(), isolation_fact(&report.isolation)),
@@ -274,11 +282,11 @@ fn divergence_section(r: &EpochResult) -> Option<Section> {
     let Status::Diverged { index, ours, theirs, counts } = &r.status else { return None };
     let width = ours.iter().chain(theirs.iter()).map(Vec::len).max().unwrap_or(0);
     let types: Vec<Option<&str>> = (0..width).map(|c| column_type(ours, theirs, c)).collect();
-    let mut header = vec!["emission".to_string()];
-    for side in ["this", "candidate"] {
+    let mut header = vec!["emission #".to_string()];
+    for side in ["this build", "candidate build"] {
         header.extend(types.iter().enumerate().map(|(c, t)| match t {
-            Some(t) => format!("{side} #{c} {t}"),
-            None => format!("{side} #{c}"),
+            Some(t) => format!("{side}: column {c} ({t})"),
+            None => format!("{side}: column {c}"),
         }));
     }
     let mut rows = Vec::new();
@@ -345,7 +353,16 @@ mod tests {
         let section = divergence_section(&r).unwrap();
         let table = section.table.unwrap();
         // Column 0 is all Str, so its header names the type; column 1 mixes Int and Null.
-        assert_eq!(table.header, ["emission", "this #0 Str", "this #1", "candidate #0 Str", "candidate #1"]);
+        assert_eq!(
+            table.header,
+            [
+                "emission #",
+                "this build: column 0 (Str)",
+                "this build: column 1",
+                "candidate build: column 0 (Str)",
+                "candidate build: column 1"
+            ]
+        );
         assert_eq!(table.rows[0], ["7", "\"a\"", "Int(10)", "\"a\"", "Int(9)"]);
         assert_eq!(table.rows[1], ["8", "\"b\"", "Null", "(no emission)", "(no emission)"]);
         // Row 0: column 1 differs (10 vs 9) on both sides; row 1: everything, against no emission.

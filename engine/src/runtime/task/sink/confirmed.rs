@@ -205,6 +205,7 @@ impl SinkTask<'_> {
     /// commit arrives and is finished.
     pub(super) fn await_commit(&mut self, sink: &mut dyn Sink, checkpoint: u64) -> Result<(), TaskExit> {
         loop {
+            self.cx.watch.waits(crate::runtime::watch::Wait::Commit(checkpoint));
             match self.gate.next_control(None) {
                 Input::Control(ToTask::CommitCheckpoint { checkpoint: c }) if c == checkpoint => {
                     return self.commit_confirmed(sink, checkpoint)

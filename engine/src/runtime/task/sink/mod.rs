@@ -70,6 +70,10 @@ impl SinkTask<'_> {
             if self.input_done && self.last_committed >= self.last_acked {
                 return Ok(());
             }
+            if self.input_done {
+                // Only the commit of what it acked can come now.
+                self.cx.watch.waits(crate::runtime::watch::Wait::Commit(self.last_acked));
+            }
             let input = self.held.take().unwrap_or_else(|| self.gate.next(None));
             match input {
                 Input::Record(row) => {
