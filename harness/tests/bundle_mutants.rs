@@ -34,6 +34,29 @@ use libtest_mimic::{Arguments, Failed, Trial};
 const BUNDLES: [&str; 3] = ["good", "kafka-kafka", "kafka-clickhouse"];
 const PROFILES: [Profile; 4] = [Profile::Integrity, Profile::Consistency, Profile::Replay, Profile::Full];
 
+/// Mutants that run at every run, beside the sample: each survived until
+/// the model compared what it changes, so each is the test of that fix.
+const PINNED: [&str; 9] = [
+    // A ClickHouse interval's destination against another subtask's of the same run.
+    "kafka-clickhouse::sink_evidence::op-4/subtask-0/epoch-3.sink.json::/sink/destination/server/host_name/value::changed",
+    // Every field of an INSERT ledger entry, with its type.
+    "kafka-clickhouse::sink_evidence::op-4/subtask-0/epoch-3.sink.json::/sink/interval/inserts/0/resent_in_doubt::dropped",
+    // The write rules recorded against THE insert rules over the destination described.
+    "kafka-clickhouse::sink_evidence::op-4/subtask-0/epoch-3.sink.json::/sink/writes/one_block/holds::flipped",
+    // A Kafka sink's account says what it still owed.
+    "kafka-kafka::sink_evidence::op-4/subtask-0/epoch-12.sink.json::/sink/rows_still_owed::dropped",
+    // A sink prepares only once opened in its deployment.
+    "kafka-clickhouse::trace::worker-10424-1796671272549847.ndjson::SinkOpens::swapped_with_SinkPrepare",
+    // A commit delivered is taken when the process went on.
+    "kafka-clickhouse::trace::worker-10358-1796671272007631.ndjson::SinkCommit::dropped",
+    // An open that restored nothing re-commits nothing.
+    "kafka-clickhouse::trace::worker-10358-1796671272007631.ndjson::SinkOpens/recommitted::plus_one",
+    // No checkpoint triggered before the job is deployed.
+    "kafka-clickhouse::trace::coordinator-10424-1796671272549847.ndjson::Redeploy::swapped_with_Trigger",
+    // Every deployment places every subtask once.
+    "kafka-clickhouse::trace::worker-10424-1796671272549847.ndjson::Placement::dropped",
+];
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -299,8 +322,15 @@ fn main() {
     });
     if !all_mode {
         let n = std::env::var("CLINK_BUNDLE_MUTANTS_SAMPLE").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
+        let pinned: Vec<Mutant> = mutants.iter().filter(|m| PINNED.contains(&m.name.as_str())).cloned().collect();
+        let lost: Vec<&str> = PINNED.iter().copied().filter(|p| !pinned.iter().any(|m| m.name == *p)).collect();
+        if !lost.is_empty() {
+            problems.push(format!("pinned mutants no longer generated: {}", lost.join(", ")));
+        }
+        mutants.retain(|m| !PINNED.contains(&m.name.as_str()));
         mutants = sample(mutants, n, seed);
-        eprintln!("bundle-mutants: a sample of {} of {generated} mutants, seed {seed} (CLINK_BUNDLE_MUTANTS_SEED={seed} repeats it; CLINK_BUNDLE_MUTANTS=all runs every one)", mutants.len());
+        mutants.extend(pinned);
+        eprintln!("bundle-mutants: a sample of {n} of {generated} mutants and {} pinned, seed {seed} (CLINK_BUNDLE_MUTANTS_SEED={seed} repeats it; CLINK_BUNDLE_MUTANTS=all runs every one)", PINNED.len());
     } else {
         eprintln!("bundle-mutants: every one of {generated} mutants of {} bundles", BUNDLES.len());
     }

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use clink_engine::checkpoint::layout::parse_participant_name;
-use clink_engine::operators::OperatorKind;
+use clink_engine::operators::{OperatorKind, SinkFamily};
 use serde_json::Value as Json;
 
 use super::{Evidence, Fact};
@@ -210,6 +210,12 @@ fn deployments(
                 found.push(format!("the trace of incarnation {run} redeploys before it recovers"));
             }
         }
+        if let Some((t, _)) = redeploys.first() {
+            if events.iter().any(|(ts, v)| name(v) == "Trigger" && ts < t) {
+                found.push(format!("the trace of incarnation {run} triggers a checkpoint before it deployed the job"));
+            }
+        }
+        sink_steps(run, &events, found);
         let deployments = redeploys.len() + usize::from(recovers.is_empty());
         let mut placed: BTreeMap<String, usize> = BTreeMap::new();
         let mut opened: BTreeMap<String, usize> = BTreeMap::new();
@@ -270,6 +276,49 @@ fn deployments(
                     ));
                 }
             }
+        }
+    }
+}
+
+/// A sink's steps within one process: it prepares and commits only once
+/// opened in the current deployment; an open re-commits nothing where
+/// nothing was restored or the family keeps no handles; a commit delivered
+/// is taken, unless the process wrote nothing more of that subtask (killed).
+fn sink_steps(run: u64, events: &[(u64, &Object)], found: &mut Vec<String>) {
+    let text = |v: &Object, k: &str| v.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
+    let mut open = BTreeSet::new();
+    for (i, (_, v)) in events.iter().enumerate() {
+        let (sub, ckpt) = (text(v, "sub"), v.get("ckpt").and_then(Json::as_u64).unwrap_or(0));
+        match text(v, "event").as_str() {
+            "Redeploy" => open.clear(),
+            "SinkOpens" => {
+                let nothing_held = v.get("restore").and_then(Json::as_u64) == Some(0)
+                    || text(v, "family") == SinkFamily::AtLeastOnce.as_str();
+                if nothing_held && v.get("recommitted").and_then(Json::as_u64) != Some(0) {
+                    found.push(format!(
+                        "the trace of incarnation {run}: {sub} re-committed {:?} handles at an open that restored none",
+                        v.get("recommitted")
+                    ));
+                }
+                open.insert(sub);
+            }
+            "SinkPrepare" | "SinkCommit" if !open.contains(&sub) => {
+                found.push(format!(
+                    "the trace of incarnation {run}: {sub} {} checkpoint {ckpt} before it opened in its deployment",
+                    text(v, "event")
+                ));
+            }
+            "DeliverCommit" => {
+                let later = &events[i + 1..];
+                let of_sub = |w: &&(u64, &Object)| text(w.1, "sub") == sub;
+                let taken = later.iter().filter(of_sub).any(|(_, w)| {
+                    text(w, "event") == "SinkCommit" && w.get("ckpt").and_then(Json::as_u64) == Some(ckpt)
+                });
+                if !taken && later.iter().any(|w| of_sub(&w)) {
+                    found.push(format!("the trace of incarnation {run}: {sub} was delivered checkpoint {ckpt}'s commit, went on, and never took it"));
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -231,6 +231,17 @@ fn clickhouse(
         );
     }
     for (insert, token) in inserts.iter().zip(&carried) {
+        // Every field of a ledger entry is written, with its type.
+        let typed = |k: &str, t: fn(&Json) -> bool| insert.get(k).is_some_and(t);
+        let whole = typed("token", |v| v.is_null() || v.is_string())
+            && ["resent_in_doubt", "resend_deduplicated", "may_land_twice"].iter().all(|k| typed(k, Json::is_boolean))
+            && ["rows", "bytes", "attempts"].iter().all(|k| typed(k, Json::is_u64))
+            && typed("errors", Json::is_array);
+        if !whole {
+            return Err(format!(
+                "its INSERT {insert} lacks a field of the ledger's format, or holds one of another type"
+            ));
+        }
         let deduplicates = rules.deduplication.holds && token.is_some();
         let field = |k: &str| insert.get(k).cloned().unwrap_or(Json::Null);
         let attempts = field("attempts").as_u64().unwrap_or(0);
@@ -249,14 +260,14 @@ fn clickhouse(
             ));
         }
     }
-    // Every interval of the same run describes the same destination.
+    // Every interval of the same run, of any of the operator's subtasks,
+    // describes the same destination: the run described it at open.
     let run = doc.run.as_ref();
-    if let Some(other) = e.sink_evidence.iter().find(|((o, _, m), d)| {
-        *o == op && *m != n && d.run.as_ref() == run && d.sink.get("destination") != Some(destination)
+    if let Some(((_, t, m), _)) = e.sink_evidence.iter().find(|((o, t, m), d)| {
+        *o == op && (*t, *m) != (s, n) && d.run.as_ref() == run && d.sink.get("destination") != Some(destination)
     }) {
         return Err(format!(
-            "it describes another destination than operator {op}'s evidence of epoch {} by the same run",
-            other.0 .2
+            "it describes another destination than operator {op}'s evidence of subtask {t} epoch {m} by the same run"
         ));
     }
     Ok(())
@@ -267,6 +278,9 @@ fn clickhouse(
 fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, rows: &[&Row]) -> Result<(), String> {
     let count = |k: &str| doc.sink.get(k).and_then(Json::as_u64);
     let (sent, suppressed) = (count("rows_sent"), count("rows_suppressed"));
+    if count("rows_still_owed").is_none() {
+        return Err("its account does not say how many receipted rows it still owed".into());
+    }
     if sent.zip(suppressed).map(|(a, b)| a + b) != Some(rows.len() as u64) {
         return Err(format!("it sent {sent:?} rows and swallowed {suppressed:?}; its capture recorded {}", rows.len()));
     }
