@@ -375,6 +375,9 @@ fn main() {
     let conclusion = libtest_mimic::run(&args, trials);
     if all_mode {
         summary(&shared);
+    }
+    // Staleness is judged only over every mutant: a selection leaves lines unused.
+    if all_mode && args.filter.is_none() && args.skip.is_empty() {
         let used: std::collections::BTreeSet<usize> = shared
             .outcomes
             .lock()
