@@ -54,6 +54,7 @@
       gates = pkgs: with pkgs; {
         incident-gate = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip util-linux ]; };
         formal-check = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
+        bundle-mutants = { fetch = true; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         example-job = { fetch = false; tools = [ ]; };
         fetch-tools = { fetch = false; tools = [ jdk17_headless python3 python3Packages.pip ]; };
         regression-sensitivity = { fetch = false; tools = [ python3 ]; };

@@ -187,6 +187,13 @@ fn apply(dir: &Path, action: &Json) {
             for rel in trace_files(&m, action["process"].as_str().unwrap(), action["roles"].as_array().unwrap()) {
                 fs::remove_file(dir.join(&rel)).unwrap();
                 unlist(dir, &rel);
+                // As the collector says of a traced run's file the trace directory lost.
+                if action["note"] == true {
+                    let mut m = manifest(dir);
+                    let note = serde_json::json!({"what": rel, "why": "the trace directory does not hold it"});
+                    m["absent"].as_array_mut().unwrap().push(note);
+                    save_manifest(dir, &m);
+                }
             }
         }
         "trace_lines" => {

@@ -61,6 +61,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // reads their JSON, so it links no engine, bundle, verify or reconcile
     // code that could decide a verdict in-process; clink-html draws status.
     ("clink-audit", &["clink-basics", "clink-upgrade", "clink-html"]),
+    // The bundle mutants edit bundles in the engine's own formats; they
+    // verify nothing (the suite does).
+    ("clink-bundle-mutants", &["clink-basics", "clink-engine", "clink-bundle"]),
     // The independent reference shares no code with anything it checks.
     ("clink-reference", &[]),
     // Nor does the audit's reference implementation: it reads Kafka with
@@ -74,6 +77,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "clink-connectors",
             "clink-engine",
             "clink-bundle",
+            "clink-bundle-mutants",
             "clink-replay",
             "clink-formal",
             "clink-verify",

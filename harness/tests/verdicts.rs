@@ -3,9 +3,10 @@
 //! `vouched::`: a bundle whose files are replaced after `bundle.artifacts`
 //! hashed them (at the moment a later check starts, through the verifier's
 //! progress observer) must never be decided on the replacement: the check
-//! that reads the file refuses it as changed. Each replacement is itself
-//! valid evidence (a consistent snapshot and sidecar, a whole capture, a
-//! well-formed trace), so only the comparison with the manifest catches it.
+//! judges what the model read (its result the same as with nothing
+//! replaced), or refuses a file it reads again as changed. Each replacement
+//! is itself valid evidence (a consistent snapshot and sidecar, a whole
+//! capture, a well-formed trace), so a check that read it would pass on it.
 //!
 //! `trace_validate::`: `clink trace-validate` over a directory holding a link
 //! or a FIFO is refused (exit 2) naming it, a TLC that hangs or crashes is not
@@ -65,32 +66,45 @@ fn verify_tampered(profile: Profile, check: &'static str, tamper: impl FnMut(&Pa
     report.checks.into_iter().find(|c| c.name == check).ok_or_else(|| format!("no {check} in the report").into())
 }
 
-/// The check must not pass, and must say the file changed after it was vouched for.
-fn refused_as_changed(result: &CheckResult) -> Result<(), Failed> {
-    let said = format!("{} {}", result.reason, result.details.join(" "));
-    if result.status == Status::Passed || !said.contains("changed since the manifest vouched for it") {
-        return Err(format!("{}: {:?}: {said}", result.name, result.status).into());
+/// The check was never decided on the replacement: it judged the bytes the
+/// model read before (its result the same as with nothing replaced), or it
+/// read the file again and refused it as changed since it was vouched for.
+fn never_decided_on_replacement(
+    profile: Profile,
+    check: &'static str,
+    tamper: impl FnMut(&Path),
+) -> Result<(), Failed> {
+    let tampered = verify_tampered(profile, check, tamper)?;
+    let untouched = verify_tampered(profile, check, |_| {})?;
+    let said = format!("{} {}", tampered.reason, tampered.details.join(" "));
+    let same = (tampered.status, &tampered.reason, &tampered.evidence, &tampered.details)
+        == (untouched.status, &untouched.reason, &untouched.evidence, &untouched.details);
+    if same || (tampered.status == Status::Failed && said.contains("changed since the manifest vouched for it")) {
+        return Ok(());
     }
-    Ok(())
+    Err(format!(
+        "{}: {:?}: {said}; with nothing replaced: {:?} {}",
+        tampered.name, tampered.status, untouched.status, untouched.reason
+    )
+    .into())
 }
 
 fn snapshot_replaced_after_integrity() -> Result<(), Failed> {
-    // op-4-0's snapshot of checkpoint 10 replaced by its checkpoint 2 state,
-    // written as checkpoint 10 with a sidecar that agrees: a snapshot the
+    // op-4-0's snapshot of checkpoint 6 replaced by its checkpoint 2 state,
+    // written as checkpoint 6 with a sidecar that agrees: a snapshot the
     // engine's own restore would take, that nobody vouched for.
-    let result = verify_tampered(Profile::Consistency, "state.decode", |root| {
+    never_decided_on_replacement(Profile::Consistency, "state.decode", |root| {
         let backend = FileStateBackend::new(CheckpointLayout::new(root.join("checkpoint"), 1));
         let mut older = backend.read(1, "op-4-0", 2).expect("checkpoint 2's state");
-        older.header.checkpoint = 10;
+        older.header.checkpoint = 6;
         backend.write("op-4-0", &older.header, &older.slots).expect("written");
-    })?;
-    refused_as_changed(&result)
+    })
 }
 
 fn capture_replaced_after_integrity() -> Result<(), Failed> {
     // A whole capture of the same operator, subtask and epoch, one record shorter.
-    let result = verify_tampered(Profile::Replay, "replay.determinism", |root| {
-        let path = root.join("capture/op-3/subtask-0/epoch-10.cap");
+    never_decided_on_replacement(Profile::Replay, "replay.determinism", |root| {
+        let path = root.join("capture/op-3/subtask-0/epoch-6.cap");
         let capture = read_capture(&std::fs::read(&path).expect("read")).expect("a capture");
         let mut events = capture.events.clone();
         let at = events.iter().rposition(|e| matches!(e, clink_engine::event::Event::Record(_))).expect("a record");
@@ -100,13 +114,12 @@ fn capture_replaced_after_integrity() -> Result<(), Failed> {
         header.true_events -= 1;
         header.true_records -= 1;
         std::fs::write(&path, encode_capture(&header, &events)).expect("written");
-    })?;
-    refused_as_changed(&result)
+    })
 }
 
 fn trace_replaced_after_integrity() -> Result<(), Failed> {
     // A worker trace one line shorter: still well formed.
-    let result = verify_tampered(Profile::Full, "protocol.trace_structure", |root| {
+    never_decided_on_replacement(Profile::Full, "protocol.trace_structure", |root| {
         let dir = root.join("traces");
         let worker = std::fs::read_dir(&dir)
             .expect("traces")
@@ -118,30 +131,18 @@ fn trace_replaced_after_integrity() -> Result<(), Failed> {
         let kept: Vec<&str> = text.lines().collect();
         let shorter = kept[..kept.len() - 1].join("\n") + "\n";
         std::fs::write(&worker, shorter).expect("written");
-    })?;
-    refused_as_changed(&result)
+    })
 }
 
 fn marker_replaced_after_integrity() -> Result<(), Failed> {
-    // The RESTORED record rewritten to pass over nothing: the restore rule
-    // recomputed over it would be decided on bytes nobody vouched for.
-    let result = verify_tampered(Profile::Consistency, "checkpoint.restore_rule", |root| {
+    // The RESTORED record rewritten to name another restoring run: the
+    // restore rule recomputed over it would be decided on bytes nobody vouched for.
+    never_decided_on_replacement(Profile::Consistency, "checkpoint.restore_rule", |root| {
         let path = root.join("checkpoint/_jobs/1/RESTORED");
         let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
         record["epoch"] = (record["epoch"].as_u64().unwrap_or(1) + 7).into();
         std::fs::write(&path, serde_json::to_vec_pretty(&record).expect("json")).expect("written");
-    })?;
-    refused_as_changed_or_failed(&result)
-}
-
-/// A check that reads through the markers may report the change as a
-/// failure to read them; it must never pass.
-fn refused_as_changed_or_failed(result: &CheckResult) -> Result<(), Failed> {
-    let said = format!("{} {}", result.reason, result.details.join(" "));
-    if result.status != Status::Failed || !said.contains("changed since the manifest vouched for it") {
-        return Err(format!("{}: {:?}: {said}", result.name, result.status).into());
-    }
-    Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------

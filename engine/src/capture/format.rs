@@ -168,6 +168,15 @@ impl CaptureShape {
         }
         if h.holds_control_events() {
             let dropped = h.true_events > h.stored_events;
+            // Nothing dropped: it holds every record and event handed over.
+            if !h.truncated && (records != h.true_records || records + control != h.true_events) {
+                out.push(format!(
+                    "not truncated, it holds {records} records and {} events of the {} and {} handed over",
+                    records + control,
+                    h.true_records,
+                    h.true_events
+                ));
+            }
             if dropped != h.truncated {
                 out.push(format!(
                     "its header says truncated {}, and it stored {} of {} events",

@@ -483,6 +483,37 @@ impl Sink for ClickHouseSink {
     }
 }
 
+/// What an interval's evidence must say of itself, recomputed from what it
+/// states with the sink's own rules (its plan, its cell plan, its rendering,
+/// THE insert rules): the destination it describes is the table the plan
+/// names and can take the job's columns; `rows` rendered make an INSERT body
+/// of the returned size; and the write rules the run that wrote it decided
+/// at open over that destination.
+pub fn recompute_interval(
+    params: &Json,
+    columns: &Schema,
+    destination: &Json,
+    run: Option<&RunIdentity>,
+    rows: &[&Row],
+) -> Result<(u64, WriteRules), String> {
+    let plan = plan(params).map_err(|e| e.to_string())?;
+    let destination: Destination =
+        serde_json::from_value(destination.clone()).map_err(|e| format!("the destination it describes: {e}"))?;
+    if (destination.database.as_str(), destination.table.as_str()) != (plan.database.as_str(), plan.table.as_str()) {
+        return Err(format!(
+            "it describes table {}.{}; the sink writes {}.{}",
+            destination.database, destination.table, plan.database, plan.table
+        ));
+    }
+    let cells = cell_plan(columns, &destination)
+        .map_err(|e| format!("the table it describes cannot take the job's columns: {e}"))?;
+    let mut body = Vec::new();
+    for row in rows {
+        render_row(&mut body, row, &cells).map_err(|e| e.to_string())?;
+    }
+    Ok((body.len() as u64, WriteRules::of(&destination, run)))
+}
+
 /// Sends each interval once it is complete; a restore may send rows again.
 const FAMILY: SinkFamily = SinkFamily::AtLeastOnce;
 

@@ -442,11 +442,21 @@ pub fn verify_observed(
 /// for, and which profile examines it: a profile never passes on evidence
 /// it did not read, and says what it did not. `full` examines everything.
 fn not_examined(bundle: &Bundle, profile: Profile) -> Vec<NotExamined> {
-    let mut out: Vec<NotExamined> = clink_bundle::model::unexamined(bundle, Depth::Listing)
-        .into_iter()
-        .filter(|_| !profile.includes(Profile::Consistency))
-        .map(|(what, count, _)| NotExamined { what, count, examined_by: Profile::Consistency })
-        .collect();
+    let mut out: Vec<NotExamined> = Vec::new();
+    if !profile.includes(Profile::Consistency) {
+        out.push(NotExamined {
+            what: "the manifest's claims (the job, the selection, delivery, contents, the epoch index, the bounds), compared with the evidence".into(),
+            count: 1,
+            examined_by: Profile::Consistency,
+        });
+        out.extend(
+            clink_bundle::model::unexamined(bundle, Depth::Listing).into_iter().map(|(what, count, _)| NotExamined {
+                what,
+                count,
+                examined_by: Profile::Consistency,
+            }),
+        );
+    }
     let operator_epochs = bundle.manifest.epochs.iter().filter(|e| e.role == "operator").count();
     if !profile.includes(Profile::Replay) && operator_epochs > 0 {
         out.push(NotExamined {

@@ -2,6 +2,8 @@
 //! read whole), every op.json and every sink interval's evidence, each held
 //! to its path, to the job graph of its epoch's checkpoint, and to each other.
 
+use std::collections::BTreeSet;
+
 use clink_basics::ids::OperatorId;
 use clink_engine::capture::spec::{Neighbour, MAX_DOC_BYTES};
 use clink_engine::capture::{read_capture_shape, OpSpecFile};
@@ -97,9 +99,98 @@ pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32)
     }
 }
 
+/// What the collector takes together, here together or said to be left out:
+/// every subtask's capture of the selected checkpoint's epoch, every
+/// subtask's capture of an epoch one subtask of its operator has, a sink's
+/// interval evidence beside each capture but the last a run closed (a kill
+/// can fall between the two), and every participant's state of a checkpoint
+/// that bounds a sink interval.
+fn collected_together(bundle: &Bundle, e: &Evidence, found: &mut Vec<String>) {
+    let noted: BTreeSet<&str> =
+        bundle.manifest.absent.iter().chain(&bundle.manifest.excluded).map(|n| n.what.as_str()).collect();
+    let missing = |path: String, why: &str| {
+        (bundle.artifact(&path).is_none() && !noted.contains(path.as_str()))
+            .then(|| format!("{path} is neither in the bundle nor said to be left out: {why}"))
+    };
+    let selected = bundle.manifest.selection.checkpoint;
+    if let Some(graph) = e.graph_at(selected).filter(|_| !e.captures.is_empty()) {
+        for o in
+            graph.operators.iter().filter(|o| o.spec.descriptor.kind() != clink_engine::operators::OperatorKind::Source)
+        {
+            for s in 0..o.spec.parallelism {
+                found.extend(missing(
+                    crate::manifest::capture_path(o.spec.id, s, selected),
+                    "every subtask's capture of the selected checkpoint's epoch is collected",
+                ));
+            }
+        }
+    }
+    for (op, _, n) in e.captures.keys() {
+        let parallelism = e
+            .graph_at(*n)
+            .or_else(|| e.graph_at(selected))
+            .and_then(|g| g.operator(*op))
+            .map_or(0, |o| o.spec.parallelism);
+        for s in 0..parallelism {
+            found.extend(missing(
+                crate::manifest::capture_path(*op, s, *n),
+                "its operator's other subtasks' capture of the epoch is collected",
+            ));
+        }
+    }
+    let sinks: BTreeSet<OperatorId> = e.sink_evidence.keys().map(|(op, _, _)| *op).collect();
+    for ((op, s, n), shape) in &e.captures {
+        if !sinks.contains(op)
+            && e.graph_at(*n).and_then(|g| g.operator(*op)).is_none_or(|o| o.spec.descriptor.sink_family().is_none())
+        {
+            continue;
+        }
+        let run = shape.header.run.as_ref().map(|r| r.incarnation);
+        let last = e
+            .captures
+            .iter()
+            .filter(|((o, t, _), c)| o == op && t == s && c.header.run.as_ref().map(|r| r.incarnation) == run)
+            .map(|((_, _, m), _)| *m)
+            .max();
+        if last != Some(*n) && !e.sink_evidence.contains_key(&(*op, *s, *n)) {
+            found.push(format!("capture/op-{op}/subtask-{s}/epoch-{n}.sink.json is not in the bundle: a sink writes its interval evidence at every barrier it captured, and this is not the last its run closed"));
+        }
+    }
+    if bundle.manifest.contents.state {
+        let bounds: BTreeSet<u64> =
+            e.sink_evidence.iter().flat_map(|((_, _, n), d)| [*n, d.previous_barrier]).collect();
+        for c in bounds {
+            let Some(marker) = e.completed.get(&c) else { continue };
+            for p in &marker.participants {
+                let base = format!("checkpoint/_state/{}/v{}/{p}/checkpoint-{c}.snap", e.job, marker.generation);
+                let why = "every participant's state of a checkpoint that bounds a sink interval is collected";
+                found.extend(missing(format!("{base}.meta"), why));
+                found.extend(missing(base, why));
+            }
+        }
+    }
+}
+
 pub(super) fn compare(bundle: &Bundle, e: &mut Evidence) {
     let mut found = Vec::new();
+    collected_together(bundle, e, &mut found);
     let job = e.job;
+    // The recorder's bound is the run's: every capture of one run has it.
+    let mut bounds: std::collections::BTreeMap<Option<u64>, (u64, String)> = std::collections::BTreeMap::new();
+    for ((op, s, n), shape) in &e.captures {
+        let run = shape.header.run.as_ref().map(|r| r.incarnation);
+        let place = crate::manifest::capture_path(*op, *s, *n);
+        match bounds.get(&run) {
+            Some((bound, other)) if *bound != shape.header.bound => found.push(format!(
+                "{place} says its bound is {}; {other}, of the same run, says {bound}",
+                shape.header.bound
+            )),
+            Some(_) => {}
+            None => {
+                bounds.insert(run, (shape.header.bound, place));
+            }
+        }
+    }
     for ((op, s, n), shape) in &e.captures {
         if let Err(why) = shape.header.check_names(job, op.0, *s, *n) {
             found.push(format!("{}: {why}", crate::manifest::capture_path(*op, *s, *n)));

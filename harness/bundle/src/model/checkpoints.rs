@@ -18,7 +18,8 @@ use crate::paths::ArtifactKind;
 
 /// Reads every marker, record, receipt and graph, and the job manifest.
 pub(super) fn read(bundle: &Bundle, e: &mut Evidence) {
-    let mut graphs: BTreeMap<String, Arc<JobGraph>> = BTreeMap::new();
+    // Each graph reference (file and hash together) read and checked once.
+    let mut graphs: BTreeMap<(String, String), Arc<JobGraph>> = BTreeMap::new();
     for (a, kind) in bundle.artifacts_of_kind(|_| true) {
         match kind {
             ArtifactKind::CompletedMarker { checkpoint, .. } => match bundle.completed_marker(checkpoint) {
@@ -90,14 +91,15 @@ pub(super) fn read(bundle: &Bundle, e: &mut Evidence) {
     // The graph each marker names, each file read (and hash-checked) once.
     for (c, m) in &e.completed {
         let Some(named) = &m.graph else { continue };
-        if let Some(g) = graphs.get(&named.file) {
+        let key = (named.file.clone(), named.sha256.clone());
+        if let Some(g) = graphs.get(&key) {
             e.graphs.insert(*c, Arc::clone(g));
             continue;
         }
         match bundle.graph_of_marker(*c) {
             Ok(Some(g)) => {
                 let g = Arc::new(g);
-                graphs.insert(named.file.clone(), Arc::clone(&g));
+                graphs.insert(key, Arc::clone(&g));
                 e.graphs.insert(*c, g);
             }
             Ok(None) => {}
@@ -153,6 +155,11 @@ pub(super) fn compare(bundle: &Bundle, e: &mut Evidence) {
 
 /// The family from every source that says it; sources that disagree are a finding.
 fn family(e: &mut Evidence, found: &mut Vec<(Fact, String)>) {
+    if let Some(m) = &e.job_manifest {
+        if m.job != e.job.to_string() {
+            found.push((Fact::Marker, format!("the job manifest is of job {}; the bundle is of job {}", m.job, e.job)));
+        }
+    }
     let mut said: Vec<(String, bool)> = Vec::new();
     for (c, g) in &e.graphs {
         said.push((format!("the job graph COMPLETED-{c} names"), g.requires_commit_confirmation()));
@@ -240,11 +247,26 @@ fn markers_agree(e: &Evidence, found: &mut Vec<(Fact, String)>) {
 fn restore_records_agree(e: &mut Evidence, found: &mut Vec<(Fact, String)>) {
     if let Some(r) = &e.restored {
         e.restores.insert((r.restored_from, r.next));
+        // The confirmed family restores from a confirmed checkpoint only.
+        let imported = e.imported.as_ref().map(|i| i.checkpoint);
+        if e.family == Some(true)
+            && r.restored_from > 0
+            && !e.confirmed.contains_key(&r.restored_from)
+            && imported != Some(r.restored_from)
+        {
+            found.push((Fact::Restore, format!("the RESTORED record says checkpoint {} was restored from; the job's sinks confirm their commits, and the bundle holds no CONFIRMED-{}", r.restored_from, r.restored_from)));
+        }
         if r.restored_from > 0 && !e.completed.contains_key(&r.restored_from) {
             found.push((Fact::Restore, format!("the RESTORED record says checkpoint {} was restored from; the bundle holds no COMPLETED marker of it", r.restored_from)));
         }
     }
     if let Some(i) = &e.imported {
+        // An import brings another lineage's checkpoint into a fresh directory.
+        if let (Some(from), Some(lineage)) = (&i.from, &e.lineage) {
+            if &from.lineage == lineage {
+                found.push((Fact::Restore, format!("the IMPORTED record says checkpoint {}'s files are this lineage's own ({from}): an import brings another lineage's", i.checkpoint)));
+            }
+        }
         match e.completed.get(&i.checkpoint) {
             None => found.push((
                 Fact::Restore,
@@ -318,7 +340,53 @@ fn commit_evidence_agrees(e: &Evidence, found: &mut Vec<(Fact, String)>) {
                 .push((Fact::Restore, format!("CONFIRMED-{c} says it was confirmed by {other:?}: no run confirms so"))),
         }
     }
+    let mut ids: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut producers: BTreeMap<(&str, u64), i64> = BTreeMap::new();
     for ((p, c), r) in &e.receipts {
+        let completing = e.completed.get(c).and_then(|m| m.run.as_ref()).map(|r| r.incarnation);
+        let wrote = r.run.as_ref().map(|r| r.incarnation);
+        match (r.proven_by.as_str(), completing, wrote) {
+            ("sink", Some(a), Some(b)) if a != b => found.push((Fact::Restore, format!("{p}'s receipt of checkpoint {c} says its sink proved the commit, as incarnation {b}; the checkpoint is incarnation {a}'s"))),
+            ("sink" | "walk" | "open", _, _) => {}
+            (other, _, _) => found.push((Fact::Restore, format!("{p}'s receipt of checkpoint {c} says it was proven by {other:?}: no run proves a commit so"))),
+        }
+        // One transactional id per sink subtask; one producer per run of it.
+        if let Some(id) = ids.insert(p.as_str(), r.handle.transactional_id.as_str()) {
+            if id != r.handle.transactional_id {
+                found.push((
+                    Fact::Restore,
+                    format!("{p}'s receipts name transactional ids {id:?} and {:?}", r.handle.transactional_id),
+                ));
+            }
+        }
+        if let (Some(run), "sink") = (wrote, r.proven_by.as_str()) {
+            if let Some(id) = producers.insert((p.as_str(), run), r.handle.producer_id) {
+                if id != r.handle.producer_id {
+                    found.push((
+                        Fact::Restore,
+                        format!("{p}'s receipts of incarnation {run} name producers {id} and {}", r.handle.producer_id),
+                    ));
+                }
+            }
+        }
+        // A producer's epoch only grows: each run's init fences the one before.
+        let earlier = e.receipts.range(..(p.clone(), *c)).rev().find(|((q, _), _)| q == p).map(|(_, r)| r);
+        if let Some(before) = earlier.filter(|b| b.proven_by == "sink" && r.proven_by == "sink") {
+            let new_run = before.run.as_ref().map(|x| x.incarnation) != wrote;
+            let grows =
+                if new_run { r.handle.epoch > before.handle.epoch } else { r.handle.epoch >= before.handle.epoch };
+            if !grows {
+                found.push((
+                    Fact::Restore,
+                    format!(
+                        "{p}'s receipt of checkpoint {c} names producer epoch {}, after {} of an earlier checkpoint{}",
+                        r.handle.epoch,
+                        before.handle.epoch,
+                        if new_run { " by an earlier run (a new run's init raises it)" } else { "" }
+                    ),
+                ));
+            }
+        }
         if let Some(g) = e.graphs.get(c) {
             if !confirmed_sinks(g).contains(p) {
                 found.push((Fact::Restore, format!("{p}'s receipt of checkpoint {c}: the job graph of checkpoint {c} has no commit-confirmed sink subtask {p}")));

@@ -22,6 +22,7 @@
 
 mod captures;
 mod checkpoints;
+mod history;
 mod rescale;
 mod runs;
 mod sinks;
@@ -155,7 +156,8 @@ impl Evidence {
         state::compare(&mut e);
         captures::compare(bundle, &mut e);
         sinks::compare(bundle, &mut e);
-        traces::compare(&mut e)?;
+        traces::compare(bundle, &mut e)?;
+        history::compare(&mut e);
         e.findings.sort();
         e.findings.dedup();
         Ok(e)

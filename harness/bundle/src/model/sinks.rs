@@ -90,7 +90,12 @@ fn watermark(
     place: &str,
     found: &mut Vec<String>,
 ) {
-    let Some(said) = &doc.watermark else { return };
+    let Some(said) = &doc.watermark else {
+        if doc.run.is_some() {
+            found.push(format!("{place}: it says no watermark; evidence a run names always says the last it held"));
+        }
+        return;
+    };
     let last =
         events.iter().rev().find_map(|ev| if let Event::Watermark { time, .. } = ev { Some(*time) } else { None });
     let expected = match last {
@@ -150,10 +155,13 @@ fn staged(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, 
     Ok(())
 }
 
-/// A ClickHouse sink's interval: its rows, their digest, the INSERT ledger.
+/// A ClickHouse sink's interval: its rows, their digest, the INSERT ledger
+/// (recomputed with the sink's own plan, cell plan and rendering), the
+/// destination it describes (the table its plan names, able to take the
+/// job's columns).
 fn clickhouse(
     e: &Evidence,
-    (_, s, n): (OperatorId, u32, u64),
+    (op, s, n): (OperatorId, u32, u64),
     doc: &SinkEvidence,
     rows: &[&Row],
 ) -> Result<(), String> {
@@ -199,6 +207,69 @@ fn clickhouse(
     if carried.iter().any(Option::is_some) && carried.iter().any(Option::is_none) {
         return Err("its INSERT ledger mixes INSERTs with the interval's token and without one".into());
     }
+    // The sink's own rules over what the evidence states.
+    let planned =
+        e.graph_at(n).or_else(|| e.graphs.values().next_back().map(|g| g.as_ref())).and_then(|g| g.operator(op));
+    let Some(planned) = planned else { return Ok(()) };
+    let input = planned.input_schema.clone().unwrap_or_default();
+    if doc.sink.get("columns") != Some(&serde_json::to_value(&input.0).unwrap_or_default()) {
+        return Err("the columns it says it writes are not the sink's input columns".into());
+    }
+    let destination = doc.sink.get("destination").ok_or("its account describes no destination")?;
+    let (bytes, rules) =
+        clickhouse_sink::recompute_interval(&planned.spec.params, &input, destination, doc.run.as_ref(), rows)?;
+    // THE insert rules over the destination it describes, for the run that wrote it.
+    if doc.sink.get("writes") != Some(&serde_json::to_value(&rules).map_err(|e| e.to_string())?) {
+        return Err(format!(
+            "the write rules it records are not those the destination it describes gives the run that wrote it ({})",
+            serde_json::to_value(&rules).unwrap_or_default()
+        ));
+    }
+    if rules.tokens.value().is_some() != carried.iter().all(Option::is_some) && !carried.is_empty() {
+        return Err(
+            "its INSERTs carry a token exactly when its write rules say the server takes one for this run".into()
+        );
+    }
+    for (insert, token) in inserts.iter().zip(&carried) {
+        // Every field of a ledger entry is written, with its type.
+        let typed = |k: &str, t: fn(&Json) -> bool| insert.get(k).is_some_and(t);
+        let whole = typed("token", |v| v.is_null() || v.is_string())
+            && ["resent_in_doubt", "resend_deduplicated", "may_land_twice"].iter().all(|k| typed(k, Json::is_boolean))
+            && ["rows", "bytes", "attempts"].iter().all(|k| typed(k, Json::is_u64))
+            && typed("errors", Json::is_array);
+        if !whole {
+            return Err(format!(
+                "its INSERT {insert} lacks a field of the ledger's format, or holds one of another type"
+            ));
+        }
+        let deduplicates = rules.deduplication.holds && token.is_some();
+        let field = |k: &str| insert.get(k).cloned().unwrap_or(Json::Null);
+        let attempts = field("attempts").as_u64().unwrap_or(0);
+        let errors = field("errors").as_array().map_or(usize::MAX, Vec::len) as u64;
+        let in_doubt = field("resent_in_doubt") == Json::Bool(true);
+        let expected = (
+            Json::from(bytes),
+            attempts == errors + 1,
+            field("resend_deduplicated") == Json::Bool(in_doubt && deduplicates),
+            field("may_land_twice") == Json::Bool(in_doubt && !deduplicates),
+            !in_doubt || attempts > 1,
+        );
+        if expected != (field("bytes"), true, true, true, true) {
+            return Err(format!(
+                "its INSERT {insert} does not hold together: {bytes} bytes for its rows, one attempt per error and one more, a resend in doubt deduplicated exactly when its write rules deduplicate and it carried a token ({deduplicates})"
+            ));
+        }
+    }
+    // Every interval of the same run, of any of the operator's subtasks,
+    // describes the same destination: the run described it at open.
+    let run = doc.run.as_ref();
+    if let Some(((_, t, m), _)) = e.sink_evidence.iter().find(|((o, t, m), d)| {
+        *o == op && (*t, *m) != (s, n) && d.run.as_ref() == run && d.sink.get("destination") != Some(destination)
+    }) {
+        return Err(format!(
+            "it describes another destination than operator {op}'s evidence of subtask {t} epoch {m} by the same run"
+        ));
+    }
     Ok(())
 }
 
@@ -207,11 +278,33 @@ fn clickhouse(
 fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, rows: &[&Row]) -> Result<(), String> {
     let count = |k: &str| doc.sink.get(k).and_then(Json::as_u64);
     let (sent, suppressed) = (count("rows_sent"), count("rows_suppressed"));
+    if count("rows_still_owed").is_none() {
+        return Err("its account does not say how many receipted rows it still owed".into());
+    }
     if sent.zip(suppressed).map(|(a, b)| a + b) != Some(rows.len() as u64) {
         return Err(format!("it sent {sent:?} rows and swallowed {suppressed:?}; its capture recorded {}", rows.len()));
     }
+    // One transactional id and topic per subtask: every interval of the run says the same.
+    let same = |k: &str, d: &SinkEvidence| d.sink.get(k) == doc.sink.get(k);
+    if let Some(((_, _, m), _)) = e.sink_evidence.iter().find(|((o, t, m), d)| {
+        *o == op && *t == s && *m != n && d.run == doc.run && (!same("topic", d) || !same("transactional_id", d))
+    }) {
+        return Err(format!(
+            "its topic or transactional id is not what its evidence of epoch {m} by the same run says"
+        ));
+    }
+    if let Some(topic) = e.graph_at(n).and_then(|g| g.operator(op)).and_then(|o| o.spec.params.get("topic")) {
+        if doc.sink.get("topic") != Some(topic) {
+            return Err(format!(
+                "it writes topic {}; the job graph's sink writes {topic}",
+                doc.sink.get("topic").unwrap_or(&Json::Null)
+            ));
+        }
+    }
     let participant = participant_name(op, s);
-    let handle = e.receipts.get(&(participant.clone(), n)).map(|r| &r.handle);
+    // The handle its receipt names, else the one its snapshot of the checkpoint holds.
+    let held = held_handle(e, op, &participant, n);
+    let handle = e.receipts.get(&(participant.clone(), n)).map(|r| &r.handle).or(held.as_ref());
     if let Some(h) = handle {
         let said = (
             doc.sink.get("transactional_id").and_then(Json::as_str),
@@ -235,6 +328,13 @@ fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, r
         }
     }
     Ok(())
+}
+
+/// The transaction a confirmed sink's snapshot of a checkpoint holds.
+fn held_handle(e: &Evidence, op: OperatorId, participant: &str, checkpoint: u64) -> Option<TxnHandle> {
+    let snapshot = e.snapshots.iter().find(|((_, p, c), _)| p == participant && *c == checkpoint).map(|(_, v)| v)?;
+    let confirmation = e.graph_at(checkpoint)?.operator(op)?.spec.descriptor.confirmation?;
+    (confirmation.handle)(&snapshot.slots).ok().flatten()
 }
 
 /// The rows a Kafka sink's transaction carries, by digest, are its capture's.

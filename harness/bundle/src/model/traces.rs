@@ -119,6 +119,12 @@ fn shaped(path: &str, lines: Vec<Line>) -> Result<TraceFile, String> {
         if fields != own && (event.optional_fields().is_empty() || fields != with) {
             return Err(format!("line {at}: {name} carries fields {fields:?}; the vocabulary lists {own:?}"));
         }
+        // Values this engine always writes (formal/trace/events.txt).
+        for (field, always) in [("fenced", false), ("withheld", false), ("accepted", true), ("resolving", true)] {
+            if v.get(field).is_some_and(|x| x != &Json::Bool(always)) {
+                return Err(format!("line {at}: {name} says {field} {}; this engine always writes {always}", v[field]));
+            }
+        }
     }
     Ok(TraceFile { path: path.to_string(), role: role.to_string(), pid, start, lines })
 }
@@ -128,9 +134,22 @@ fn num(v: &serde_json::Map<String, Json>, field: &str) -> Option<u64> {
     v.get(field).and_then(Json::as_u64)
 }
 
-pub(super) fn compare(e: &mut Evidence) -> Result<(), Refused> {
-    if e.traces.is_empty() {
+pub(super) fn compare(bundle: &Bundle, e: &mut Evidence) -> Result<(), Refused> {
+    if bundle.trace_artifacts().is_empty() {
         return Ok(());
+    }
+    // Every traced run's files are here, or the collection says why not.
+    let noted: BTreeSet<&str> =
+        bundle.manifest.absent.iter().chain(&bundle.manifest.excluded).map(|n| n.what.as_str()).collect();
+    let missing: Vec<String> = e
+        .runs
+        .values()
+        .filter_map(|r| r.trace.as_ref())
+        .flat_map(|stamp| ["coordinator", "worker"].map(|role| format!("traces/{role}-{stamp}.ndjson")))
+        .filter(|p| bundle.artifact(p).is_none() && !noted.contains(p.as_str()))
+        .collect();
+    for path in missing {
+        e.find(Fact::Unread, format!("{path}: a run of the bundle traced (its run record names the file), and the bundle neither holds it nor says why"));
     }
     let by_stamp: BTreeMap<String, u64> = e.runs.iter().filter_map(|(n, r)| Some((r.trace.clone()?, *n))).collect();
     let identified = !e.runs.is_empty();
@@ -162,7 +181,8 @@ pub(super) fn compare(e: &mut Evidence) -> Result<(), Refused> {
                 continue;
             }
             if let (Some(inc), Some(epoch)) = (incarnation, num(v, "epoch")) {
-                if epoch != inc && file.role == Role::Coordinator.name() {
+                // The coordinator's lines and the source's barriers carry the run's epoch.
+                if epoch != inc && (file.role == Role::Coordinator.name() || event == "DeliverBarrier") {
                     found.push((Fact::Writer, format!("{} line {at}: {event} says epoch {epoch}; the process is incarnation {inc} (its run record)", file.path)));
                 }
             }
@@ -194,6 +214,49 @@ pub(super) fn compare(e: &mut Evidence) -> Result<(), Refused> {
                         }
                     }
                 }
+                "CoordComplete" if v.get("outcome").and_then(Json::as_str) == Some("completed") => {
+                    // Killed between deciding and writing the marker, a
+                    // process's decision is its file's last line; any later
+                    // line means it went on without writing it.
+                    let last = file.lines.last().map(|(n, _)| *n) == Some(*at);
+                    if let Some(c) = ckpt.filter(|_| !last) {
+                        if !e.completed.contains_key(&c) {
+                            found.push((Fact::Marker, format!("{} line {at}: the coordinator decided checkpoint {c} completed and went on; the bundle holds no COMPLETED-{c}", file.path)));
+                        }
+                    }
+                }
+                "Broadcast" | "DeliverCommit" | "SinkCommit" => {
+                    // A commit follows its checkpoint's marker, and reaches only its sinks.
+                    if let Some(c) = ckpt {
+                        match e.completed.get(&c) {
+                            None => found.push((Fact::Marker, format!("{} line {at}: {event} of checkpoint {c}, whose COMPLETED marker the bundle does not hold", file.path))),
+                            Some(m) => {
+                                if let Some(s) = sub {
+                                    let sink = parse_participant_name(s).and_then(|(op, _)| e.graph_at(c)?.operator(op)).map(|o| o.spec.descriptor.kind());
+                                    if !m.participants.iter().any(|p| p == s) || sink.is_some_and(|k| k != OperatorKind::Sink) {
+                                        found.push((Fact::Participants, format!("{} line {at}: {event} of {s}, which is not a sink COMPLETED-{c} records", file.path)));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                "CoordRecovers" => {
+                    // What the recovering coordinator found: the newest
+                    // checkpoints earlier runs completed and confirmed.
+                    if let (Some(inc), Some(completed)) = (incarnation, num(v, "completed")) {
+                        let before = e
+                            .completed
+                            .iter()
+                            .filter(|(_, m)| m.run.as_ref().is_some_and(|r| r.incarnation < inc))
+                            .map(|(c, _)| *c)
+                            .max()
+                            .unwrap_or(0);
+                        if completed != before && e.completed.values().all(|m| m.run.is_some()) {
+                            found.push((Fact::Marker, format!("{} line {at}: the recovery found checkpoint {completed} completed; the markers earlier runs wrote end at {before}", file.path)));
+                        }
+                    }
+                }
                 "WriteConfirmed" => {
                     if let Some(c) = ckpt {
                         if !e.confirmed.contains_key(&c) {
@@ -215,6 +278,7 @@ pub(super) fn compare(e: &mut Evidence) -> Result<(), Refused> {
                             e,
                             s,
                             v.get("role").and_then(Json::as_str),
+                            v.get("source").and_then(Json::as_bool),
                             &deployed_anywhere,
                             &file.path,
                             *at,
@@ -286,10 +350,12 @@ pub(super) fn compare(e: &mut Evidence) -> Result<(), Refused> {
 }
 
 /// A Placement line: a subtask some graph of the bundle deploys, in its role.
+#[allow(clippy::too_many_arguments)]
 fn placement(
     e: &Evidence,
     sub: &str,
     role: Option<&str>,
+    source: Option<bool>,
     deployed: &BTreeSet<String>,
     path: &str,
     at: usize,
@@ -304,6 +370,14 @@ fn placement(
     }
     let kind = parse_participant_name(sub)
         .and_then(|(op, _)| e.graphs.values().find_map(|g| g.operator(op)).map(|o| o.spec.descriptor.kind()));
+    if (role == Some("source")) != (source == Some(true)) {
+        found.push((
+            Fact::Participants,
+            format!(
+                "{path} line {at}: it places {sub} as a {role:?} with source {source:?}: a source is placed as one"
+            ),
+        ));
+    }
     let expected = match kind {
         Some(OperatorKind::Source) => "source",
         Some(OperatorKind::Sink) => "sink",
@@ -342,6 +416,12 @@ fn sink_line(
         let expected = o.spec.descriptor.sink_family().map(|f| f.as_str());
         if family != expected {
             found.push((Fact::Restore, format!("{path} line {at}: {sub} says it is of the {family:?} family; the job graph's operator {op} is of the {expected:?}")));
+        }
+    }
+    // A sink opens from nothing or from a checkpoint the markers record.
+    if let Some(restore) = v.get("restore").and_then(Json::as_u64) {
+        if restore > 0 && !e.completed.contains_key(&restore) {
+            found.push((Fact::Restore, format!("{path} line {at}: {sub} opened from checkpoint {restore}, which no COMPLETED marker of the bundle records")));
         }
     }
     let (Some(c), Some(staged)) = (ckpt, v.get("staged").and_then(Json::as_bool)) else { return };
