@@ -214,6 +214,11 @@ fn killed(out: &Output) -> bool {
 enum Before {
     /// Killed at a protocol fault point (`point@checkpoint`).
     Killed(&'static str),
+    /// Killed once a checkpoint is sure to have completed (after checkpoint
+    /// 2's marker), resumed at the same parallelism, and killed at a point of
+    /// its first checkpoint: for the points a first run may reach before any
+    /// checkpoint completed (checkpoints overlap in flight).
+    KilledAfterACompletion(&'static str),
     /// Stopped at a savepoint half way through the input.
     Savepoint,
 }
@@ -225,6 +230,7 @@ enum Before {
 fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'static str, bool)>) -> Trial {
     let label = match before {
         Before::Killed(fault) => fault.to_string(),
+        Before::KilledAfterACompletion(point) => format!("{point}@next"),
         Before::Savepoint => "savepoint".to_string(),
     };
     let again =
@@ -241,6 +247,23 @@ fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'stat
                         stderr(&out)
                     )
                     .into());
+                }
+            }
+            Before::KilledAfterACompletion(point) => {
+                // The second fault names the resumed run's first checkpoint,
+                // so it is made after the first run ended.
+                let first = "coordinator.after_completed_marker@2".to_string();
+                for fault in [Some(first), None] {
+                    let fault = fault.unwrap_or_else(|| format!("{point}@{}", s.next_id()));
+                    let out = s.run(from, Some(&fault), &[]);
+                    if !killed(&out) {
+                        return Err(format!(
+                            "the run armed with {fault} was not killed: {:?}\n{}",
+                            out.status,
+                            stderr(&out)
+                        )
+                        .into());
+                    }
                 }
             }
             Before::Savepoint => {
@@ -612,20 +635,20 @@ fn main() {
     if clink_engine::defects::variant_features().contains(&"defect-rescale-orphans") {
         libtest_mimic::run(&args, vec![orphans_variant_trial()]).exit();
     }
-    use Before::{Killed, Savepoint};
+    use Before::{Killed, KilledAfterACompletion, Savepoint};
     let trials = vec![
         rescale_trial(2, 3, Savepoint, None),
         rescale_trial(3, 1, Savepoint, None),
         rescale_trial(2, 3, Killed("coordinator.after_completed_marker@2"), None),
         rescale_trial(2, 4, Killed("sink.before_commit@2"), None),
-        rescale_trial(2, 4, Killed("sink.after_prepare@6"), None),
+        rescale_trial(2, 4, KilledAfterACompletion("sink.after_prepare"), None),
         rescale_trial(3, 1, Killed("coordinator.after_completed_marker@2"), None),
         rescale_trial(3, 2, Killed("sink.before_commit@3"), None),
         rescale_trial(4, 2, Killed("coordinator.before_commit_broadcast@2"), None),
-        rescale_trial(3, 1, Killed("sink.after_prepare@6"), None),
-        rescale_trial(2, 3, Killed("sink.before_prepare@3"), None),
+        rescale_trial(3, 1, KilledAfterACompletion("sink.after_prepare"), None),
+        rescale_trial(2, 3, KilledAfterACompletion("sink.before_prepare"), None),
         rescale_trial(3, 1, Killed("sink.after_commit@2"), None),
-        rescale_trial(2, 4, Killed("coordinator.before_completed_marker@3"), None),
+        rescale_trial(2, 4, KilledAfterACompletion("coordinator.before_completed_marker"), None),
         // Killed again inside the rescaled run: before its first checkpoint
         // completed (the resume re-divides the same restore point again), and
         // after (the resume restores the new generation as it is).
