@@ -48,7 +48,14 @@ const SECTIONS: &[(&str, Part)] = &[
     ("Before a release", Part::Walked),
     ("Before you deploy: A/B on production bytes", Part::Walked),
     ("Moving captures: the capture store", Part::Walked),
+    ("Restore at another parallelism", Part::Walked),
     ("The formal side", Part::Walked),
+    (
+        "Calibrating the verifier: bundle mutants",
+        Part::NotWalked(
+            "gates/bundle-mutants runs every mutant for a quarter of an hour; its seeded sample runs in cargo test",
+        ),
+    ),
     ("Reports to look at", Part::Walked),
     ("With Nix", Part::NotWalked("no Nix here: flake_shape and flake_eval test the flake")),
     ("Performance", Part::NotWalked("gates/bench measures for over half an hour")),
