@@ -33,6 +33,7 @@ pub const VARIANT_FEATURES: &[(&str, bool)] = &[
     ("defect-memory-windows", cfg!(feature = "defect-memory-windows")),
     ("defect-restore-routes-timers", cfg!(feature = "defect-restore-routes-timers")),
     ("defect-ignore-restore", cfg!(feature = "defect-ignore-restore")),
+    ("defect-rescale-orphans", cfg!(feature = "defect-rescale-orphans")),
 ];
 
 /// The defect variant features this build was compiled with.

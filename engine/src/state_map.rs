@@ -5,13 +5,16 @@
 //! marker names the job graph it was taken of, and each participant's
 //! snapshot holds the state of one subtask. A job restores an operator's
 //! state only into an operator with the same id and the same uid, at the
-//! same parallelism. An operator of the checkpoint that holds state and has
-//! no such counterpart in the job (its uid changed, or it is gone) would
-//! leave that state read by nothing: the restore is refused by default,
-//! naming the operator, and [`map_state`] with `allow_non_restored` drops
-//! that state instead (the counterpart, if any, starts empty). State is
-//! never re-divided across another parallelism. Operators of the job the
-//! checkpoint does not know (new, or stateless ones rescaled) start empty.
+//! same parallelism, or at another one when its type re-divides its state
+//! ([`crate::operators::rescale`]): the map then records the rescale, and the run writes
+//! the next layout generation. An operator of the checkpoint that holds
+//! state and has no such counterpart in the job (its uid changed, or it is
+//! gone) would leave that state read by nothing: the restore is refused by
+//! default, naming the operator, and [`map_state`] with `allow_non_restored`
+//! drops that state instead (the counterpart, if any, starts empty). State
+//! an operator cannot re-divide is never dropped for a rescale: that restore
+//! is refused, whatever the opt-in. Operators of the job the checkpoint does
+//! not know (new, or stateless ones rescaled) start empty.
 //!
 //! "Holds state" is read from the snapshots themselves: any slot besides
 //! the driver's timers and watermark, or a registered timer.
@@ -36,6 +39,7 @@ use crate::checkpoint::snapshot::StateSlots;
 use crate::codec::Reader;
 use crate::job::JobGraph;
 use crate::operators::driver::TIMERS_SLOT;
+use crate::operators::rescale::{self, Rescale};
 use crate::timers::{Clock, TimerService};
 
 /// An operator of the checkpoint, as its job graph names it.
@@ -56,8 +60,9 @@ pub enum Unmapped {
     Missing,
     /// The operator with its id has another uid in the job.
     UidChanged { now: String },
-    /// The operator runs at another parallelism in the job.
-    ParallelismChanged { now: u32 },
+    /// The operator runs at another parallelism in the job, and its state
+    /// cannot be re-divided (`reason`).
+    ParallelismChanged { now: u32, reason: String },
 }
 
 /// State of the checkpoint that the job would not restore.
@@ -81,11 +86,9 @@ impl fmt::Display for UnmappedState {
         match &self.why {
             Unmapped::Missing => write!(f, " holds state and is not in this job"),
             Unmapped::UidChanged { now } => write!(f, " holds state and has uid {now:?} in this job"),
-            Unmapped::ParallelismChanged { now } => write!(
-                f,
-                " holds state at parallelism {} and runs at {now} in this job; this engine does not re-divide state",
-                op.subtasks
-            ),
+            Unmapped::ParallelismChanged { now, reason } => {
+                write!(f, " holds state at parallelism {} and runs at {now} in this job, and {reason}", op.subtasks)
+            }
         }
     }
 }
@@ -101,12 +104,24 @@ pub struct StateMap {
     pub dropped: Vec<UnmappedState>,
     /// Whether the checkpoint named its job graph (uids were compared).
     pub graph_known: bool,
+    /// The layout generation the checkpoint's marker names (its snapshots' directory).
+    pub generation: u32,
+    /// The operators restored at another parallelism, their state re-divided.
+    pub rescaled: BTreeMap<OperatorId, Rescale>,
 }
 
 impl StateMap {
     /// Whether a participant of the job starts empty.
     pub fn starts_empty(&self, participant: &str) -> bool {
         !self.restored.contains(participant)
+    }
+
+    /// The layout generation the restored run writes: one past the
+    /// checkpoint's when state was re-divided, so no directory of the old
+    /// layout is ever written again.
+    pub fn next_generation(&self) -> u32 {
+        // map_state refuses a rescale past the last generation.
+        self.generation.saturating_add(u32::from(!self.rescaled.is_empty()))
     }
 }
 
@@ -117,7 +132,7 @@ pub enum CompatError {
         list(.unmapped)
     )]
     Refused { checkpoint: u64, unmapped: Vec<UnmappedState> },
-    #[error("checkpoint {checkpoint}: {}; this engine does not re-divide state", list(.unmapped))]
+    #[error("checkpoint {checkpoint}: {}; a restore at another parallelism needs every such operator's state re-divisible", list(.unmapped))]
     Rescaled { checkpoint: u64, unmapped: Vec<UnmappedState> },
     #[error(transparent)]
     Markers(#[from] MarkerError),
@@ -152,6 +167,14 @@ pub fn checkpoint_operators(
     layout: &CheckpointLayout,
     checkpoint: u64,
 ) -> Result<(Vec<CheckpointOperator>, bool), CompatError> {
+    checkpoint_operators_of(layout, checkpoint).map(|(ops, known, _)| (ops, known))
+}
+
+/// [`checkpoint_operators`] with the marker's layout generation.
+fn checkpoint_operators_of(
+    layout: &CheckpointLayout,
+    checkpoint: u64,
+) -> Result<(Vec<CheckpointOperator>, bool, u32), CompatError> {
     let marker = read_completed(layout, checkpoint)?;
     let mut named: BTreeMap<OperatorId, (Option<String>, Option<String>)> = BTreeMap::new();
     let graph_known = marker.graph.is_some();
@@ -184,7 +207,7 @@ pub fn checkpoint_operators(
         entry.subtasks += 1;
         entry.holds_state |= slots_hold_state(&snapshot.slots);
     }
-    Ok((operators.into_values().collect(), graph_known))
+    Ok((operators.into_values().collect(), graph_known, marker.generation))
 }
 
 /// Maps a checkpoint's state onto a job: which participants restore, and
@@ -195,10 +218,11 @@ pub fn map_state(
     job: &JobGraph,
     allow_non_restored: bool,
 ) -> Result<StateMap, CompatError> {
-    let (operators, graph_known) = checkpoint_operators(layout, checkpoint)?;
+    let (operators, graph_known, generation) = checkpoint_operators_of(layout, checkpoint)?;
     let mut restored = BTreeSet::new();
     let mut unmapped = Vec::new();
     let mut rescaled = Vec::new();
+    let mut redivided = BTreeMap::new();
     for op in operators {
         let counterpart = job.operator(op.id);
         let why = match counterpart {
@@ -207,7 +231,16 @@ pub fn map_state(
                 Some(Unmapped::UidChanged { now: c.spec.uid.clone() })
             }
             Some(c) if c.spec.parallelism != op.subtasks => {
-                Some(Unmapped::ParallelismChanged { now: c.spec.parallelism })
+                match rescale::refusal(c.spec.descriptor, &c.spec.params).filter(|_| op.holds_state) {
+                    Some(reason) => Some(Unmapped::ParallelismChanged { now: c.spec.parallelism, reason }),
+                    None => {
+                        if op.holds_state {
+                            redivided.insert(op.id, Rescale { from: op.subtasks, to: c.spec.parallelism });
+                            restored.extend((0..c.spec.parallelism).map(|s| participant_name(op.id, s)));
+                        }
+                        continue;
+                    }
+                }
             }
             Some(_) => None,
         };
@@ -222,10 +255,16 @@ pub fn map_state(
     if !rescaled.is_empty() {
         return Err(CompatError::Rescaled { checkpoint, unmapped: rescaled });
     }
+    if !redivided.is_empty() && generation == u32::MAX {
+        return Err(CompatError::GraphInvalid {
+            checkpoint,
+            reason: format!("its marker names layout generation {generation}, which a rescale cannot follow"),
+        });
+    }
     if !unmapped.is_empty() && !allow_non_restored {
         return Err(CompatError::Refused { checkpoint, unmapped });
     }
-    Ok(StateMap { checkpoint, restored, dropped: unmapped, graph_known })
+    Ok(StateMap { checkpoint, restored, dropped: unmapped, graph_known, generation, rescaled: redivided })
 }
 
 #[cfg(test)]
@@ -308,7 +347,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stateful_operator_at_another_parallelism_is_refused_even_when_dropping_is_allowed() {
+    fn a_rescaled_operator_whose_state_re_divides_is_mapped_and_bumps_the_generation() {
         let (_dir, layout) = checkpoint_of(EXAMPLE);
         let text = EXAMPLE
             .replace("\"size_ms\": 10000}, \"parallelism\": 2", "\"size_ms\": 10000}, \"parallelism\": 3")
@@ -317,8 +356,53 @@ mod tests {
                 "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 3",
             );
         let rescaled = parse_job(&text).unwrap();
-        assert_eq!(rescaled.operator(OperatorId(3)).unwrap().spec.parallelism, 3);
+        let map = map_state(&layout, 1, &rescaled, false).unwrap();
+        assert_eq!(map.rescaled.get(&OperatorId(3)), Some(&Rescale { from: 2, to: 3 }));
+        assert_eq!(map.rescaled.get(&OperatorId(5)), Some(&Rescale { from: 2, to: 3 }));
+        assert!(!map.starts_empty("op-3-2") && !map.starts_empty("op-5-2"));
+        assert_eq!((map.generation, map.next_generation()), (1, 2));
+        let same = map_state(&layout, 1, &parse_job(EXAMPLE).unwrap(), false).unwrap();
+        assert_eq!(same.next_generation(), 1);
+    }
+
+    #[test]
+    fn a_stateful_operator_that_cannot_re_divide_is_refused_even_when_dropping_is_allowed() {
+        let (_dir, layout) = checkpoint_of(EXAMPLE);
+        // The idle detector with its timers keyed by the key's text: a
+        // rescale could not route them with their state.
+        let text = EXAMPLE
+            .replace(
+                "\"timeout_ms\": 30000}, \"parallelism\": 2",
+                "\"timeout_ms\": 30000, \"timer_key\": \"text\"}, \"parallelism\": 3",
+            )
+            .replace(
+                "\"idle-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 2",
+                "\"idle-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 3",
+            );
+        let rescaled = parse_job(&text).unwrap();
+        assert_eq!(rescaled.operator(OperatorId(4)).unwrap().spec.parallelism, 3);
         let err = map_state(&layout, 1, &rescaled, true).unwrap_err().to_string();
-        assert!(err.contains("does not re-divide state"), "{err}");
+        assert!(err.contains("operator 4 (uid \"idle\"") && err.contains("keyed by the key's text"), "{err}");
+        assert!(!err.contains("operator 6"), "the sink's handles re-divide: {err}");
+    }
+
+    #[test]
+    fn a_rescale_past_the_last_layout_generation_is_refused_not_wrapped() {
+        let (_dir, layout) = checkpoint_of(EXAMPLE);
+        std::fs::rename(layout.generation_dir(1), layout.generation_dir(u32::MAX)).unwrap();
+        let mut marker = read_completed(&layout, 1).unwrap();
+        marker.generation = u32::MAX;
+        std::fs::remove_file(layout.jobs_dir().join("COMPLETED-1")).unwrap();
+        write_completed(&layout, &marker).unwrap();
+        let same = map_state(&layout, 1, &parse_job(EXAMPLE).unwrap(), false).unwrap();
+        assert_eq!(same.next_generation(), u32::MAX);
+        let text = EXAMPLE
+            .replace("\"size_ms\": 10000}, \"parallelism\": 2", "\"size_ms\": 10000}, \"parallelism\": 1")
+            .replace(
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 2",
+                "\"windows-out\", \"type\": \"staged_file_sink\", \"params\": {}, \"parallelism\": 1",
+            );
+        let err = map_state(&layout, 1, &parse_job(&text).unwrap(), false).unwrap_err().to_string();
+        assert!(err.contains("cannot follow"), "{err}");
     }
 }

@@ -132,6 +132,19 @@ impl TimerService {
         self.processing_time.iter()
     }
 
+    /// The timers of several services that `keep` accepts, under the lowest
+    /// of their watermarks, so no timer of the merge fires earlier than it
+    /// would have in the service it came from (a rescale's re-division).
+    pub fn merged(parts: &[TimerService], mut keep: impl FnMut(&Timer) -> bool) -> TimerService {
+        let mut merged = TimerService::new(Clock::Manual(0));
+        merged.watermark = parts.iter().map(|p| p.watermark).min().unwrap_or(NO_WATERMARK);
+        for part in parts {
+            merged.event_time.extend(part.event_time.iter().filter(|t| keep(t)).cloned());
+            merged.processing_time.extend(part.processing_time.iter().filter(|t| keep(t)).cloned());
+        }
+        merged
+    }
+
     /// Keeps only the event-time timers `keep` accepts.
     pub fn retain_event_timers(&mut self, keep: impl FnMut(&Timer) -> bool) {
         self.event_time.retain(keep);

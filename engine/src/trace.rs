@@ -102,6 +102,7 @@ events! {
     WalkCancelled => Coordinator ["job", "ckpt"],
     WalkDecides => Coordinator ["job", "ckpt", "verdict"],
     WalkFinishes => Coordinator ["job", "confirmed"],
+    Rescale => Coordinator ["job", "op", "from", "to", "mode"],
 }
 
 /// A field's value.

@@ -59,7 +59,9 @@ traceOnly == <<placed, opened, ackedTo, depWorker, closing, epochNow, proceedDue
 traceVars == <<vars, pos, ev, traceOnly, ended>>
 
 \* The vocabulary this module handles (formal/trace/events.txt), and the
-\* fields each event must carry, every one of which is read below.
+\* fields each event must carry, every one of which is read below. Rescale
+\* is a scope marker no step takes: a run that carries one is not validated
+\* (clink_formal::trace::out_of_scope), so its fields are read there.
 EventFields ==
     [Trigger        |-> {"job", "ckpt", "epoch", "kind"},
      DeliverBarrier |-> {"job", "ckpt", "epoch", "worker", "fenced"},
@@ -76,6 +78,7 @@ EventFields ==
      RestartOnError |-> {"job", "ckpt"},
      Placement      |-> {"job", "sub", "worker", "source", "role"},
      JobEnds        |-> {"job", "outcome", "epoch"},
+     Rescale        |-> {"job", "op", "from", "to", "mode"},
      SinkReceipt    |-> {"job", "sub", "ckpt"},
      SinkConfirm    |-> {"job", "sub", "ckpt"},
      WriteConfirmed |-> {"job", "ckpt", "epoch"},

@@ -69,11 +69,24 @@ pub struct VerifiedSnapshot {
 #[derive(Debug, Clone)]
 pub struct FileStateBackend {
     layout: CheckpointLayout,
+    /// The layout generation this run writes: the first one, or one past
+    /// its restore point's after a rescale re-divided the state.
+    generation: u32,
 }
 
 impl FileStateBackend {
     pub fn new(layout: CheckpointLayout) -> Self {
-        Self { layout }
+        Self { layout, generation: GENERATION }
+    }
+
+    /// The same backend, writing under `generation`.
+    pub fn writing_generation(self, generation: u32) -> Self {
+        Self { generation, ..self }
+    }
+
+    /// The layout generation this backend writes (and the markers name).
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     pub fn layout(&self) -> &CheckpointLayout {
@@ -87,7 +100,7 @@ impl FileStateBackend {
         header: &SnapshotHeader,
         slots: &StateSlots,
     ) -> Result<SnapshotMeta, StateError> {
-        let dir = self.layout.participant_dir(GENERATION, participant);
+        let dir = self.layout.participant_dir(self.generation, participant);
         create_dir_durably(&dir).map_err(io_error(&dir))?;
         // Both files name the run writing through this layout.
         let run = self.layout.writer();
@@ -125,24 +138,35 @@ impl FileStateBackend {
         Ok(meta)
     }
 
-    /// Every checkpoint id any participant has a snapshot of.
+    /// Every checkpoint id any participant of any generation has a snapshot
+    /// of (ids are never reused across a rescale).
     pub fn snapshot_ids(&self) -> Result<BTreeSet<u64>, StateError> {
         let mut ids = BTreeSet::new();
-        let generation_dir = self.layout.generation_dir(GENERATION);
-        for participant in read_dir_names(&generation_dir)? {
-            let dir = generation_dir.join(&participant);
-            if !dir.is_dir() {
+        for name in read_dir_names(&self.layout.state_root())? {
+            let Some(generation) = name.strip_prefix('v').and_then(parse_decimal_u64) else {
                 continue;
+            };
+            let Ok(generation) = u32::try_from(generation) else {
+                continue;
+            };
+            let generation_dir = self.layout.generation_dir(generation);
+            for participant in read_dir_names(&generation_dir)? {
+                let dir = generation_dir.join(&participant);
+                if !dir.is_dir() {
+                    continue;
+                }
+                ids.extend(read_dir_names(&dir)?.iter().filter_map(|n| parse_snapshot_name(n)));
             }
-            ids.extend(read_dir_names(&dir)?.iter().filter_map(|n| parse_snapshot_name(n)));
         }
         Ok(ids)
     }
 
     /// Removes every participant's snapshots of checkpoints below
     /// `keep_from`, except those of the checkpoints in `keep`.
+    /// Only this backend's generation is pruned: an older one holds the
+    /// restore point a rescaled run started from.
     pub fn prune_below_keeping(&self, keep_from: u64, keep: &BTreeSet<u64>) -> Result<(), StateError> {
-        let generation_dir = self.layout.generation_dir(GENERATION);
+        let generation_dir = self.layout.generation_dir(self.generation);
         for participant in read_dir_names(&generation_dir)? {
             let dir = generation_dir.join(&participant);
             if !dir.is_dir() {

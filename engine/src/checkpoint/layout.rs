@@ -17,8 +17,9 @@ use clink_basics::ids::OperatorId;
 
 use super::identity::{RunCell, RunIdentity};
 
-/// The state layout generation. It changes only when a rescale re-divides
-/// state, which this engine does not do.
+/// The first state layout generation. A restore at another parallelism
+/// writes one past its restore point's (`crate::operators::rescale`); the markers name
+/// the generation of each checkpoint.
 pub const GENERATION: u32 = 1;
 
 /// A participant's name: the operator id and subtask index.

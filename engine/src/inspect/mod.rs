@@ -362,12 +362,18 @@ pub fn check_savepoint(dataset: &Dataset, expected: &JobGraph) -> Result<SchemaC
     let mut snapshots = Vec::new();
     for participant in &index.participants {
         let snapshot = backend.read(index.generation, participant, index.checkpoint)?;
-        let restored = map.as_ref().is_some_and(|m| !m.starts_empty(participant));
         let op = parse_participant_name(participant).and_then(|(id, _)| expected.operator(id));
+        // At another parallelism every old subtask's state is read (and re-divided).
+        let rescale = op.and_then(|op| map.as_ref()?.rescaled.get(&op.spec.id)).copied();
+        let restored = rescale.is_some() || map.as_ref().is_some_and(|m| !m.starts_empty(participant));
         let (status, reason) = match op {
-            Some(op) if restored => match op.decode_state(&snapshot.slots) {
-                Ok(()) => ("accepted", format!("{} restores it", op.spec.uid)),
-                Err(e) => ("refused", format!("{}'s restore path refuses it: {e}", op.spec.uid)),
+            Some(op) if restored => match (op.decode_state(&snapshot.slots), rescale) {
+                (Ok(()), None) => ("accepted", format!("{} restores it", op.spec.uid)),
+                (Ok(()), Some(r)) => (
+                    "accepted",
+                    format!("{} restores it, re-divided from {} to {} subtasks", op.spec.uid, r.from, r.to),
+                ),
+                (Err(e), _) => ("refused", format!("{}'s restore path refuses it: {e}", op.spec.uid)),
             },
             _ if !slots_hold_state(&snapshot.slots) => ("not_restored", "holds no state; nothing restores it".into()),
             _ => ("refused", "holds state no operator of the job restores".into()),

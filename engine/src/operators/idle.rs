@@ -21,7 +21,8 @@ use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{ColumnType, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, Key, KeyedMap};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, redivide_keyed, Key, KeyedMap};
+use crate::operators::rescale::{Redivision, Share};
 use super::window::{column, key_columns, typed_column};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
@@ -250,8 +251,26 @@ impl Transform for IdleDetector {
     }
 }
 
-pub const DESCRIPTOR: Descriptor =
-    Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
+/// Its timers must be keyed as its state is for a rescale to route them.
+fn refuses_redivision(params: &Json) -> Option<String> {
+    (timer_key_of(params) == TimerKey::Text)
+        .then(|| "its timers are keyed by the key's text (\"timer_key\": \"text\"), not by the keyed state's key".into())
+}
+
+/// A rescale's share of `last_seen` and `idle_count`: the keys the new subtask owns.
+fn redivide(_: &Json, share: &Share<'_>) -> Result<StateSlots, OperatorError> {
+    let mut slots = StateSlots::new();
+    for name in [LAST_SEEN_SLOT, IDLE_COUNT_SLOT] {
+        redivide_keyed(share, &mut slots, name, SLOT_VERSION, |r| r.i64(), |w, v| {
+            w.i64(*v);
+        })?;
+    }
+    Ok(slots)
+}
+
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema)
+    .keyed_by(defaults::leading_key_columns)
+    .redivided_by(Redivision { refuses: refuses_redivision, split: redivide });
 
 planned_transform!(IdleDetector::new);
 

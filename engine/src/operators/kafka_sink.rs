@@ -352,6 +352,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     preflight,
     replays_as_live: true,
     confirmation: Some(CommitConfirmation { handle: prepared_handle, probe }),
+    redivision: None,
 };
 
 fn bootstrap(env: &Environment) -> Option<&str> {

@@ -539,6 +539,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     preflight,
     replays_as_live: true,
     confirmation: None,
+    redivision: None,
 };
 
 fn plan_schema(params: &Json, _input: Option<&Schema>) -> Result<Schema, FieldError> {

@@ -68,6 +68,29 @@ pub fn get_keyed<V>(
     decode(&mut r).map_err(|e| OperatorError::state(name, e))
 }
 
+/// Re-divides a keyed slot across a rescale: the entries of every old
+/// subtask's slot whose key the new subtask owns, into `out`. A key held by
+/// two old subtasks is refused (keys were divided by group before, too).
+pub fn redivide_keyed<V>(
+    share: &crate::operators::rescale::Share<'_>,
+    out: &mut StateSlots,
+    name: &str,
+    version: u32,
+    mut read_value: impl FnMut(&mut Reader<'_>) -> Result<V, DecodeError>,
+    write_value: impl FnMut(&mut Writer, &V),
+) -> Result<(), OperatorError> {
+    let mut merged: BTreeMap<Vec<u8>, V> = BTreeMap::new();
+    for part in share.parts {
+        for (key, value) in get_keyed(part, name, version, &mut read_value)? {
+            if share.owns_key(&key) && merged.insert(key, value).is_some() {
+                return Err(OperatorError::state(name, "two old subtasks hold the same key"));
+            }
+        }
+    }
+    put_keyed(out, name, version, merged.iter(), write_value);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

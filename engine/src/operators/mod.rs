@@ -17,6 +17,7 @@
 
 pub mod driver;
 pub mod keyed;
+pub mod rescale;
 
 /// THE registry line: every operator type this build knows. Adding an operator
 /// is one new file in this folder and its module name here.
@@ -459,6 +460,9 @@ pub struct Descriptor {
     pub replays_as_live: bool,
     /// A commit-confirmed sink's handles and probe, for the in-doubt walk.
     pub confirmation: Option<CommitConfirmation>,
+    /// How its state is re-divided at another parallelism; `None`: a
+    /// restore that changes its parallelism while it holds state is refused.
+    pub redivision: Option<rescale::Redivision>,
 }
 
 impl PartialEq for Descriptor {
@@ -491,6 +495,7 @@ impl Descriptor {
             preflight: defaults::no_preflight,
             replays_as_live: true,
             confirmation: None,
+            redivision: None,
         }
     }
 
@@ -510,6 +515,7 @@ impl Descriptor {
             preflight: defaults::no_preflight,
             replays_as_live: true,
             confirmation: None,
+            redivision: None,
         }
     }
 
@@ -517,6 +523,11 @@ impl Descriptor {
     /// handles a record: replays agree with each other, not with production.
     pub const fn reads_the_clock_on_records(self) -> Descriptor {
         Descriptor { replays_as_live: false, ..self }
+    }
+
+    /// The same descriptor, for an operator whose state a rescale re-divides.
+    pub const fn redivided_by(self, redivision: rescale::Redivision) -> Descriptor {
+        Descriptor { redivision: Some(redivision), ..self }
     }
 
     /// The same descriptor, with the key columns its output rows carry.

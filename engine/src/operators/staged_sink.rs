@@ -22,6 +22,7 @@ use crate::codec::{Reader, Writer};
 #[cfg(any(test, feature = "defects"))]
 use crate::defects::Defect;
 use crate::defects::Defects;
+use crate::operators::rescale::{never_refuses, Redivision, Share};
 use crate::value::{render_line_into, Row};
 
 use super::{Descriptor, OperatorError, Prepared, Setup, Sink, SinkFamily, StateDecoding};
@@ -60,6 +61,11 @@ pub struct StagedFileSink {
 pub fn part_name(subtask: u32, checkpoint: u64) -> String {
     format!("part-{subtask}-{checkpoint}")
 }
+
+/// The slot a rescale adds to a new subtask's share: the old subtasks past
+/// the new parallelism whose staged files it cleans up as its own.
+pub const ADOPTED_SLOT: &str = "adopted";
+pub const ADOPTED_VERSION: u32 = 1;
 
 fn parse_part_name(name: &str, subtask: u32) -> Option<u64> {
     let rest = name.strip_prefix(&format!("part-{subtask}-"))?;
@@ -115,16 +121,19 @@ impl StagedFileSink {
         Ok(sealed_now)
     }
 
-    /// This subtask's staged files that no held handle names, by checkpoint.
-    fn unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<Vec<(u64, PathBuf)>, OperatorError> {
+    /// This subtask's staged files (and those of the old subtasks it
+    /// adopted in a rescale) that no held handle names, by checkpoint.
+    fn unheld_staged(&self, held: &[Handle], adopted: &[u32]) -> Result<Vec<(u64, PathBuf)>, OperatorError> {
+        let held: std::collections::BTreeSet<&str> = held.iter().map(|h| h.file.as_str()).collect();
         let mut found = Vec::new();
         for entry in fs::read_dir(&self.staged_dir).map_err(OperatorError::io(&self.staged_dir))? {
             let entry = entry.map_err(OperatorError::io(&self.staged_dir))?;
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            if let Some(checkpoint) = parse_part_name(&name, self.subtask) {
-                if !held.contains_key(&checkpoint) {
+            let ours = std::iter::once(self.subtask).chain(adopted.iter().copied());
+            if let Some(checkpoint) = ours.filter_map(|s| parse_part_name(&name, s)).next() {
+                if !held.contains(name.as_str()) {
                     found.push((checkpoint, entry.path()));
                 }
             }
@@ -136,9 +145,9 @@ impl StagedFileSink {
     /// DEFECT recommit_unheld_at_open: publishes every staged file of this
     /// subtask that no held handle names; returns how many.
     #[cfg(any(test, feature = "defects"))]
-    fn publish_unheld_staged(&mut self, held: &BTreeMap<u64, Handle>) -> Result<u64, OperatorError> {
+    fn publish_unheld_staged(&mut self, held: &[Handle]) -> Result<u64, OperatorError> {
         let mut published = 0;
-        for (checkpoint, path) in self.unheld_staged(held)? {
+        for (checkpoint, path) in self.unheld_staged(held, &[])? {
             let bytes = fs::symlink_metadata(&path).map(|m| m.len()).map_err(OperatorError::io(&path))?;
             let file = part_name(self.subtask, checkpoint);
             let handle = Handle { checkpoint, file, rows: 0, bytes, sha256: String::new() };
@@ -149,8 +158,8 @@ impl StagedFileSink {
     }
 
     /// Removes this subtask's staged files that no held handle names.
-    fn remove_unheld_staged(&self, held: &BTreeMap<u64, Handle>) -> Result<(), OperatorError> {
-        let unheld = self.unheld_staged(held)?;
+    fn remove_unheld_staged(&self, held: &[Handle], adopted: &[u32]) -> Result<(), OperatorError> {
+        let unheld = self.unheld_staged(held, adopted)?;
         for (_, path) in &unheld {
             fs::remove_file(path).map_err(OperatorError::io(path))?;
         }
@@ -175,14 +184,18 @@ impl Sink for StagedFileSink {
         // Sibling subtasks share the staging directory: only our own temporaries.
         remove_stale_temps_of(&self.staged_dir, &format!("part-{}-", self.subtask))
             .map_err(OperatorError::io(&self.staged_dir))?;
-        let mut held = match restored {
-            Some(slots) => decode_handles(slots)?,
-            None => BTreeMap::new(),
+        let (mut held, adopted) = match restored {
+            Some(slots) => (decode_handle_list(slots)?, decode_adopted(slots)?),
+            None => (Vec::new(), Vec::new()),
         };
+        for old in &adopted {
+            remove_stale_temps_of(&self.staged_dir, &format!("part-{old}-"))
+                .map_err(OperatorError::io(&self.staged_dir))?;
+        }
         // Handles of an imported checkpoint belong to the run that took it:
         // it committed them into its own output, not this one.
         if let Some(imported) = self.imported {
-            held.retain(|&checkpoint, _| checkpoint > imported);
+            held.retain(|h| h.checkpoint > imported);
         }
         let mut recommitted = 0;
         // DEFECT no_recommit_at_open: the restored handles are not re-committed.
@@ -191,7 +204,7 @@ impl Sink for StagedFileSink {
         #[cfg(not(any(test, feature = "defects")))]
         let recommit = true;
         if recommit {
-            for handle in held.values() {
+            for handle in &held {
                 self.publish(handle)?;
                 recommitted += 1;
             }
@@ -208,7 +221,7 @@ impl Sink for StagedFileSink {
         #[cfg(not(any(test, feature = "defects")))]
         let clean_up = true;
         if clean_up {
-            self.remove_unheld_staged(&held)?;
+            self.remove_unheld_staged(&held, &adopted)?;
         }
         self.pending.clear();
         Ok(recommitted)
@@ -256,13 +269,8 @@ impl Sink for StagedFileSink {
     }
 
     fn snapshot(&self) -> Result<StateSlots, OperatorError> {
-        let mut w = Writer::new();
-        w.u32(self.pending.len() as u32);
-        for h in self.pending.values() {
-            w.u64(h.checkpoint).str(&h.file).u64(h.rows).u64(h.bytes).str(&h.sha256);
-        }
         let mut slots = StateSlots::new();
-        slots.put(HANDLES_SLOT, SlotKind::Operator, HANDLES_VERSION, w.into_bytes());
+        slots.put(HANDLES_SLOT, SlotKind::Operator, HANDLES_VERSION, write_handles(self.pending.values()));
         Ok(slots)
     }
 
@@ -315,6 +323,12 @@ impl Sink for StagedFileSink {
 
 /// The handles a staged-file sink's snapshot holds.
 pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, OperatorError> {
+    Ok(decode_handle_list(slots)?.into_iter().map(|h| (h.checkpoint, h)).collect())
+}
+
+/// The handles a snapshot holds, in its order. A rescale's share may hold
+/// several of one checkpoint (one per old subtask it succeeds).
+pub fn decode_handle_list(slots: &StateSlots) -> Result<Vec<Handle>, OperatorError> {
     let slot =
         slots.get(HANDLES_SLOT).ok_or_else(|| OperatorError::state(HANDLES_SLOT, "missing from the snapshot"))?;
     if slot.version != HANDLES_VERSION {
@@ -323,7 +337,7 @@ pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, Opera
     let mut r = Reader::new(&slot.bytes);
     let decode = |r: &mut Reader<'_>| {
         let n = r.count(36)?;
-        let mut handles = BTreeMap::new();
+        let mut handles = Vec::with_capacity(n);
         for _ in 0..n {
             let handle = Handle {
                 checkpoint: r.u64()?,
@@ -332,13 +346,13 @@ pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, Opera
                 bytes: r.u64()?,
                 sha256: r.str()?.to_string(),
             };
-            handles.insert(handle.checkpoint, handle);
+            handles.push(handle);
         }
         r.finish()?;
         Ok::<_, crate::codec::DecodeError>(handles)
     };
     let handles = decode(&mut r).map_err(|e| OperatorError::state(HANDLES_SLOT, e))?;
-    for h in handles.values() {
+    for h in &handles {
         let safe = h.file.starts_with("part-") && clink_basics::names::is_safe_name(&h.file);
         if !safe {
             return Err(OperatorError::state(HANDLES_SLOT, format!("handle names {:?}, not a part file", h.file)));
@@ -348,7 +362,8 @@ pub fn decode_handles(slots: &StateSlots) -> Result<BTreeMap<u64, Handle>, Opera
 }
 
 
-pub const DESCRIPTOR: Descriptor = Descriptor::sink(TYPE, FAMILY, build, StateDecoding::Decode(decode_state));
+pub const DESCRIPTOR: Descriptor = Descriptor::sink(TYPE, FAMILY, build, StateDecoding::Decode(decode_state))
+    .redivided_by(Redivision { refuses: never_refuses, split: redivide });
 
 /// Two-phase, with its handles in the snapshot and re-committed at open.
 const FAMILY: SinkFamily = SinkFamily::Recoverable;
@@ -358,6 +373,56 @@ fn build(setup: &Setup<'_>) -> Result<Box<dyn Sink>, OperatorError> {
     let mut sink = StagedFileSink::new(dir, setup.subtask, setup.env.defects.clone());
     sink.imported = setup.env.imported_checkpoint;
     Ok(Box::new(sink))
+}
+
+/// The old subtasks a rescale's share hands over for cleanup (none in a snapshot).
+fn decode_adopted(slots: &StateSlots) -> Result<Vec<u32>, OperatorError> {
+    let Some(slot) = slots.get(ADOPTED_SLOT) else {
+        return Ok(Vec::new());
+    };
+    if slot.version != ADOPTED_VERSION {
+        return Err(OperatorError::state(ADOPTED_SLOT, format!("version {} is not {ADOPTED_VERSION}", slot.version)));
+    }
+    let mut r = Reader::new(&slot.bytes);
+    let mut decode = || {
+        let n = r.count(4)?;
+        let adopted = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+        r.finish()?;
+        Ok::<_, crate::codec::DecodeError>(adopted)
+    };
+    decode().map_err(|e| OperatorError::state(ADOPTED_SLOT, e))
+}
+
+fn write_handles<'a>(handles: impl ExactSizeIterator<Item = &'a Handle>) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u32(handles.len() as u32);
+    for h in handles {
+        w.u64(h.checkpoint).str(&h.file).u64(h.rows).u64(h.bytes).str(&h.sha256);
+    }
+    w.into_bytes()
+}
+
+/// A rescale's share: the handles of every old subtask this one succeeds,
+/// which its open finalises, and the ones past the new parallelism, whose
+/// staged files only it may clean up.
+fn redivide(_: &serde_json::Value, share: &Share<'_>) -> Result<StateSlots, OperatorError> {
+    let mut handles = Vec::new();
+    let mut adopted = Vec::new();
+    for (old, part) in share.predecessor_parts() {
+        handles.extend(decode_handle_list(part)?);
+        if old >= share.rescale.to {
+            adopted.push(old);
+        }
+    }
+    let mut slots = StateSlots::new();
+    slots.put(HANDLES_SLOT, SlotKind::Operator, HANDLES_VERSION, write_handles(handles.iter()));
+    let mut w = Writer::new();
+    w.u32(adopted.len() as u32);
+    for old in adopted {
+        w.u32(old);
+    }
+    slots.put(ADOPTED_SLOT, SlotKind::Operator, ADOPTED_VERSION, w.into_bytes());
+    Ok(slots)
 }
 
 fn decode_state(slots: &StateSlots) -> Result<(), OperatorError> {

@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 
 use crate::checkpoint::StateSlots;
-use crate::codec::Writer;
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::operators::rescale::{never_refuses, Redivision, Share};
 use clink_basics::fields::{FieldError, Fields};
 use crate::timers::Timer;
 use crate::value::{decode_value, encode_value, Column, ColumnType, Decimal, Row, Schema, Value};
 
-use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, Key, KeyedMap};
+use super::keyed::{get_keyed, key_bytes_into, key_values, put_keyed, redivide_keyed, Key, KeyedMap};
 use super::{defaults, Context, Descriptor, OperatorError, Transform};
 
 pub const TYPE: &str = "tumbling_window";
@@ -282,11 +283,7 @@ impl Transform for TumblingWindow {
         let open = self.windows.iter().filter(|(_, entry)| !entry.open.is_empty());
         let open = open.filter(|_| !cfg!(feature = "defect-memory-windows"));
         put_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, open, |w: &mut Writer, entry| {
-            w.u32(entry.open.len() as u32);
-            for (start, acc) in &entry.open {
-                w.i64(*start).i64(acc.count);
-                encode_value(w, &acc.sum);
-            }
+            write_per_key(w, entry.open.iter().map(|(start, acc)| (*start, acc.count, &acc.sum)), entry.open.len());
         });
         Ok(())
     }
@@ -308,24 +305,45 @@ impl Transform for TumblingWindow {
 /// window start: the count and the sum. The restore path's decoding, usable
 /// on its own (`clink state-cat`).
 pub fn decode_windows(slots: &StateSlots) -> Result<OpenWindows, OperatorError> {
-    get_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, |r| {
-        let n = r.count(17)?;
-        let mut per_key = BTreeMap::new();
-        for _ in 0..n {
-            let start = r.i64()?;
-            let count = r.i64()?;
-            let sum = decode_value(r)?;
-            per_key.insert(start, (count, sum));
-        }
-        Ok(per_key)
-    })
+    get_keyed(slots, WINDOWS_SLOT, WINDOWS_VERSION, read_per_key)
+}
+
+/// One key's open windows in a snapshot: their count, then each start, count and sum.
+fn write_per_key<'a>(w: &mut Writer, open: impl Iterator<Item = (i64, i64, &'a Value)>, len: usize) {
+    w.u32(len as u32);
+    for (start, count, sum) in open {
+        w.i64(start).i64(count);
+        encode_value(w, sum);
+    }
+}
+
+fn read_per_key(r: &mut Reader<'_>) -> Result<BTreeMap<i64, (i64, Value)>, DecodeError> {
+    let n = r.count(17)?;
+    let mut per_key = BTreeMap::new();
+    for _ in 0..n {
+        let start = r.i64()?;
+        let count = r.i64()?;
+        let sum = decode_value(r)?;
+        per_key.insert(start, (count, sum));
+    }
+    Ok(per_key)
+}
+
+/// A rescale's share of the open windows: the keys the new subtask owns.
+fn redivide(_: &Json, share: &Share<'_>) -> Result<StateSlots, OperatorError> {
+    let mut slots = StateSlots::new();
+    redivide_keyed(share, &mut slots, WINDOWS_SLOT, WINDOWS_VERSION, read_per_key, |w, per_key| {
+        write_per_key(w, per_key.iter().map(|(start, (count, sum))| (*start, *count, sum)), per_key.len());
+    })?;
+    Ok(slots)
 }
 
 /// Open windows: per key, per window start, the count and the sum.
 pub type OpenWindows = BTreeMap<Vec<u8>, BTreeMap<i64, (i64, Value)>>;
 
-pub const DESCRIPTOR: Descriptor =
-    Descriptor::transform(TYPE, build, plan_schema).keyed_by(defaults::leading_key_columns);
+pub const DESCRIPTOR: Descriptor = Descriptor::transform(TYPE, build, plan_schema)
+    .keyed_by(defaults::leading_key_columns)
+    .redivided_by(Redivision { refuses: never_refuses, split: redivide });
 
 planned_transform!(TumblingWindow::new);
 

@@ -14,9 +14,10 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use crate::capture::{subtask_dir, CompletedCheckpoint, EpochRecorder, OpSpecFile};
-use crate::checkpoint::{participant_name, FileStateBackend, GENERATION};
+use crate::checkpoint::{participant_name, FileStateBackend, StateSlots, GENERATION};
 use crate::job::PlannedOperator;
 use crate::operators::driver::Driver;
+use crate::operators::rescale::{redivide, Share};
 use crate::operators::{OperatorError, OperatorKind};
 use crate::routing::Route;
 use crate::state_map::StateMap;
@@ -215,15 +216,7 @@ impl Builder<'_> {
         let env = &self.options.env;
         let op = &job.operators[p.operator];
         let starts_empty = self.state.is_some_and(|m| m.starts_empty(&p.name));
-        let restored = if self.restore_point == 0 || starts_empty {
-            None
-        } else {
-            let snapshot = self
-                .backend
-                .read(GENERATION, &p.name, self.restore_point)
-                .map_err(|e| RunError::Failed(format!("restoring checkpoint {}: {e}", self.restore_point)))?;
-            Some(snapshot.slots)
-        };
+        let restored = if self.restore_point == 0 || starts_empty { None } else { Some(self.restored_slots(op, p)?) };
         let cx = TaskContext {
             task,
             job: job.job_id,
@@ -271,6 +264,25 @@ impl Builder<'_> {
             }
         };
         Ok(Launch { name: p.name.clone(), task, to_coordinator: to_coordinator.clone(), run })
+    }
+
+    /// A participant's restored state: its own snapshot, or at another
+    /// parallelism its share of every old subtask's (`crate::operators::rescale`), read
+    /// from the generation the restore point's marker names.
+    fn restored_slots(&self, op: &PlannedOperator, p: &Participant) -> Result<StateSlots, RunError> {
+        let failed = |e: String| RunError::Failed(format!("restoring checkpoint {}: {e}", self.restore_point));
+        let generation = self.state.map_or(GENERATION, |m| m.generation);
+        let read =
+            |name: &str| self.backend.read(generation, name, self.restore_point).map_err(|e| failed(e.to_string()));
+        let Some(rescale) = self.state.and_then(|m| m.rescaled.get(&op.spec.id)).copied() else {
+            return Ok(read(&p.name)?.slots);
+        };
+        let parts = (0..rescale.from)
+            .map(|old| read(&participant_name(op.spec.id, old)).map(|s| s.slots))
+            .collect::<Result<Vec<_>, _>>()?;
+        let share = Share { rescale, subtask: p.subtask, parts: &parts };
+        redivide(op.spec.descriptor, &op.spec.params, &share)
+            .map_err(|e| failed(format!("{}: re-dividing its state from {} subtasks: {e}", p.name, rescale.from)))
     }
 
     /// The flight recorder of a transform or sink subtask, when capture is on.

@@ -43,12 +43,33 @@ fn redacted(graph: &JobGraph) -> serde_json::Value {
     doc
 }
 
+/// Whether two graphs are the same job but for some operators' parallelism.
+fn rescale_of(a: &JobGraph, b: &JobGraph) -> bool {
+    let without_parallelism = |graph: &JobGraph| {
+        let mut doc = redacted(graph);
+        for op in doc.get_mut("operators").and_then(|o| o.as_array_mut()).into_iter().flatten() {
+            if let Some(op) = op.as_object_mut() {
+                op.remove("parallelism");
+            }
+        }
+        doc
+    };
+    redacted(a) != redacted(b) && without_parallelism(a) == without_parallelism(b)
+}
+
 impl Bundle {
     /// The job graph the bundle's evidence names, every source cross-checked.
     pub fn job_graph(&self) -> Result<KnownGraph, GraphProblem> {
         let from_marker = self.marker_graph()?;
         let from_manifest = self.manifest_graph()?;
         match (from_marker, from_manifest) {
+            // The job restored from this checkpoint at another parallelism
+            // and has not completed a checkpoint since: the checkpoint's own
+            // graph is what its state was taken of.
+            (Some(a), Some(b)) if rescale_of(&a, &b) && self.restored_from_selected() => Ok(KnownGraph {
+                graph: a,
+                source: "the marker's job graph; the job manifest's runs the same job at another parallelism (a restore at another parallelism that completed no checkpoint yet)".into(),
+            }),
             (Some(a), Some(b)) if redacted(&a) != redacted(&b) => Err(GraphProblem::Broken(format!(
                 "the job graph COMPLETED-{} names and the job manifest's graph are different jobs",
                 self.manifest.selection.checkpoint
@@ -80,6 +101,18 @@ impl Bundle {
                 "COMPLETED-{checkpoint} names no job graph (a version 1 marker), and the job manifest's is the selected checkpoint's"
             ))),
         }
+    }
+
+    /// Whether the RESTORED record (vouched bytes) restores from the selected
+    /// checkpoint: the only way a running job's graph can differ from it.
+    fn restored_from_selected(&self) -> bool {
+        let job = self.job_id();
+        let path = format!("checkpoint/_jobs/{job}/RESTORED");
+        let Ok(bytes) = self.read_vouched(&path, clink_engine::checkpoint::markers::MAX_MARKER_BYTES) else {
+            return false;
+        };
+        clink_engine::checkpoint::markers::parse_restored_bytes(&self.root.join(&path), &bytes, job)
+            .is_ok_and(|r| r.restored_from == self.manifest.selection.checkpoint)
     }
 
     fn marker_graph(&self) -> Result<Option<JobGraph>, GraphProblem> {

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
 use clink_engine::capture::{read_capture, subtask_dir, Capture, OpSpecFile};
 use clink_engine::checkpoint::backend::verify_snapshot;
-use clink_engine::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, StateSlots, GENERATION};
+use clink_engine::checkpoint::markers::read_completed;
+use clink_engine::checkpoint::{participant_name, CheckpointLayout, FileStateBackend, StateSlots};
 use clink_engine::job::PlannedOperator;
 use clink_engine::operators::driver::Driver;
 use clink_engine::operators::{Environment, OperatorKind};
@@ -166,7 +167,8 @@ pub fn load_epoch(
         StartPoint::Empty => StartState::Empty,
         StartPoint::Checkpoint(c) => {
             let name = participant_name(at.operator, at.subtask);
-            if pruned(&layout, &name, c) {
+            let generation = start_generation(&layout, &spec, at, c)?;
+            if pruned(&layout, generation, &name, c) {
                 return Err(ReplayError::Unavailable(format!(
                     "its starting checkpoint {c} was pruned by retention (its COMPLETED marker remains, its \
                      snapshot and sidecar are gone): a run keeps --retain-checkpoints checkpoints, and the one \
@@ -174,7 +176,7 @@ pub fn load_epoch(
                 )));
             }
             let snapshot = FileStateBackend::new(layout)
-                .read(GENERATION, &name, c)
+                .read(generation, &name, c)
                 .map_err(|e| ReplayError::Unavailable(format!("the starting state (checkpoint {c}): {e}")))?;
             StartState::Snapshot { checkpoint: c, slots: snapshot.slots }
         }
@@ -185,10 +187,30 @@ pub fn load_epoch(
 /// Whether the snapshot of `participant` at `checkpoint`, a completed
 /// one, is gone whole (snapshot and sidecar), as pruning leaves it: one
 /// without the other is damage, reported as such by the read.
-fn pruned(layout: &CheckpointLayout, participant: &str, checkpoint: u64) -> bool {
+fn pruned(layout: &CheckpointLayout, generation: u32, participant: &str, checkpoint: u64) -> bool {
     let gone = |p: PathBuf| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-    gone(layout.snapshot(GENERATION, participant, checkpoint))
-        && gone(layout.snapshot_meta(GENERATION, participant, checkpoint))
+    gone(layout.snapshot(generation, participant, checkpoint))
+        && gone(layout.snapshot_meta(generation, participant, checkpoint))
+}
+
+/// The layout generation of an epoch's starting checkpoint, from its marker.
+/// An epoch whose operator ran at another parallelism than the checkpoint
+/// holds started from a re-division of that checkpoint's state (a restore at
+/// another parallelism), which is not replayed: unavailable, never a
+/// snapshot of another key range.
+fn start_generation(layout: &CheckpointLayout, spec: &OpSpecFile, at: &EpochRef, c: u64) -> Result<u32, ReplayError> {
+    let marker = read_completed(layout, c)
+        .map_err(|e| ReplayError::Unavailable(format!("the starting checkpoint {c}'s marker: {e}")))?;
+    let prefix = format!("op-{}-", at.operator);
+    let held = marker.participants.iter().filter(|p| p.starts_with(&prefix)).count();
+    if held != spec.parallelism as usize {
+        return Err(ReplayError::Unavailable(format!(
+            "its starting checkpoint {c} holds operator {} at parallelism {held}, and the epoch ran it at {}: \
+             the epoch started from a restore at another parallelism, whose re-divided state is not replayed",
+            at.operator, spec.parallelism
+        )));
+    }
+    Ok(marker.generation)
 }
 
 pub fn check_spec_names(spec: &OpSpecFile, job: u64, at: &EpochRef) -> Result<(), ReplayError> {

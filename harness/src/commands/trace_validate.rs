@@ -80,6 +80,10 @@ pub fn main(args: TraceValidateArgs) -> Exit {
         Err(e @ (ValidationError::Tlc(_) | ValidationError::Scratch { .. })) => {
             return out.stop(Exit::NotEstablished, format!("{shown}: trace validation did not finish: {e}"))
         }
+        // Skipped and counted, never judged: unsupported, not a pass.
+        Err(ValidationError::OutOfScope(scope)) => {
+            return out.stop(Exit::NotEstablished, format!("{shown}: skipped, {scope}"))
+        }
         Err(e) => return out.refuse(format!("{shown}: {e}")),
     };
     for tie in &validation.ties {

@@ -196,6 +196,31 @@ pub fn identity(index: &Index, ids: &[FileIdentity; 5], jobs: [(&str, &Path); 2]
     }
 }
 
+/// The operators holding state in the savepoint that `job` runs at another
+/// parallelism: an upgrade that also rescales, which the check never
+/// compares (the two changes would be judged as one). Read from the job
+/// file as the builds read it; a job that does not read is the identity
+/// check's to report.
+pub fn rescaled(index: &Index, job: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(job).map_err(|e| format!("{}: {e}", job.display()))?;
+    let doc: Json = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", job.display()))?;
+    let ops =
+        doc.get("operators").and_then(Json::as_array).ok_or_else(|| format!("{}: no operators", job.display()))?;
+    Ok(rescaled_in(&index.savepoint.operators, ops))
+}
+
+fn rescaled_in(held: &[crate::evidence::SavepointOperator], ops: &[Json]) -> Vec<String> {
+    let mut found = Vec::new();
+    for op in held.iter().filter(|o| o.holds_state) {
+        let now = ops.iter().find(|j| j.get("id").and_then(Json::as_str) == Some(op.id.as_str()));
+        let parallelism = now.and_then(|j| j.get("parallelism")).and_then(Json::as_u64);
+        if let Some(p) = parallelism.filter(|p| *p != op.subtasks) {
+            found.push(format!("operator {} ({:?}) at parallelism {p}, held at {}", op.id, op.uid, op.subtasks));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +297,22 @@ mod tests {
         let mut other = state.clone();
         other.operators[0].parallelism = 3;
         assert!(listing(&i, Some("1"), &other).unwrap_err().contains("operators"));
+    }
+
+    #[test]
+    fn a_candidate_job_that_rescales_a_stateful_operator_is_named() {
+        let held = |id: &str, subtasks, holds_state| crate::evidence::SavepointOperator {
+            uid: format!("u{id}"),
+            id: id.into(),
+            subtasks,
+            holds_state,
+        };
+        let savepoint = [held("3", 2, true), held("2", 1, false)];
+        let job = |p3: u64, p2: u64| vec![json!({"id": "3", "parallelism": p3}), json!({"id": "2", "parallelism": p2})];
+        assert!(rescaled_in(&savepoint, &job(2, 1)).is_empty());
+        // A stateless operator may change; a stateful one may not.
+        assert!(rescaled_in(&savepoint, &job(2, 4)).is_empty());
+        let found = rescaled_in(&savepoint, &job(3, 1));
+        assert_eq!(found, vec!["operator 3 (\"u3\") at parallelism 3, held at 2".to_string()]);
     }
 }

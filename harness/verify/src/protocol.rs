@@ -322,6 +322,9 @@ fn validate_once(
 
 /// A run the specification does not model, so the validator would check nothing.
 fn outside_the_model(trace: &trace::MergedTrace) -> Option<String> {
+    if let Some(scope) = trace::out_of_scope(trace) {
+        return Some(scope.to_string());
+    }
     let mut opened = BTreeSet::new();
     for e in &trace.events {
         let sub = e.fields.get("sub").and_then(|s| s.as_str());

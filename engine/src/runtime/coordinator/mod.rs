@@ -28,7 +28,7 @@ use crate::checkpoint::fence::{self, Fence, FenceError};
 use crate::checkpoint::graph::{write_graph, GraphRef};
 use crate::checkpoint::lineage::read_lineage;
 use crate::checkpoint::markers::{list_completed, write_completed, CheckpointKind, CompletedMarker};
-use crate::checkpoint::{CheckpointLayout, ChosenBy, FileStateBackend, GENERATION};
+use crate::checkpoint::{CheckpointLayout, ChosenBy, FileStateBackend};
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::{LineageCheck, OperatorKind};
 use crate::trace_event;
@@ -486,8 +486,14 @@ impl Coordinator {
     fn write_marker(&mut self, checkpoint: u64, kind: CheckpointKind) -> Result<(), RunError> {
         kill_point(FaultPoint::CoordinatorBeforeCompletedMarker, checkpoint);
         let participants = self.participants.iter().map(|p| p.name.clone()).collect();
-        let marker =
-            CompletedMarker::new(self.layout.job(), checkpoint, GENERATION, kind, participants, self.graph.clone());
+        let marker = CompletedMarker::new(
+            self.layout.job(),
+            checkpoint,
+            self.backend.generation(),
+            kind,
+            participants,
+            self.graph.clone(),
+        );
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
         self.completed.completed(checkpoint);
         trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());

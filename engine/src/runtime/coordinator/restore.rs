@@ -10,7 +10,7 @@ use crate::checkpoint::durable::remove_stale_temps;
 use crate::checkpoint::markers::write_restored;
 use crate::checkpoint::{
     engine_restore_point, next_checkpoint_id, restore_point_on_disk_by, CheckpointLayout, ChosenBy, RestorePoint,
-    RestoreRule, RestoredRecord,
+    RestoreRule, RestoredRecord, GENERATION,
 };
 use crate::fault::{kill_point, FaultPoint};
 use crate::runtime::deploy;
@@ -90,6 +90,8 @@ impl Coordinator {
                 eprintln!("clink: job {}: dropping state (--allow-non-restored-state): {dropped}", self.layout.job());
             }
         }
+        let generation = state.as_ref().map_or(GENERATION, StateMap::next_generation);
+        self.backend = self.backend.clone().writing_generation(generation);
         let disk_next = next_checkpoint_id(&self.layout, &point)
             .map_err(|e| RunError::Failed(format!("reading the checkpoint directory: {e}")))?;
         let next = self.protocol.redeployed(point.checkpoint, disk_next);
@@ -104,6 +106,24 @@ impl Coordinator {
             write_restored(&self.layout, &record).map_err(|e| RunError::Failed(e.to_string()))?;
         }
         trace_event!(Redeploy, job = self.layout.job(), restore = point.checkpoint, next = next);
+        for (op, rescale) in state.iter().flat_map(|s| &s.rescaled) {
+            // A scope marker: the specification keys a sink by its index and
+            // fixes the set for a run; a rescale changes both.
+            trace_event!(
+                Rescale,
+                job = self.layout.job(),
+                op = op.0,
+                from = rescale.from,
+                to = rescale.to,
+                mode = "restore"
+            );
+            eprintln!(
+                "clink: job {}: operator {op} restored at parallelism {} from {} (state re-divided; layout generation {generation})",
+                self.layout.job(),
+                rescale.to,
+                rescale.from
+            );
+        }
         // What the run restores from is complete, whatever this process saw.
         self.completed.completed(point.checkpoint);
         self.deployment = Some(deploy::deploy(

@@ -22,7 +22,7 @@ use crate::checkpoint::commits::{
     read_receipt, write_confirmed, write_receipt, write_unresolved, ConfirmedMarker, ProvenBy, TxnHandle,
 };
 use crate::checkpoint::markers::list_completed;
-use crate::checkpoint::{ChosenBy, GENERATION};
+use crate::checkpoint::ChosenBy;
 use crate::fault::{kill_point, FaultPoint};
 use crate::operators::{CommitConfirmation, Probe};
 use crate::runtime::RunError;
@@ -221,7 +221,8 @@ impl Coordinator {
 
     /// The handle a sink's snapshot of `checkpoint` holds.
     fn handle_of(&self, sub: &str, checkpoint: u64, confirmation: &CommitConfirmation) -> Result<TxnHandle, String> {
-        let snapshot = self.backend.read(GENERATION, sub, checkpoint).map_err(|e| format!("its snapshot: {e}"))?;
+        let snapshot =
+            self.backend.read(self.backend.generation(), sub, checkpoint).map_err(|e| format!("its snapshot: {e}"))?;
         match (confirmation.handle)(&snapshot.slots) {
             Ok(Some(handle)) if handle.checkpoint == checkpoint => Ok(handle),
             Ok(Some(handle)) => Err(format!("its snapshot holds the handle of checkpoint {}", handle.checkpoint)),

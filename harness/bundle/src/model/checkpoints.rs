@@ -208,12 +208,9 @@ fn family(e: &mut Evidence, found: &mut Vec<(Fact, String)>) {
 
 /// Each COMPLETED marker against itself, its graph and the other markers.
 fn markers_agree(e: &Evidence, found: &mut Vec<(Fact, String)>) {
-    let generations: BTreeSet<u32> = e.completed.values().map(|m| m.generation).collect();
-    if generations.len() > 1 {
-        found.push((
-            Fact::Participants,
-            format!("the COMPLETED markers name generations {generations:?}: this engine never re-divides state"),
-        ));
+    // A generation changes only at a restore at another parallelism.
+    for problem in super::rescale::generation_problems(e) {
+        found.push((Fact::Participants, problem));
     }
     for (c, m) in &e.completed {
         let mut seen = BTreeSet::new();

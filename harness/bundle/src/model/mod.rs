@@ -23,6 +23,7 @@
 mod captures;
 mod checkpoints;
 mod history;
+mod rescale;
 mod runs;
 mod sinks;
 mod state;

@@ -50,7 +50,8 @@ pub use modules::{
 };
 pub use read::{check_line, coordinator_event, read_file, read_run, LineError, TraceLine};
 pub use validate::{
-    judge, read_and_merge, validate_modules, validate_run, validate_trace, Validation, ValidationError, Verdict,
+    judge, out_of_scope, read_and_merge, validate_modules, validate_run, validate_trace, OutOfScope, Validation,
+    ValidationError, Verdict,
 };
 pub use vocabulary::{
     field_type, parse_vocabulary, read_vocabulary, EventSpec, FieldType, Vocabulary, VocabularyError, VocabularyProblem,

@@ -156,6 +156,7 @@ pub fn coordinator_event(event: &str) -> bool {
             | "Redeploy"
             | "RestartOnError"
             | "JobEnds"
+            | "Rescale"
             | "WriteConfirmed"
             | "RestartProceeds"
             | "WalkSkips"

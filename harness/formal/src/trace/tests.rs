@@ -507,3 +507,18 @@ fn two_files_claiming_one_process_are_refused_naming_both() {
     // A name whose numbers are not canonical is not the engine's.
     malformed("coordinator-07-100.ndjson", &file("coordinator:07", 1, &[trigger(1)]), "not a trace file name");
 }
+
+#[test]
+fn a_rescaled_run_is_out_of_scope_and_counted_and_others_are_not() {
+    let rescale =
+        |op: u64| serde_json::json!({"event": "Rescale", "job": 1, "op": op, "from": 2, "to": 3, "mode": "restore"});
+    let plain = merged(&[placement("op-1-0", "source"), trigger(1)]);
+    assert_eq!(out_of_scope(&plain), None);
+    let rescaled = merged(&[placement("op-1-0", "source"), trigger(1), rescale(3), rescale(5)]);
+    let scope = out_of_scope(&rescaled).unwrap();
+    assert_eq!((scope.marker, scope.count), ("Rescale", 2));
+    assert!(scope.to_string().contains("2 Rescale scope marker"), "{scope}");
+    // A Rescale line is read strictly like any other: a field missing is malformed.
+    let bare = serde_json::json!({"event": "Rescale", "job": 1, "op": 3, "from": 2, "to": 3});
+    malformed(C, &file("coordinator:7", 10, &[bare]), "mode");
+}

@@ -120,6 +120,38 @@ pub enum ValidationError {
     /// The scratch directory of the modules, or the kept TLC output.
     #[error("{what}: {error}")]
     Scratch { what: String, error: std::io::Error },
+    /// The run is outside what the specification models: skipped and
+    /// counted, never judged.
+    #[error("{0}")]
+    OutOfScope(OutOfScope),
+}
+
+/// A run the specification does not model, by its scope markers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfScope {
+    /// The scope marker's event name (`Rescale`).
+    pub marker: &'static str,
+    /// How many lines of the run carry it.
+    pub count: usize,
+}
+
+impl std::fmt::Display for OutOfScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not judged: the run carries {} {} scope marker(s), a restore at another parallelism; the specification \
+             keys a sink by its subtask index and fixes the set for a run (formal/RescaleParentMapping.tla models \
+             the rescale's own rule)",
+            self.count, self.marker
+        )
+    }
+}
+
+/// Whether a merged run is outside the specification's scope: THE test,
+/// used by `trace-validate` and by incident-verify's protocol.conformance.
+pub fn out_of_scope(trace: &MergedTrace) -> Option<OutOfScope> {
+    let count = trace.events.iter().filter(|e| e.event() == "Rescale").count();
+    (count > 0).then_some(OutOfScope { marker: "Rescale", count })
 }
 
 impl From<ValidationError> for String {
@@ -156,6 +188,9 @@ pub struct Validation {
 }
 
 pub fn validate_trace(tools: &FormalTools, trace: &MergedTrace) -> Result<Validation, ValidationError> {
+    if let Some(scope) = out_of_scope(trace) {
+        return Err(ValidationError::OutOfScope(scope));
+    }
     let vocabulary = read_vocabulary(&tools.formal_dir).map_err(ValidationError::Vocabulary)?;
     let work = tempfile::Builder::new()
         .prefix("clink-trace-")

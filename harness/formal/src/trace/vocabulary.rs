@@ -21,8 +21,8 @@ pub enum FieldType {
 pub fn field_type(name: &str) -> Option<FieldType> {
     Some(match name {
         "job" | "ckpt" | "epoch" | "worker" | "restore" | "next" | "completed" | "confirmed" | "recommitted"
-        | "orphan" => FieldType::Number,
-        "sub" | "family" | "kind" | "outcome" | "role" | "cause" | "verdict" | "settled" => FieldType::Text,
+        | "orphan" | "op" | "from" | "to" => FieldType::Number,
+        "sub" | "family" | "kind" | "outcome" | "role" | "cause" | "verdict" | "settled" | "mode" => FieldType::Text,
         "fenced" | "withheld" | "accepted" | "ok" | "staged" | "source" | "resolving" => FieldType::Bool,
         _ => return None,
     })
