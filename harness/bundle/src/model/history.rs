@@ -201,7 +201,9 @@ fn deployments(
                 found.push(format!("the trace of incarnation {run} redeploys before it recovers"));
             }
         }
-        if let Some((t, _)) = redeploys.first() {
+        // A run that recovered deploys by a Redeploy first; a fresh start's
+        // first deployment has no such line, and a later Redeploy is a failover.
+        if let Some((t, _)) = redeploys.first().filter(|_| !recovers.is_empty()) {
             if events.iter().any(|(ts, v)| name(v) == "Trigger" && ts < t) {
                 found.push(format!("the trace of incarnation {run} triggers a checkpoint before it deployed the job"));
             }
@@ -323,7 +325,8 @@ fn placements_against(
 /// A sink's steps within one process: it prepares and commits only once
 /// opened in the current deployment; an open re-commits nothing where
 /// nothing was restored or the family keeps no handles; a commit delivered
-/// is taken, unless the process wrote nothing more of that subtask (killed).
+/// is taken, unless the deployment wrote nothing more of that subtask
+/// (killed, or failed over).
 fn sink_steps(run: u64, events: &[(u64, &Object)], found: &mut Vec<String>) {
     let text = |v: &Object, k: &str| v.get(k).and_then(Json::as_str).unwrap_or_default().to_string();
     let mut open = BTreeSet::new();
@@ -349,7 +352,10 @@ fn sink_steps(run: u64, events: &[(u64, &Object)], found: &mut Vec<String>) {
                 ));
             }
             "DeliverCommit" => {
-                let later = &events[i + 1..];
+                // What followed in the same deployment (a failover may cut it).
+                let rest = &events[i + 1..];
+                let end = rest.iter().position(|(_, w)| text(w, "event") == "Redeploy").unwrap_or(rest.len());
+                let later = &rest[..end];
                 let of_sub = |w: &&(u64, &Object)| text(w.1, "sub") == sub;
                 let taken = later.iter().filter(of_sub).any(|(_, w)| {
                     text(w, "event") == "SinkCommit" && w.get("ckpt").and_then(Json::as_u64) == Some(ckpt)
