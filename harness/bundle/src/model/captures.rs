@@ -99,6 +99,19 @@ pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32)
     }
 }
 
+/// Whether a note of what the collection left out accounts for `path`: it
+/// names the file, a directory holding it (`capture/op-2`, outside `--op`),
+/// or the epochs of its subtask's directory left outside the selected ones
+/// (`capture/op-3/subtask-0: 5 epochs`).
+fn note_covers(note: &str, path: &str) -> bool {
+    if note == path || path.strip_prefix(note).is_some_and(|rest| rest.starts_with('/')) {
+        return true;
+    }
+    let Some((dir, count)) = note.split_once(": ") else { return false };
+    count.strip_suffix(" epochs").is_some_and(|n| n.parse::<u64>().is_ok())
+        && path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/')).is_some_and(|file| !file.contains('/'))
+}
+
 /// What the collector takes together, here together or said to be left out:
 /// every subtask's capture of the selected checkpoint's epoch, every
 /// subtask's capture of an epoch one subtask of its operator has, a sink's
@@ -109,7 +122,7 @@ fn collected_together(bundle: &Bundle, e: &Evidence, found: &mut Vec<String>) {
     let noted: BTreeSet<&str> =
         bundle.manifest.absent.iter().chain(&bundle.manifest.excluded).map(|n| n.what.as_str()).collect();
     let missing = |path: String, why: &str| {
-        (bundle.artifact(&path).is_none() && !noted.contains(path.as_str()))
+        (bundle.artifact(&path).is_none() && !noted.iter().any(|note| note_covers(note, &path)))
             .then(|| format!("{path} is neither in the bundle nor said to be left out: {why}"))
     };
     let selected = bundle.manifest.selection.checkpoint;
@@ -295,5 +308,25 @@ pub(super) fn compare(bundle: &Bundle, e: &mut Evidence) {
     }
     for detail in found {
         e.find(Fact::Capture, detail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::note_covers;
+
+    #[test]
+    fn a_note_covers_its_file_its_directory_and_its_subtasks_epochs_only() {
+        let cap = "capture/op-2/subtask-0/epoch-13.cap";
+        assert!(note_covers(cap, cap));
+        assert!(note_covers("capture/op-2", cap));
+        assert!(note_covers("capture/op-2/subtask-0: 5 epochs", cap));
+        // Not a neighbour whose name begins the same, another subtask, or a
+        // note that only looks like an epoch count.
+        assert!(!note_covers("capture/op-2", "capture/op-21/subtask-0/epoch-13.cap"));
+        assert!(!note_covers("capture/op-2/subtask-1: 5 epochs", cap));
+        assert!(!note_covers("capture/op-2/subtask-0: every capture", cap));
+        assert!(!note_covers("capture/op-2/subtask-0: many epochs", cap));
+        assert!(!note_covers("capture/op-2/subtask-0/epoch-12.cap", cap));
     }
 }
