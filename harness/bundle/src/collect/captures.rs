@@ -155,11 +155,11 @@ pub(super) fn gather_captures(
                     interval_state(b, layout, checkpoint)?;
                 }
             }
-            if !outside.is_empty() {
-                b.excluded.push(Note {
-                    what: format!("{rel_dir}: {} epochs", outside.len()),
-                    why: "outside the selected epochs".into(),
-                });
+            // Each file by its path: a count would let the verifier take any
+            // missing capture of this subtask as one of them.
+            for epoch in outside {
+                b.excluded
+                    .push(Note { what: capture_path(op, subtask, epoch), why: "outside the selected epochs".into() });
             }
             for epoch in &wanted {
                 if !entries.iter().any(|e| e.operator_id() == op && e.subtask == subtask && e.epoch == *epoch) {

@@ -100,16 +100,11 @@ pub fn spec_agrees_with_graph(spec: &OpSpecFile, graph: &JobGraph, subtask: u32)
 }
 
 /// Whether a note of what the collection left out accounts for `path`: it
-/// names the file, a directory holding it (`capture/op-2`, outside `--op`),
-/// or the epochs of its subtask's directory left outside the selected ones
-/// (`capture/op-3/subtask-0: 5 epochs`).
+/// names the file, or a directory holding it (`capture/op-2`, outside
+/// `--op`). A count of a directory's files (`capture/op-3/subtask-0: 5
+/// epochs`, what older collectors wrote) names none of them.
 fn note_covers(note: &str, path: &str) -> bool {
-    if note == path || path.strip_prefix(note).is_some_and(|rest| rest.starts_with('/')) {
-        return true;
-    }
-    let Some((dir, count)) = note.split_once(": ") else { return false };
-    count.strip_suffix(" epochs").is_some_and(|n| n.parse::<u64>().is_ok())
-        && path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/')).is_some_and(|file| !file.contains('/'))
+    note == path || path.strip_prefix(note).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// What the collector takes together, here together or said to be left out:
@@ -320,10 +315,10 @@ mod tests {
         let cap = "capture/op-2/subtask-0/epoch-13.cap";
         assert!(note_covers(cap, cap));
         assert!(note_covers("capture/op-2", cap));
-        assert!(note_covers("capture/op-2/subtask-0: 5 epochs", cap));
         // Not a neighbour whose name begins the same, another subtask, or a
         // note that only looks like an epoch count.
         assert!(!note_covers("capture/op-2", "capture/op-21/subtask-0/epoch-13.cap"));
+        assert!(!note_covers("capture/op-2/subtask-0: 5 epochs", cap));
         assert!(!note_covers("capture/op-2/subtask-1: 5 epochs", cap));
         assert!(!note_covers("capture/op-2/subtask-0: every capture", cap));
         assert!(!note_covers("capture/op-2/subtask-0: many epochs", cap));
