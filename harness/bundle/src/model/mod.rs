@@ -177,6 +177,22 @@ impl Evidence {
         self.graphs.get(&checkpoint).map(|g| g.as_ref())
     }
 
+    /// The job graph an artifact of run `incarnation` at `checkpoint` was
+    /// written under: the one the run's own newest COMPLETED marker names (a
+    /// run deploys one graph), else the checkpoint's. A run killed after a
+    /// checkpoint writes evidence of the next, which a redeployed graph may
+    /// complete.
+    pub fn graph_of_run_at(&self, incarnation: Option<u64>, checkpoint: u64) -> Option<&JobGraph> {
+        let own = incarnation.and_then(|run| {
+            self.completed
+                .iter()
+                .rev()
+                .find(|(_, m)| m.run.as_ref().is_some_and(|r| r.incarnation == run))
+                .and_then(|(c, _)| self.graph_at(*c))
+        });
+        own.or_else(|| self.graph_at(checkpoint))
+    }
+
     /// The newest incarnation the bundle's run records name.
     pub fn newest_run(&self) -> Option<u64> {
         self.runs.keys().next_back().copied()

@@ -208,8 +208,11 @@ fn clickhouse(
         return Err("its INSERT ledger mixes INSERTs with the interval's token and without one".into());
     }
     // The sink's own rules over what the evidence states.
-    let planned =
-        e.graph_at(n).or_else(|| e.graphs.values().next_back().map(|g| g.as_ref())).and_then(|g| g.operator(op));
+    let incarnation = doc.run.as_ref().map(|r| r.incarnation);
+    let planned = e
+        .graph_of_run_at(incarnation, n)
+        .or_else(|| e.graphs.values().next_back().map(|g| g.as_ref()))
+        .and_then(|g| g.operator(op));
     let Some(planned) = planned else { return Ok(()) };
     let input = planned.input_schema.clone().unwrap_or_default();
     if doc.sink.get("columns") != Some(&serde_json::to_value(&input.0).unwrap_or_default()) {
@@ -293,7 +296,10 @@ fn kafka(e: &Evidence, (op, s, n): (OperatorId, u32, u64), doc: &SinkEvidence, r
             "its topic or transactional id is not what its evidence of epoch {m} by the same run says"
         ));
     }
-    if let Some(topic) = e.graph_at(n).and_then(|g| g.operator(op)).and_then(|o| o.spec.params.get("topic")) {
+    let incarnation = doc.run.as_ref().map(|r| r.incarnation);
+    if let Some(topic) =
+        e.graph_of_run_at(incarnation, n).and_then(|g| g.operator(op)).and_then(|o| o.spec.params.get("topic"))
+    {
         if doc.sink.get("topic") != Some(topic) {
             return Err(format!(
                 "it writes topic {}; the job graph's sink writes {topic}",
