@@ -203,17 +203,6 @@ fn run(
     let ids: [FileIdentity; 5] = ids.try_into().map_err(|_| StepError::Failed("five build files".into()))?;
     let identity =
         sealed::identity(&index, &ids, [("--baseline-job", &a.baseline.job), ("--candidate-job", &a.candidate.job)]);
-    // An upgrade that also rescales is two changes judged as one: refused
-    // before any build runs, never compared.
-    let rescaled = sealed::rescaled(&index, &a.candidate.job).unwrap_or_default();
-    if !rescaled.is_empty() {
-        let why = format!(
-            "--candidate-job runs {}: an upgrade that also restores at another parallelism is not compared; check the upgrade at the savepoint's parallelism, then rescale the upgraded job",
-            rescaled.join(", ")
-        );
-        checks.set("builds.identity", Status::Failed, &why);
-        return Err(StepError::Failed("the candidate job rescales the savepoint; no build was run".into()));
-    }
     checks.pass_or_fail("builds.identity", identity.is_ok(), identity.unwrap_or_else(|e| e));
     let base_caps = steps::capabilities(r, "baseline", &a.baseline.clink)?;
     let cand_caps = steps::capabilities(r, "candidate", &a.candidate.clink)?;
@@ -274,6 +263,17 @@ fn run(
         }
         Err(bound) => return Err(bound),
     };
+    // An upgrade that also rescales is two changes judged as one: refused
+    // once the savepoint's operators are vouched for (above), never compared.
+    let rescaled = sealed::rescaled(&index, &a.candidate.job).unwrap_or_default();
+    if !rescaled.is_empty() {
+        let why = format!(
+            "--candidate-job runs {}: an upgrade that also restores at another parallelism is not compared; check the upgrade at the savepoint's parallelism, then rescale the upgraded job",
+            rescaled.join(", ")
+        );
+        checks.set("builds.identity", Status::Failed, &why);
+        return Err(StepError::Failed("the candidate job rescales the savepoint; no build was run".into()));
+    }
     let readable = verify.ok() && recorded.undocumented.is_empty();
     checks.pass_or_fail(
         "evidence.readable",
