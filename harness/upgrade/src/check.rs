@@ -265,7 +265,13 @@ fn run(
     };
     // An upgrade that also rescales is two changes judged as one: refused
     // once the savepoint's operators are vouched for (above), never compared.
-    let rescaled = sealed::rescaled(&index, &a.candidate.job).unwrap_or_default();
+    let rescaled = match sealed::rescaled(&index, &a.candidate.job) {
+        Ok(rescaled) => rescaled,
+        Err(why) => {
+            checks.set("builds.identity", Status::Failed, format!("--candidate-job does not read: {why}"));
+            return Err(StepError::Failed("the candidate job does not read".into()));
+        }
+    };
     if !rescaled.is_empty() {
         let why = format!(
             "--candidate-job runs {}: an upgrade that also restores at another parallelism is not compared; check the upgrade at the savepoint's parallelism, then rescale the upgraded job",
