@@ -104,7 +104,7 @@
         ];
         # The native builds in Cargo.lock's tree (rdkafka-sys's bundled
         # librdkafka: ./configure and make; libz-sys, libmimalloc-sys and
-        # aws-lc-sys: cc) need nothing beyond stdenv (bash, make, coreutils,
+        # ring: cc) need nothing beyond stdenv (bash, make, coreutils,
         # sed, grep, awk...) and its C compiler, so nothing is named here.
         # gates/sandbox-build, run by CI, builds this package in a sandbox
         # made of exactly that and reads this list from here; a tool added

@@ -204,6 +204,10 @@ fn open_local(
 }
 
 fn open_s3(url: &str, bucket: &str, prefix: &str) -> Result<Arc<dyn ObjectStore>, StoreError> {
+    // reqwest is built without a TLS provider of its own (see the workspace's
+    // Cargo.toml); the process-wide one is ring's. An error only says one is
+    // installed already, which serves as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let s3 = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .build()
