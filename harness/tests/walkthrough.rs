@@ -38,7 +38,7 @@ const SECTIONS: &[(&str, Part)] = &[
         "Getting clink",
         Part::NotWalked("CI runs gates/install-clink --root DIR just before the walk, which runs DIR/bin"),
     ),
-    ("The two commands", Part::NotWalked("gates/incident-gate and cargo test --workspace are CI steps of their own")),
+    ("The two commands", Part::NotWalked("gates/incident-gate and gates/test are CI steps of their own")),
     ("From clone to first incident", Part::Walked),
     ("Services", Part::Walked),
     ("Kafka and ClickHouse", Part::Walked),
