@@ -10,6 +10,13 @@
 #                          then checked. A SUBDIR or FEATURES build is a variant:
 #                          always built with cargo, never checked as a release
 #   clink_step             the name of the step that runs build_clink
+#   in_variants CMD...     run CMD (a cargo build or test of a defect variant)
+#                          with CARGO_TARGET_DIR the variants' own target
+#                          directory, <target>/variants (started from
+#                          <target>/debug by gates/seed-target the first time),
+#                          holding its lock: the default build's target/debug/clink
+#                          is never replaced by a variant, and a variant is copied
+#                          aside (inside CMD) before the next one takes its name
 #   reference_audit_path, build_reference_audit
 #                          the same for clink-reference-audit and
 #                          $CLINK_REFERENCE_AUDIT_BIN
@@ -68,6 +75,18 @@ build_clink() {
     CARGO_TARGET_DIR="$target" cargo build --release --quiet -p clink-harness --bin clink \
         ${features:+--features "$features"} || return 1
     if [[ -z "$sub$features" ]]; then check_release "$(clink_path)" clink; fi
+}
+
+in_variants() {
+    local base="${CARGO_TARGET_DIR:-$GATE_ROOT/target}"
+    mkdir -p "$base" || return 1
+    (
+        flock 9 || exit 1
+        if [[ ! -e "$base/variants/debug" ]]; then
+            "$GATE_ROOT/gates/seed-target" "$base/debug" "$base/variants/debug" >/dev/null 2>&1 || true
+        fi
+        CARGO_TARGET_DIR="$base/variants" "$@"
+    ) 9>"$base/variants.lock"
 }
 
 clink_step() {
