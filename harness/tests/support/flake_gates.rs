@@ -27,6 +27,12 @@ pub const INTERNAL: &[&str] = &[
     "sandbox-build",
     // Sourced by the gates, never run.
     "lib.sh",
+    // The README's test command: cargo's test binaries from a checkout,
+    // run in the dev shell under Nix, never as an app of the package.
+    "test",
+    // A step of CI, build-release and the defect-variant builds: a new
+    // target directory started from a built one.
+    "seed-target",
 ];
 /// Prefixes of internal scripts: refresh-* re-make committed fixtures.
 pub const INTERNAL_PREFIXES: &[&str] = &["refresh-"];
