@@ -601,7 +601,7 @@ fn a_candidate_cannot_read_code_nobody_pinned() {
     assert!(!readable.iter().any(|r| plugin.starts_with(r.as_str().unwrap())), "{readable:?}");
 }
 
-/// The copy is hashed again after every run: changed by anyone while the
+/// The copy is checked again after every run: changed by anyone while the
 /// candidate ran, the whole A/B is refused, whatever the comparisons said.
 #[test]
 fn a_copy_that_changes_during_a_run_refuses_the_whole_ab() {

@@ -22,6 +22,7 @@ pub mod definition;
 pub mod elf;
 pub mod evidence;
 pub mod html;
+pub mod lease;
 pub mod pin;
 pub mod record;
 pub mod report;

@@ -2,7 +2,7 @@
 //! (its copy, loader and libraries hashed, `clink_upgrade::pin`), started
 //! only confined (it may execute its copy and loader, read its libraries
 //! and the evidence, write only its dumps) with an empty environment, and
-//! hashed again after every run it makes.
+//! checked again after every run it makes (`PinnedBuild::still_same`).
 //!
 //! Whatever the report names by hash is every byte of code that produced
 //! the candidate's dumps: a run after which any pinned file changed ends
@@ -99,6 +99,9 @@ impl Candidate {
                 "environment": "empty",
             },
             "runs_checked_unchanged": self.checked_runs,
+            // How the copy was found unchanged after each run: its read
+            // lease never broken, or its bytes hashed again.
+            "copy_checked_by": if self.pinned.copy_held() { "read-lease" } else { "sha256" },
         })
     }
 }
