@@ -105,6 +105,8 @@ enum Backend {
     File,
     /// `--state rocksdb://<scenario>/state`: outside the checkpoint directory.
     Rocksdb,
+    /// `--state file://<scenario>/state`: files, outside the checkpoint directory.
+    FileRoot,
 }
 
 impl Backend {
@@ -112,6 +114,7 @@ impl Backend {
         match self {
             Backend::File => "",
             Backend::Rocksdb => "rocksdb::",
+            Backend::FileRoot => "file-root::",
         }
     }
 }
@@ -134,7 +137,7 @@ impl Scenario {
     fn state_base(&self) -> PathBuf {
         match self.backend {
             Backend::File => self.dir.path().join("ck"),
-            Backend::Rocksdb => self.dir.path().join("state"),
+            Backend::Rocksdb | Backend::FileRoot => self.dir.path().join("state"),
         }
     }
 
@@ -163,6 +166,7 @@ impl Scenario {
             .args(match self.backend {
                 Backend::File => vec![],
                 Backend::Rocksdb => vec!["--state".to_string(), format!("rocksdb://{}", self.state_base().display())],
+                Backend::FileRoot => vec!["--state".to_string(), format!("file://{}", self.state_base().display())],
             })
             .env_remove("CLINK_FAULT")
             .env_remove("CLINK_TEST_DEFECT")
@@ -360,7 +364,7 @@ fn rescale_trial_on(
             return Err(format!("the rescaled run wrote generation {generation}, not {}", old_generation + 1).into());
         }
         s.check_output().map_err(Failed::from)?;
-        rocksdb::state_went_through_rocksdb(&s).map_err(Failed::from)
+        rocksdb::state_went_to_its_root(&s).map_err(Failed::from)
     })
 }
 

@@ -3,7 +3,8 @@
 //! killed at each protocol fault point and resumed, restored at another
 //! parallelism, the `--state` values refused, and hostile RocksDB state (a
 //! table file missing or cut short, a CURRENT file pointing elsewhere)
-//! refused by name before anything restores.
+//! refused by name before anything restores. Two trials run on a `file://`
+//! root outside the checkpoint directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +31,8 @@ pub fn trials() -> Vec<Trial> {
         rescale_trial_on(Backend::Rocksdb, 3, 1, Before::Killed("sink.before_commit@2"), None),
         rescale_trial_on(Backend::Rocksdb, 2, 3, Before::Savepoint, None),
         rescale_trial_on(Backend::Rocksdb, 3, 1, Before::Savepoint, None),
+        rescale_trial_on(Backend::FileRoot, 2, 3, Before::Killed("coordinator.after_completed_marker@2"), None),
+        rescale_trial_on(Backend::FileRoot, 3, 1, Before::Savepoint, None),
         bad_values_trial(),
         another_root_trial(),
     ]);
@@ -37,14 +40,17 @@ pub fn trials() -> Vec<Trial> {
     trials
 }
 
-/// The state of a scenario's runs went where its backend puts it: for
-/// RocksDB, checkpoint directories and sidecars under the named root, no
-/// snapshot file anywhere and nothing under the checkpoint directory's
-/// `_state/`, and the newest marker naming the root.
-pub fn state_went_through_rocksdb(s: &Scenario) -> Result<(), String> {
-    if s.backend == Backend::File {
-        return Ok(());
-    }
+/// The state of a scenario's runs went where its backend puts it: under
+/// the named root and nothing under the checkpoint directory's `_state/`; for
+/// RocksDB, checkpoint directories and sidecars and no snapshot file, for
+/// files under a root, snapshots and sidecars and no RocksDB checkpoint; the
+/// newest marker naming the backend and the root.
+pub fn state_went_to_its_root(s: &Scenario) -> Result<(), String> {
+    let scheme = match s.backend {
+        Backend::File => return Ok(()),
+        Backend::Rocksdb => "rocksdb",
+        Backend::FileRoot => "file",
+    };
     if s.dir.path().join("ck/_state").exists() {
         return Err("the checkpoint directory holds _state/: the run did not write to --state".into());
     }
@@ -57,9 +63,15 @@ pub fn state_went_through_rocksdb(s: &Scenario) -> Result<(), String> {
             files.push(path.display().to_string());
         }
     });
-    if checkpoints == 0 || sidecars == 0 || !files.is_empty() {
+    let as_expected = match s.backend {
+        Backend::FileRoot => checkpoints == 0 && sidecars > 0 && files.len() == sidecars,
+        _ => checkpoints > 0 && sidecars > 0 && files.is_empty(),
+    };
+    if !as_expected {
         return Err(format!(
-            "{checkpoints} RocksDB checkpoints and {sidecars} sidecars under the root; snapshot files: {files:?}"
+            "{checkpoints} RocksDB checkpoints, {sidecars} sidecars and {} snapshot files under the root {}",
+            files.len(),
+            s.state_base().display()
         ));
     }
     let (newest, _, _) = s.newest_marker("5")?;
@@ -67,8 +79,8 @@ pub fn state_went_through_rocksdb(s: &Scenario) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let marker: serde_json::Value = serde_json::from_str(&marker).map_err(|e| e.to_string())?;
     let root = s.state_base().display().to_string();
-    if marker["state"] != serde_json::json!({"backend": "rocksdb", "root": root}) {
-        return Err(format!("COMPLETED-{newest} names the state {}, not rocksdb at {root}", marker["state"]));
+    if marker["state"] != serde_json::json!({"backend": scheme, "root": root}) {
+        return Err(format!("COMPLETED-{newest} names the state {}, not {scheme} at {root}", marker["state"]));
     }
     Ok(())
 }
@@ -100,7 +112,7 @@ fn resume_trial(point: &'static str) -> Trial {
             return Err(format!("the resume failed: {:?}\n{}", out.status, stderr(&out)).into());
         }
         s.check_output()?;
-        Ok(state_went_through_rocksdb(&s)?)
+        Ok(state_went_to_its_root(&s)?)
     })
 }
 
