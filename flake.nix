@@ -105,12 +105,20 @@
         # The native builds in Cargo.lock's tree (rdkafka-sys's bundled
         # librdkafka: ./configure and make; libz-sys, libmimalloc-sys and
         # ring: cc) need nothing beyond stdenv (bash, make, coreutils,
-        # sed, grep, awk...) and its C compiler, so nothing is named here.
+        # sed, grep, awk...) and its C compiler. librocksdb-sys links the
+        # system's RocksDB (never its bundled sources: ARCHITECTURE.md,
+        # "RocksDB: linked, not built"), found through the two variables in
+        # env, and runs bindgen, which needs libclang (bindgenHook).
         # gates/sandbox-build, run by CI, builds this package in a sandbox
-        # made of exactly that and reads this list from here; a tool added
-        # here must get a line in its table, and
+        # made of exactly that and reads these lists from here; an input
+        # added here must get a line in its table, and
         # harness/tests/flake_eval.rs holds the two equal.
-        nativeBuildInputs = [ ];
+        nativeBuildInputs = [ (pkgs.rustPlatform.bindgenHook) ];
+        buildInputs = [ pkgs.rocksdb ];
+        env = {
+          ROCKSDB_LIB_DIR = "${pkgs.rocksdb}/lib";
+          ROCKSDB_INCLUDE_DIR = "${pkgs.rocksdb}/include";
+        };
         # librdkafka's ./configure starts with `#!/usr/bin/env bash`, and the
         # build sandbox has no /usr/bin/env: the build script's
         # `./configure` fails with "No such file or directory". cargoSetupHook

@@ -142,6 +142,8 @@ pub enum CompatError {
     State(#[from] StateError),
     #[error("checkpoint {checkpoint}: its job graph: {reason}")]
     GraphInvalid { checkpoint: u64, reason: String },
+    #[error("--state: checkpoint {checkpoint}'s state is {marker} (its COMPLETED marker says so); this run's is {run}; give the run the --state its checkpoints were written with")]
+    StateRoot { checkpoint: u64, marker: String, run: String },
 }
 
 fn list(unmapped: &[UnmappedState]) -> String {
@@ -176,6 +178,14 @@ fn checkpoint_operators_of(
     checkpoint: u64,
 ) -> Result<(Vec<CheckpointOperator>, bool, u32), CompatError> {
     let marker = read_completed(layout, checkpoint)?;
+    let written_with = marker.state.clone().unwrap_or_default();
+    if written_with != *layout.state() {
+        return Err(CompatError::StateRoot {
+            checkpoint,
+            marker: written_with.to_string(),
+            run: layout.state().to_string(),
+        });
+    }
     let mut named: BTreeMap<OperatorId, (Option<String>, Option<String>)> = BTreeMap::new();
     let graph_known = marker.graph.is_some();
     if let Some(graph) = &marker.graph {

@@ -409,18 +409,21 @@ fn sandbox_gate_names(ev: &Evaluated, mode: &str) -> Result<BTreeSet<String>, St
         .collect())
 }
 
-/// The sandboxed build binds exactly the package's nativeBuildInputs: the
-/// gate reads them from flake.nix (`--inputs`), and its table of Debian
-/// packages (`--table`) has a line for each and for nothing else, so the
-/// flake's list is the one list.
+/// The sandboxed build binds exactly the package's nativeBuildInputs and
+/// buildInputs: the gate reads them from flake.nix (`--inputs`), and its
+/// table of Debian packages (`--table`) has a line for each and for nothing
+/// else, so the flake's lists are the one list.
 fn check_sandbox_inputs(ev: &Evaluated) -> Result<(), String> {
     let mut problems = Vec::new();
     let mut named = BTreeMap::new();
     for system in SYSTEMS {
         let what = format!("packages.{system}.default");
         let drv = derivation(&ev.outputs["packages"][*system]["default"], &what)?;
-        let inputs = package_names(at(drv, &["nativeBuildInputs"])?, system, &format!("{what}.nativeBuildInputs"))?;
-        named.insert(*system, inputs.into_iter().collect::<BTreeSet<String>>());
+        let mut inputs = BTreeSet::new();
+        for attr in ["nativeBuildInputs", "buildInputs"] {
+            inputs.extend(package_names(at(drv, &[attr])?, system, &format!("{what}.{attr}"))?);
+        }
+        named.insert(*system, inputs);
     }
     let flake = named.get("x86_64-linux").cloned().unwrap_or_default();
     if named.values().any(|n| *n != flake) {
@@ -669,8 +672,8 @@ const SELF_TESTS: &[SelfTest] = &[
     ),
     (
         "input_the_sandbox_lacks",
-        "nativeBuildInputs = [ ];",
-        "nativeBuildInputs = [ pkgs.git ];",
+        "buildInputs = [ pkgs.rocksdb ];",
+        "buildInputs = [ pkgs.rocksdb pkgs.git ];",
         &[],
         check_sandbox_inputs,
         &["sandbox-build --inputs refused", "names git, which the table"],

@@ -27,6 +27,9 @@ use clink_reference::example::{compute, ReferenceOutput, ReferenceParams};
 use clink_reference::output::read_output_lines;
 use libtest_mimic::{Arguments, Failed, Trial};
 
+#[path = "rescale/rocksdb.rs"]
+mod rocksdb;
+
 const EVENTS: &str = "6000";
 const EVERY: &str = "500";
 /// The operators a rescale of the example job changes: the windows, the
@@ -95,13 +98,47 @@ fn job_at(dir: &Path, parallelism: u32) -> PathBuf {
     path
 }
 
+/// Which state backend a scenario's runs use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// The default: files under the checkpoint directory.
+    File,
+    /// `--state rocksdb://<scenario>/state`: outside the checkpoint directory.
+    Rocksdb,
+    /// `--state file://<scenario>/state`: files, outside the checkpoint directory.
+    FileRoot,
+}
+
+impl Backend {
+    fn prefix(self) -> &'static str {
+        match self {
+            Backend::File => "",
+            Backend::Rocksdb => "rocksdb::",
+            Backend::FileRoot => "file-root::",
+        }
+    }
+}
+
 struct Scenario {
     dir: tempfile::TempDir,
+    backend: Backend,
 }
 
 impl Scenario {
     fn new() -> Scenario {
-        Scenario { dir: tempfile::tempdir_in(scratch()).expect("scratch directory") }
+        Scenario::on(Backend::File)
+    }
+
+    fn on(backend: Backend) -> Scenario {
+        Scenario { dir: tempfile::tempdir_in(scratch()).expect("scratch directory"), backend }
+    }
+
+    /// The directory `_state/` is in.
+    fn state_base(&self) -> PathBuf {
+        match self.backend {
+            Backend::File => self.dir.path().join("ck"),
+            Backend::Rocksdb | Backend::FileRoot => self.dir.path().join("state"),
+        }
     }
 
     fn output(&self) -> PathBuf {
@@ -126,6 +163,11 @@ impl Scenario {
             .arg(self.dir.path().join("ck"))
             .args(["--checkpoint-every-records", EVERY, "--stall-after-s", "20"])
             .args(args)
+            .args(match self.backend {
+                Backend::File => vec![],
+                Backend::Rocksdb => vec!["--state".to_string(), format!("rocksdb://{}", self.state_base().display())],
+                Backend::FileRoot => vec!["--state".to_string(), format!("file://{}", self.state_base().display())],
+            })
             .env_remove("CLINK_FAULT")
             .env_remove("CLINK_TEST_DEFECT")
             .env_remove("CLINK_PROTOCOL_TRACE_DIR");
@@ -186,10 +228,11 @@ impl Scenario {
             let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
             highest = highest.max(record["next"].as_u64().unwrap_or(1).saturating_sub(1));
         }
-        for generation in std::fs::read_dir(ck.join("_state/1")).into_iter().flatten().flatten() {
+        for generation in std::fs::read_dir(self.state_base().join("_state/1")).into_iter().flatten().flatten() {
             for participant in std::fs::read_dir(generation.path()).into_iter().flatten().flatten() {
                 for snap in std::fs::read_dir(participant.path()).into_iter().flatten().flatten() {
                     let name = snap.file_name().to_string_lossy().into_owned();
+                    let name = name.strip_suffix(".meta").unwrap_or(&name);
                     if let Some(id) = name.strip_prefix("checkpoint-").and_then(|n| n.strip_suffix(".snap")) {
                         highest = highest.max(id.parse().unwrap_or(0));
                     }
@@ -228,6 +271,17 @@ enum Before {
 /// `then_killed`: a fault point armed in the rescaled run, at its first
 /// checkpoint (`false`) or the one after (`true`).
 fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'static str, bool)>) -> Trial {
+    rescale_trial_on(Backend::File, from, to, before, then_killed)
+}
+
+/// [`rescale_trial`] with the scenario's runs on `backend`.
+fn rescale_trial_on(
+    backend: Backend,
+    from: u32,
+    to: u32,
+    before: Before,
+    then_killed: Option<(&'static str, bool)>,
+) -> Trial {
     let label = match before {
         Before::Killed(fault) => fault.to_string(),
         Before::KilledAfterACompletion(point) => format!("{point}@next"),
@@ -235,8 +289,8 @@ fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'stat
     };
     let again =
         then_killed.map(|(f, after)| format!("+{f}@{}", if after { "next+1" } else { "next" })).unwrap_or_default();
-    Trial::test(format!("rescale::{from}->{to}@{label}{again}"), move || {
-        let s = Scenario::new();
+    Trial::test(format!("{}rescale::{from}->{to}@{label}{again}", backend.prefix()), move || {
+        let s = Scenario::on(backend);
         match before {
             Before::Killed(fault) => {
                 let out = s.run(from, Some(fault), &[]);
@@ -309,7 +363,8 @@ fn rescale_trial(from: u32, to: u32, before: Before, then_killed: Option<(&'stat
         if generation != old_generation + 1 {
             return Err(format!("the rescaled run wrote generation {generation}, not {}", old_generation + 1).into());
         }
-        s.check_output().map_err(Failed::from)
+        s.check_output().map_err(Failed::from)?;
+        rocksdb::state_went_to_its_root(&s).map_err(Failed::from)
     })
 }
 
@@ -661,5 +716,6 @@ fn main() {
         incident_mid_rescale_trial(),
         dataset_trial(),
     ];
+    let trials = trials.into_iter().chain(rocksdb::trials()).collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -216,7 +216,10 @@ fn patched_probe_builds_isolated(ctx: &Ctx) -> Result<(), String> {
 /// another source than the flake's.
 fn unemulated_refused(ctx: &Ctx) -> Result<(), String> {
     let cases: [(Edit, &[&str]); 3] = [
-        (("doCheck = false;", "doCheck = false; buildInputs = [ ];"), &["['buildInputs']", "does not emulate"]),
+        (
+            ("doCheck = false;", "doCheck = false; propagatedBuildInputs = [ ];"),
+            &["['propagatedBuildInputs']", "does not emulate"],
+        ),
         (("doCheck = false;", "doCheck = true;"), &["doCheck is not false"]),
         (("src = self;", "src = ./src;"), &["src is", "not the flake's own source"]),
     ];

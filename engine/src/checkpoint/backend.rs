@@ -1,60 +1,41 @@
-//! The file state backend: writes each participant's snapshot and sidecar
+//! The state backend: writes each participant's snapshot and sidecar
 //! durably, and reads them back only after checking one against the other.
+//! The snapshot is a file (`checkpoint-<id>.snap`) or, when the layout's
+//! state root says `rocksdb://`, a RocksDB checkpoint directory
+//! (`checkpoint::rocks`); either way the sidecar is THE record of its
+//! identity, and a read returns the same verified slots, so every restore
+//! goes through [`FileStateBackend::read`] whichever backend wrote it.
 //!
 //! The participant that owns a snapshot acks its checkpoint only after
 //! [`FileStateBackend::write`] returned, so a completed checkpoint's snapshots
 //! are on disk whole. A reader trusts nothing: size, SHA-256, header and format
 //! are all checked before the slots are handed out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use thiserror::Error;
-
-use super::durable::{create_dir_durably, write_all_durably};
+use super::durable::{create_dir_durably, write_all_durably, write_durably};
 use super::identity::RunIdentity;
 use super::layout::{
-    parse_snapshot_name, participant_name, snapshot_meta_name, snapshot_name, CheckpointLayout, GENERATION,
+    parse_rocks_checkpoint_name, parse_snapshot_name, participant_name, rocks_checkpoint_name, snapshot_meta_name,
+    snapshot_name, CheckpointLayout, GENERATION,
 };
+use super::rocks;
 use super::snapshot::{
     decode_snapshot_by, encode_snapshot_by, SlotMeta, SnapshotHeader, SnapshotMeta, StateSlots, MAX_SNAPSHOT_BYTES,
     META_FORMAT, META_VERSION,
 };
+use super::state_error::io_error;
+pub use super::state_error::{read_dir_names, StateError};
+use super::state_root::BackendKind;
 use clink_basics::digest::sha256_hex;
 use clink_basics::ids::{parse_decimal_u64, OperatorId};
 
-use crate::codec::DecodeError;
-
 /// A sidecar larger than this is refused unread.
 pub const MAX_META_BYTES: u64 = 1 << 20;
-
-#[derive(Debug, Error)]
-pub enum StateError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{path}: the snapshot has no sidecar (.snap.meta); it cannot be verified")]
-    MetaMissing { path: PathBuf },
-    #[error("{path}: invalid sidecar: {reason}")]
-    MetaInvalid { path: PathBuf, reason: String },
-    #[error("{path}: {reason}")]
-    Mismatch { path: PathBuf, reason: String },
-    #[error("{path}: cannot decode: {source}")]
-    Decode {
-        path: PathBuf,
-        #[source]
-        source: DecodeError,
-    },
-}
-
-fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
-    move |source| StateError::Io { path: path.to_path_buf(), source }
-}
 
 /// A snapshot read back and checked against its sidecar.
 #[derive(Debug, Clone)]
@@ -72,11 +53,35 @@ pub struct FileStateBackend {
     /// The layout generation this run writes: the first one, or one past
     /// its restore point's after a rescale re-divided the state.
     generation: u32,
+    /// The RocksDB participants' live databases this process opened, shared
+    /// by every clone (a database is opened once per process).
+    live: LiveDatabases,
+}
+
+#[derive(Clone, Default)]
+struct LiveDatabases(Arc<Mutex<HashMap<PathBuf, Arc<rocksdb::DB>>>>);
+
+impl std::fmt::Debug for LiveDatabases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveDatabases")
+    }
+}
+
+impl LiveDatabases {
+    fn open(&self, live: &Path) -> Result<Arc<rocksdb::DB>, StateError> {
+        let mut open = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(db) = open.get(live) {
+            return Ok(Arc::clone(db));
+        }
+        let db = Arc::new(rocks::open_live(live)?);
+        open.insert(live.to_path_buf(), Arc::clone(&db));
+        Ok(db)
+    }
 }
 
 impl FileStateBackend {
     pub fn new(layout: CheckpointLayout) -> Self {
-        Self { layout, generation: GENERATION }
+        Self { layout, generation: GENERATION, live: LiveDatabases::default() }
     }
 
     /// The same backend, writing under `generation`.
@@ -105,7 +110,19 @@ impl FileStateBackend {
         // Both files name the run writing through this layout.
         let run = self.layout.writer();
         let bytes = encode_snapshot_by(header, slots, run.as_ref());
-        let meta = SnapshotMeta::describe(header, participant, slots, &bytes).written_by(run);
+        let mut meta = SnapshotMeta::describe(header, participant, slots, &bytes).written_by(run.clone());
+        if self.layout.state().kind() == BackendKind::Rocksdb {
+            let live = self.layout.rocks_live(self.generation, participant);
+            let cp = self.layout.rocks_checkpoint(self.generation, participant, header.checkpoint);
+            let db = self.live.open(&live)?;
+            meta.rocksdb = Some(rocks::write_checkpoint(&db, &live, &cp, header, slots, run.as_ref())?);
+            let meta_json = serde_json::to_vec_pretty(&meta)
+                .map_err(|e| StateError::MetaInvalid { path: dir.clone(), reason: e.to_string() })?;
+            // The checkpoint directory is durable; its sidecar vouches for it.
+            let meta_name = snapshot_meta_name(header.checkpoint);
+            write_durably(&dir, &meta_name, &meta_json).map_err(io_error(&dir.join(&meta_name)))?;
+            return Ok(meta);
+        }
         let snap_name = snapshot_name(header.checkpoint);
         let meta_json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| StateError::MetaInvalid { path: dir.clone(), reason: e.to_string() })?;
@@ -124,9 +141,47 @@ impl FileStateBackend {
     pub fn read(&self, generation: u32, participant: &str, checkpoint: u64) -> Result<VerifiedSnapshot, StateError> {
         let snap = self.layout.snapshot(generation, participant, checkpoint);
         let meta = self.layout.snapshot_meta(generation, participant, checkpoint);
-        let verified = verify_snapshot(&snap, &meta)?;
+        let sidecar = read_snapshot_meta(&meta)?;
+        let verified = if sidecar.rocksdb.is_some() {
+            self.verify_rocks(generation, participant, checkpoint, sidecar, &meta)?
+        } else {
+            verify_snapshot(&snap, &meta)?
+        };
         check_snapshot_names(&verified, &snap, &meta, self.layout.job(), participant, checkpoint)?;
         Ok(verified)
+    }
+
+    /// A RocksDB checkpoint read through its sidecar: the directory the
+    /// sidecar names must be this participant's of this checkpoint, its
+    /// files those the sidecar lists, and its state must encode to the
+    /// snapshot the sidecar vouches for.
+    fn verify_rocks(
+        &self,
+        generation: u32,
+        participant: &str,
+        checkpoint: u64,
+        sidecar: SnapshotMeta,
+        meta_path: &Path,
+    ) -> Result<VerifiedSnapshot, StateError> {
+        let Some(identity) = &sidecar.rocksdb else {
+            return Err(StateError::MetaInvalid {
+                path: meta_path.to_path_buf(),
+                reason: "no RocksDB checkpoint".into(),
+            });
+        };
+        let expected = rocks_checkpoint_name(participant, checkpoint);
+        if identity.dir != expected {
+            return Err(StateError::Mismatch {
+                path: meta_path.to_path_buf(),
+                reason: format!(
+                    "the sidecar names the RocksDB checkpoint {:?}; its path says {expected:?}",
+                    identity.dir
+                ),
+            });
+        }
+        let cp = self.layout.rocks_checkpoint(generation, participant, checkpoint);
+        let bytes = rocks::read_checkpoint(&cp, identity)?;
+        verify_snapshot_bytes(&cp, &bytes, sidecar)
     }
 
     /// Reads a participant's sidecar of `checkpoint` alone (when the snapshot
@@ -155,7 +210,10 @@ impl FileStateBackend {
                 if !dir.is_dir() {
                     continue;
                 }
-                ids.extend(read_dir_names(&dir)?.iter().filter_map(|n| parse_snapshot_name(n)));
+                // A RocksDB participant keeps a sidecar and no .snap file.
+                ids.extend(read_dir_names(&dir)?.iter().filter_map(|n| {
+                    parse_snapshot_name(n).or_else(|| n.strip_suffix(".meta").and_then(parse_snapshot_name))
+                }));
             }
         }
         Ok(ids)
@@ -169,6 +227,12 @@ impl FileStateBackend {
         let generation_dir = self.layout.generation_dir(self.generation);
         for participant in read_dir_names(&generation_dir)? {
             let dir = generation_dir.join(&participant);
+            if let Some((_, id)) = parse_rocks_checkpoint_name(&participant) {
+                if id < keep_from && !keep.contains(&id) {
+                    fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+                }
+                continue;
+            }
             if !dir.is_dir() {
                 continue;
             }
@@ -188,24 +252,6 @@ impl FileStateBackend {
     pub fn prune_below(&self, keep_from: u64) -> Result<(), StateError> {
         self.prune_below_keeping(keep_from, &BTreeSet::new())
     }
-}
-
-/// Names in a directory; a missing directory has none.
-pub fn read_dir_names(dir: &Path) -> Result<Vec<String>, StateError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error(dir)(e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io_error(dir))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            names.push(name);
-        }
-    }
-    names.sort();
-    Ok(names)
 }
 
 /// Reads a sidecar: bounded, strictly typed, a known format and version.

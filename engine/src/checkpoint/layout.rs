@@ -7,7 +7,11 @@
 //! _jobs/<job>/receipts/<participant>/receipt-<id>       a commit's receipt
 //! _jobs/<job>/unresolved/<participant>/unresolved-<id>  a handle the in-doubt walk left
 //! _state/<job>/v<gen>/<participant>/checkpoint-<id>.snap[.meta]
+//! _state/<job>/v<gen>/<participant>.cp-<id>/   a RocksDB checkpoint (its sidecar as above)
+//! _state/<job>/v<gen>/<participant>.db/        a RocksDB participant's live database
 //! ```
+//! `_state/` lives under the checkpoint directory, or under the root
+//! `--state` names ([`StateRoot`]).
 //! Only this module joins these paths, so the engine, the collector and the
 //! checks agree on them.
 
@@ -16,6 +20,7 @@ use std::path::{Path, PathBuf};
 use clink_basics::ids::OperatorId;
 
 use super::identity::{RunCell, RunIdentity};
+use super::state_root::StateRoot;
 
 /// The first state layout generation. A restore at another parallelism
 /// writes one past its restore point's (`crate::operators::rescale`); the markers name
@@ -43,11 +48,23 @@ pub struct CheckpointLayout {
     /// The run writing through this layout and its clones, once it holds
     /// the directory (`fence::acquire`): what every writer stamps.
     writer: RunCell,
+    /// Where `_state/` lives and which backend writes it.
+    state: StateRoot,
 }
 
 impl CheckpointLayout {
     pub fn new(root: impl Into<PathBuf>, job: u64) -> Self {
-        Self { root: root.into(), job, writer: RunCell::default() }
+        Self { root: root.into(), job, writer: RunCell::default(), state: StateRoot::default() }
+    }
+
+    /// The same layout, its state kept where `state` says.
+    pub fn with_state(self, state: StateRoot) -> Self {
+        Self { state, ..self }
+    }
+
+    /// Where this layout's state lives and which backend writes it.
+    pub fn state(&self) -> &StateRoot {
+        &self.state
     }
 
     /// The run writing through this layout, if a run holds the directory.
@@ -107,7 +124,7 @@ impl CheckpointLayout {
     }
 
     pub fn state_root(&self) -> PathBuf {
-        self.root.join("_state").join(self.job.to_string())
+        self.state.base(&self.root).join("_state").join(self.job.to_string())
     }
 
     pub fn generation_dir(&self, generation: u32) -> PathBuf {
@@ -125,6 +142,28 @@ impl CheckpointLayout {
     pub fn snapshot_meta(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
         self.participant_dir(generation, participant).join(snapshot_meta_name(checkpoint))
     }
+
+    /// A participant's RocksDB checkpoint of `checkpoint` (a directory).
+    pub fn rocks_checkpoint(&self, generation: u32, participant: &str, checkpoint: u64) -> PathBuf {
+        self.generation_dir(generation).join(rocks_checkpoint_name(participant, checkpoint))
+    }
+
+    /// A RocksDB participant's live database, which its checkpoints are taken of.
+    pub fn rocks_live(&self, generation: u32, participant: &str) -> PathBuf {
+        self.generation_dir(generation).join(format!("{participant}.db"))
+    }
+}
+
+/// `<participant>.cp-<id>`: a RocksDB checkpoint directory's name.
+pub fn rocks_checkpoint_name(participant: &str, checkpoint: u64) -> String {
+    format!("{participant}.cp-{checkpoint}")
+}
+
+/// The participant and checkpoint a RocksDB checkpoint directory's name says.
+pub fn parse_rocks_checkpoint_name(name: &str) -> Option<(&str, u64)> {
+    let (participant, id) = name.rsplit_once(".cp-")?;
+    parse_participant_name(participant)?;
+    Some((participant, clink_basics::ids::parse_decimal_u64(id)?))
 }
 
 pub const RESTORED_NAME: &str = "RESTORED";

@@ -21,6 +21,7 @@ use super::identity::RunIdentity;
 use super::layout::{
     completed_marker_name, parse_completed_marker_name, parse_confirmed_marker_name, CheckpointLayout, RESTORED_NAME,
 };
+use super::state_root::StateRoot;
 
 pub const COMPLETED_FORMAT: &str = "clink-completed-marker";
 pub const RESTORED_FORMAT: &str = "clink-restored-record";
@@ -82,6 +83,11 @@ pub struct CompletedMarker {
     /// The run whose coordinator completed the checkpoint (version 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunIdentity>,
+    /// Where the participants' state is and which backend wrote it, when
+    /// not files under the checkpoint directory (`clink run --state`). A
+    /// build that does not know the field refuses the marker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateRoot>,
 }
 
 impl CompletedMarker {
@@ -103,7 +109,15 @@ impl CompletedMarker {
             participants,
             graph,
             run: None,
+            state: None,
         }
+    }
+
+    /// The marker naming the state root its participants wrote to (none
+    /// for the default).
+    pub fn with_state(mut self, state: &StateRoot) -> Self {
+        self.state = (!state.is_default()).then(|| state.clone());
+        self
     }
 
     /// The marker as `run` writes it (version 3); unchanged without one.

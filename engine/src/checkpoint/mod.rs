@@ -19,7 +19,10 @@ pub mod layout;
 pub mod lineage;
 pub mod markers;
 pub mod restore;
+pub mod rocks;
 pub mod snapshot;
+pub mod state_error;
+pub mod state_root;
 
 pub use backend::{FileStateBackend, StateError};
 pub use layout::{participant_name, CheckpointLayout, GENERATION};
@@ -30,3 +33,4 @@ pub use restore::{
     RestoreRule, StartPoint,
 };
 pub use snapshot::{Slot, SlotKind, SnapshotMeta, StateSlots};
+pub use state_root::{parse_state_flag, BackendKind, StateRoot};

@@ -40,7 +40,7 @@ pub enum SlotKind {
 }
 
 impl SlotKind {
-    fn tag(self) -> u8 {
+    pub fn tag(self) -> u8 {
         match self {
             SlotKind::Operator => 0,
             SlotKind::Keyed => 1,
@@ -48,7 +48,7 @@ impl SlotKind {
         }
     }
 
-    fn from_tag(tag: u8) -> Option<Self> {
+    pub fn from_tag(tag: u8) -> Option<Self> {
         match tag {
             0 => Some(SlotKind::Operator),
             1 => Some(SlotKind::Keyed),
@@ -58,12 +58,25 @@ impl SlotKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Slot {
     pub kind: SlotKind,
     pub version: u32,
     pub bytes: Vec<u8>,
+    /// Where each entry of a keyed slot begins in `bytes`, as its writer
+    /// knew them (`operators::keyed::put_keyed`); empty when unknown (a slot
+    /// decoded from a snapshot). Never encoded and never compared: the RocksDB
+    /// backend stores a keyed slot an entry per key with them.
+    pub entries: Vec<usize>,
 }
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        (self.kind, self.version, &self.bytes) == (other.kind, other.version, &other.bytes)
+    }
+}
+
+impl Eq for Slot {}
 
 /// Named state slots, in name order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,7 +88,12 @@ impl StateSlots {
     }
 
     pub fn put(&mut self, name: &str, kind: SlotKind, version: u32, bytes: Vec<u8>) {
-        self.0.insert(name.to_string(), Slot { kind, version, bytes });
+        self.put_entries(name, kind, version, bytes, Vec::new());
+    }
+
+    /// [`StateSlots::put`] with where each entry of a keyed slot begins.
+    pub fn put_entries(&mut self, name: &str, kind: SlotKind, version: u32, bytes: Vec<u8>, entries: Vec<usize>) {
+        self.0.insert(name.to_string(), Slot { kind, version, bytes, entries });
     }
 
     pub fn get(&self, name: &str) -> Option<&Slot> {
@@ -145,7 +163,7 @@ pub fn decode_snapshot_by(bytes: &[u8]) -> Result<(SnapshotHeader, StateSlots, O
             SlotKind::from_tag(kind_tag).ok_or_else(|| r.invalid("slot kind", format!("unknown kind {kind_tag}")))?;
         let version = r.u32()?;
         let bytes = r.bytes()?.to_vec();
-        if slots.0.insert(name.clone(), Slot { kind, version, bytes }).is_some() {
+        if slots.0.insert(name.clone(), Slot { kind, version, bytes, entries: Vec::new() }).is_some() {
             return Err(r.invalid("slot name", format!("slot {name:?} appears twice")));
         }
     }
@@ -180,6 +198,32 @@ pub struct SnapshotMeta {
     /// The run that wrote the snapshot and this sidecar (version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunIdentity>,
+    /// Written by the RocksDB backend: the checkpoint directory holding the
+    /// state, every file of it. `size` and `sha256` above are then those of
+    /// the snapshot the directory's state encodes to, which a restore
+    /// recomputes. Absent for the file backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocksdb: Option<RocksIdentity>,
+}
+
+/// A RocksDB checkpoint directory as its sidecar vouches for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RocksIdentity {
+    /// Its name (`<participant>.cp-<id>`), beside the participant's directory.
+    pub dir: String,
+    /// The bytes of all its files.
+    pub bytes: u64,
+    /// Every file, by name order.
+    pub files: Vec<RocksFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RocksFile {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
 }
 
 impl SnapshotMeta {
@@ -205,6 +249,7 @@ impl SnapshotMeta {
                 })
                 .collect(),
             run: None,
+            rocksdb: None,
         }
     }
 

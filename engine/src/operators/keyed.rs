@@ -31,11 +31,13 @@ pub fn put_keyed<'a, K: AsRef<[u8]> + 'a, V: 'a>(
     sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut w = Writer::new();
     w.u32(sorted.len() as u32);
+    let mut starts = Vec::with_capacity(sorted.len());
     for (key, value) in sorted {
+        starts.push(w.len());
         w.bytes(key);
         write_value(&mut w, value);
     }
-    slots.put(name, SlotKind::Keyed, version, w.into_bytes());
+    slots.put_entries(name, SlotKind::Keyed, version, w.into_bytes(), starts);
 }
 
 /// Reads a keyed slot written by [`put_keyed`], checking its version.

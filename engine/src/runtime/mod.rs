@@ -42,6 +42,9 @@ pub struct RunOptions {
     pub job: JobGraph,
     pub env: Environment,
     pub checkpoint_dir: PathBuf,
+    /// Where the participants' state lives and which backend writes it
+    /// (`--state`; the default: files under the checkpoint directory).
+    pub state: crate::checkpoint::StateRoot,
     pub trigger: TriggerMode,
     pub stop_with_savepoint_at: Option<i64>,
     /// How many in-process restarts a failure may take before the job fails.

@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// Markers, RESTORED record and snapshots; running again over it resumes.
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: PathBuf,
+    /// Where the participants' state lives: file:///ABS/PATH or
+    /// rocksdb:///ABS/PATH (default: files under the checkpoint directory).
+    /// A resume must name the same root its checkpoints were written with.
+    #[arg(long, value_name = "URL")]
+    state: Option<String>,
     /// Take a checkpoint after every N source records (deterministic).
     #[arg(long, value_name = "N", conflicts_with = "checkpoint_interval_ms")]
     checkpoint_every_records: Option<NonZeroU64>,
@@ -174,6 +179,10 @@ pub fn main(args: RunArgs) -> Exit {
     if let Err(why) = check_input(&args, &job) {
         return out.refuse(why);
     }
+    let state = match args.state.as_deref().map(clink_engine::checkpoint::parse_state_flag).transpose() {
+        Ok(state) => state.unwrap_or_default(),
+        Err(why) => return out.refuse(why),
+    };
     let connections = match connections(&args) {
         Ok(c) => c,
         Err(e) => return out.refuse(e),
@@ -210,6 +219,7 @@ pub fn main(args: RunArgs) -> Exit {
             lineage: Default::default(),
         },
         checkpoint_dir: args.checkpoint_dir,
+        state,
         trigger,
         stop_with_savepoint_at: args.stop_with_savepoint_at,
         restart_budget: args.restart_budget,

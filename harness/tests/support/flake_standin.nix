@@ -35,6 +35,7 @@ let
         note { writeShellScript = name; inherit text; path = out.outPath; } (out // { inherit text; });
       # Its arguments, with the paths the flake hands it written out (a path
       # printed as JSON would be copied to the store).
+      rustPlatform.bindgenHook = p "rustPlatform.bindgenHook";
       rustPlatform.buildRustPackage = attrs:
         attrs // {
           src = toString attrs.src;
@@ -44,7 +45,7 @@ let
       python3Packages.pip = p "python3Packages.pip";
     } // builtins.listToAttrs (map (name: { inherit name; value = p name; }) [
       "bash" "coreutils" "gawk" "gnugrep" "gnused" "cargo" "rustc" "gcc" "git" "nix"
-      "jdk17_headless" "python3" "util-linux" "clickhouse" "apacheKafka" "seaweedfs"
+      "jdk17_headless" "python3" "util-linux" "clickhouse" "apacheKafka" "seaweedfs" "rocksdb"
     ]);
 
   systems = [ "x86_64-linux" "aarch64-linux" ];

@@ -95,7 +95,8 @@ impl Coordinator {
     /// Checks the job, its input and what it restores from: nothing is
     /// written before the checks pass.
     pub fn start(mut options: RunOptions) -> Result<Coordinator, RunError> {
-        let layout = CheckpointLayout::new(&options.checkpoint_dir, options.job.job_id);
+        let layout =
+            CheckpointLayout::new(&options.checkpoint_dir, options.job.job_id).with_state(options.state.clone());
         options.env.lineage = LineageCheck {
             on_disk: read_lineage(&layout).map_err(|e| RunError::Refused(e.to_string()))?,
             accept_others: options.allow_other_lineage || options.restore_from.is_some(),
@@ -493,7 +494,8 @@ impl Coordinator {
             kind,
             participants,
             self.graph.clone(),
-        );
+        )
+        .with_state(self.layout.state());
         write_completed(&self.layout, &marker).map_err(|e| RunError::Failed(e.to_string()))?;
         self.completed.completed(checkpoint);
         trace_event!(WriteCompleted, job = self.layout.job(), ckpt = checkpoint, epoch = self.epoch());

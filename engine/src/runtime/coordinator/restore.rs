@@ -155,7 +155,9 @@ pub(super) fn preflight_restore(options: &RunOptions, layout: &CheckpointLayout)
     let job = &options.job;
     let map = |layout: &CheckpointLayout, checkpoint: u64| -> Result<StateMap, RunError> {
         map_state(layout, checkpoint, job, options.allow_non_restored_state).map_err(|e| match e {
-            CompatError::Refused { .. } | CompatError::Rescaled { .. } => refused(format!("restore refused: {e}")),
+            CompatError::Refused { .. } | CompatError::Rescaled { .. } | CompatError::StateRoot { .. } => {
+                refused(format!("restore refused: {e}"))
+            }
             // Damaged state is a failed restore, not bad usage.
             other => RunError::Failed(format!("restoring checkpoint {checkpoint}: {other}")),
         })
